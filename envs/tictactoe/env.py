@@ -1,0 +1,314 @@
+"""``textgym/TicTacToe-v0``: tic-tac-toe against a seeded minimax opponent, in text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from textgym.envs.tictactoe import board as B
+from textgym.envs.tictactoe.opponent import opponent_move
+from textgym.envs.tictactoe.parsing import extract_move_text, is_well_formed, parse_move
+from textgym.spaces import UnicodeText
+
+__all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
+
+#: Outcome reward from the agent's point of view (as in anakin87's verifiers environment).
+OUTCOME_REWARD: dict[str, float] = {"win": 1.0, "draw": 0.5, "loss": 0.0}
+
+OPPONENTS = ("minimax", "random")
+AGENT_MARKS = ("X", "O", "random")
+
+SYSTEM_PROMPT = """You are playing tic-tac-toe on a 3x3 board. The cells are numbered 0-8, row by row:
+
+ 0 | 1 | 2
+---+---+---
+ 3 | 4 | 5
+---+---+---
+ 6 | 7 | 8
+
+Players take turns placing their mark in an empty cell; X moves first. The first player with \
+three marks in a row, a column or a diagonal wins; a full board without such a line is a draw.
+
+You play {mark}; your opponent plays {other}. On each turn you may reason inside \
+<think>...</think>, then give exactly one move as <move>N</move>, where N is the number of an \
+empty cell. Example: <think>The centre is free.</think><move>4</move>"""
+
+
+def render_board(board: str) -> str:
+    """Render a board with each free cell shown as its row-major index."""
+    cells = [c if c != B.EMPTY else str(i) for i, c in enumerate(board)]
+    rows = [" " + " | ".join(cells[r : r + 3]) for r in (0, 3, 6)]
+    return "\n---+---+---\n".join(rows)
+
+
+def _check_prob(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"Expected random_move_prob in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"Expected {name} in {allowed}, got {value!r}")
+    return value
+
+
+class TicTacToeEnv(gym.Env[str, str]):
+    """Tic-tac-toe against a seeded minimax opponent of controllable skill.
+
+    Description:
+        The agent plays one game of tic-tac-toe as X or O against a scripted opponent. With
+        ``opponent="minimax"`` the opponent plays an optimal move chosen uniformly at random
+        among all optimal moves (faster wins and slower losses preferred), except that with
+        probability ``random_move_prob`` it plays a uniformly random legal move. Its randomness
+        depends only on (episode seed, board), so the copies of a GRPO group that reach the
+        same position see the same reply. Rules and rewards follow anakin87's verifiers
+        tic-tac-toe environment.
+
+    Action Space:
+        ``UnicodeText(65536)``: the agent's whole completion. The move is read from the last
+        ``<move>N</move>`` tag outside ``<think>...</think>`` blocks, ``N`` a row-major cell
+        index 0-8. Any ``str`` is accepted by ``step``; longer strings are parsed the same way.
+
+    Observation Space:
+        ``UnicodeText(2048)``: what happened last (the agent's and the opponent's moves, or why
+        the action was invalid), the board with each free cell shown as its index, the
+        available positions and "Your turn", or the result when the game is over.
+
+    Starting State:
+        An empty board. When the agent plays O the opponent's opening move is already played
+        and reported in the first observation. ``agent_mark="random"`` draws the mark from
+        ``np_random`` at each reset.
+
+    Rewards:
+        ``outcome`` only, paid on the final step: win 1.0, draw 0.5, loss 0.0; 0.0 on every
+        other step, including invalid actions and a truncated game. Wrappers in
+        :mod:`textgym.wrappers` add format rewards and invalid-action penalties.
+
+    Episode End:
+        Terminated when a player has three in a line or the board is full. Truncated by the
+        registered ``max_episode_steps=10`` (invalid actions count as steps).
+
+    Information:
+        ``reward_components`` values are the terms of the step reward and sum to it.
+
+        - ``system_prompt`` [reset]: rules and answer format, for the chat's system message.
+        - ``tools`` [reset]: always ``[]``; the task has no tools.
+        - ``task_id`` [reset, step]: ``"tictactoe-{mark}-{opponent}-p{random_move_prob:.3f}"``.
+        - ``agent_mark`` [reset, step]: ``"X"`` or ``"O"``.
+        - ``opponent`` [reset, step]: ``"minimax"`` or ``"random"``.
+        - ``random_move_prob`` [reset, step]: float in [0, 1] used this episode.
+        - ``board`` [reset, step]: the board as 9 characters ``X``/``O``/``.``, row-major.
+        - ``legal_moves`` [reset, step]: list of free cells (empty once the game is over).
+        - ``opponent_move`` [reset, step]: the opponent's cell played since the last
+          observation, or ``None``.
+        - ``opponent_move_random`` [reset, step]: whether that move was a random one.
+        - ``outcome`` [reset, step]: ``None`` while playing, else ``"win"``, ``"draw"`` or
+          ``"loss"``.
+        - ``agent_move`` [step]: the agent's cell, or ``None`` if the action was invalid.
+        - ``invalid_action`` [step]: ``True`` if the action was rejected (board unchanged).
+        - ``invalid_reason`` [step]: why, or ``None``; one of ``"no_move_tag"``,
+          ``"not_an_integer"``, ``"out_of_range"``, ``"occupied"``.
+        - ``reward_components`` [step]: ``{"outcome": float}``.
+
+    Arguments:
+        - ``opponent``: ``"minimax"`` (default) or ``"random"`` (always a random legal move).
+        - ``random_move_prob``: float in [0, 1], default 0.0 (optimal play). Ignored by the
+          random opponent.
+        - ``agent_mark``: ``"X"`` (default), ``"O"`` or ``"random"``.
+
+        ``reset(options=...)`` accepts the same three keys to override them for one episode.
+
+    Raises:
+        ValueError: from ``__init__`` or ``reset`` for an argument outside the values above.
+        TypeError: from ``step`` if the action is not a ``str``.
+        RuntimeError: from ``step`` after the game has terminated, before ``reset``.
+
+    Version History:
+        - v0: initial release.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+
+    def __init__(
+        self,
+        opponent: str = "minimax",
+        random_move_prob: float = 0.0,
+        agent_mark: str = "X",
+        render_mode: str | None = None,
+    ):
+        self.opponent = _check_choice("opponent", opponent, OPPONENTS)
+        self.random_move_prob = _check_prob(random_move_prob)
+        self.agent_mark = _check_choice("agent_mark", agent_mark, AGENT_MARKS)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"Expected render_mode in {self.metadata['render_modes']} or None, got {render_mode!r}"
+            )
+        self.render_mode = render_mode
+        self.observation_space = UnicodeText(2048)
+        self.action_space = UnicodeText(65536)
+        self._board = B.EMPTY_BOARD
+        self._mark = "X"
+        self._episode_opponent = opponent
+        self._episode_prob = self.random_move_prob
+        self._episode_key = 0
+        self._done = True
+        self._last_obs = ""
+
+    # -- public helpers -------------------------------------------------------------------
+    @property
+    def board(self) -> str:
+        """The current board (see :mod:`textgym.envs.tictactoe.board`)."""
+        return self._board
+
+    @staticmethod
+    def is_well_formed(action: str) -> bool:
+        """Format check used by :class:`textgym.wrappers.FormatReward` (think, then move)."""
+        return is_well_formed(action)
+
+    # -- gymnasium API --------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        options = dict(options or {})
+        unknown = set(options) - {"opponent", "random_move_prob", "agent_mark"}
+        if unknown:
+            raise ValueError(
+                f"Unknown reset options {sorted(unknown)}; expected any of "
+                "'opponent', 'random_move_prob', 'agent_mark'"
+            )
+        self._episode_opponent = _check_choice(
+            "opponent", options.get("opponent", self.opponent), OPPONENTS
+        )
+        self._episode_prob = _check_prob(options.get("random_move_prob", self.random_move_prob))
+        mark = _check_choice("agent_mark", options.get("agent_mark", self.agent_mark), AGENT_MARKS)
+        # Draw order is fixed (key, then mark) so a seed always gives the same episode.
+        self._episode_key = int(self.np_random.integers(0, 2**63))
+        if mark == "random":
+            mark = "X" if self.np_random.random() < 0.5 else "O"
+        self._mark = mark
+        self._board = B.EMPTY_BOARD
+        self._done = False
+
+        opp_move, opp_random = None, False
+        intro = f"A new game begins. You play {mark}"
+        if mark == "O":
+            opp_move, opp_random = self._opponent_reply()
+            intro += f". Opponent (X) played position {opp_move}."
+        else:
+            intro += " and move first."
+        obs = f"{intro}\n\n{self._status_text()}"
+        info = self._info(opp_move, opp_random, None)
+        info = {
+            "system_prompt": SYSTEM_PROMPT.format(mark=mark, other=B.other(mark)),
+            "tools": [],
+            **info,
+        }
+        self._last_obs = obs
+        self._maybe_render()
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(f"Expected the action to be a str (the completion), got {type(action).__name__}")
+        if self._done:
+            raise RuntimeError("The game is over; call reset() before step()")
+
+        move, reason = self._read_move(action)
+        if reason is not None:
+            obs = f"Invalid move: {self._explain(reason, action, move)} The board is unchanged.\n\n{self._status_text()}"
+            info = self._info(None, False, None)
+            info.update(agent_move=None, invalid_action=True, invalid_reason=reason,
+                        reward_components={"outcome": 0.0})
+            self._last_obs = obs
+            self._maybe_render()
+            return obs, 0.0, False, False, info
+
+        self._board = B.apply_move(self._board, move)
+        parts = [f"You played position {move}."]
+        opp_move, opp_random = None, False
+        outcome = self._outcome()
+        if outcome is None:
+            opp_move, opp_random = self._opponent_reply()
+            parts.append(f"Opponent ({B.other(self._mark)}) played position {opp_move}.")
+            outcome = self._outcome()
+        terminated = outcome is not None
+        self._done = terminated
+        if terminated:
+            result = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}[outcome]
+            obs = f"{' '.join(parts)} {result}\n\n{render_board(self._board)}\n\nGame over: {outcome}."
+        else:
+            obs = f"{' '.join(parts)}\n\n{self._status_text()}"
+        reward = OUTCOME_REWARD[outcome] if terminated else 0.0
+        info = self._info(opp_move, opp_random, outcome)
+        info.update(agent_move=move, invalid_action=False, invalid_reason=None,
+                    reward_components={"outcome": reward})
+        self._last_obs = obs
+        self._maybe_render()
+        return obs, reward, terminated, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        if self.render_mode == "human":
+            print(self._last_obs)
+        return None
+
+    # -- internals ------------------------------------------------------------------------
+    def _maybe_render(self) -> None:
+        if self.render_mode == "human":
+            self.render()
+
+    def _opponent_reply(self) -> tuple[int, bool]:
+        prob = 1.0 if self._episode_opponent == "random" else self._episode_prob
+        cell, was_random = opponent_move(self._board, self._episode_key, prob)
+        self._board = B.apply_move(self._board, cell)
+        return cell, was_random
+
+    def _read_move(self, action: str) -> tuple[int | None, str | None]:
+        move = parse_move(action)
+        if move is None:
+            return None, "no_move_tag" if extract_move_text(action) is None else "not_an_integer"
+        if not 0 <= move <= 8:
+            return move, "out_of_range"
+        if self._board[move] != B.EMPTY:
+            return move, "occupied"
+        return move, None
+
+    def _explain(self, reason: str, action: str, move: int | None) -> str:
+        if reason == "no_move_tag":
+            return "no <move>N</move> tag was found (moves inside <think> do not count)."
+        if reason == "not_an_integer":
+            shown = (extract_move_text(action) or "")[:40]
+            return f"the move tag must hold one cell number 0-8, got {shown!r}."
+        if reason == "out_of_range":
+            return f"position {move} does not exist; cells are numbered 0-8."
+        return f"position {move} is already taken by {self._board[move]}."
+
+    def _outcome(self) -> str | None:
+        won = B.winner(self._board)
+        if won is not None:
+            return "win" if won == self._mark else "loss"
+        return "draw" if B.is_full(self._board) else None
+
+    def _status_text(self) -> str:
+        free = ", ".join(str(m) for m in B.legal_moves(self._board))
+        return (
+            f"{render_board(self._board)}\n\nAvailable positions: {free}\n"
+            f"Your turn ({self._mark}): answer with <move>N</move>."
+        )
+
+    def _info(self, opp_move: int | None, opp_random: bool, outcome: str | None) -> dict[str, Any]:
+        return {
+            "task_id": f"tictactoe-{self._mark}-{self._episode_opponent}-p{self._episode_prob:.3f}",
+            "agent_mark": self._mark,
+            "opponent": self._episode_opponent,
+            "random_move_prob": self._episode_prob,
+            "board": self._board,
+            "legal_moves": B.legal_moves(self._board),
+            "opponent_move": opp_move,
+            "opponent_move_random": bool(opp_random),
+            "outcome": outcome,
+        }

@@ -1,0 +1,71 @@
+"""Text spaces for LLM observations and actions.
+
+Gymnasium's :class:`gymnasium.spaces.Text` only contains strings drawn from its ``charset``
+(alphanumeric by default), which rejects ordinary LLM output: punctuation, newlines, tags,
+non-Latin scripts. :class:`UnicodeText` keeps the ``Text`` interface (so wrappers and checkers
+that look for a ``Text`` space still work) but contains *any* Python ``str`` whose length lies in
+``[min_length, max_length]``. Sampling draws printable ASCII text, which is what random-agent
+checks need.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+__all__ = ["UnicodeText"]
+
+_PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " \n"
+
+
+class UnicodeText(spaces.Text):
+    """A ``Text`` space that contains any Unicode string up to ``max_length`` characters.
+
+    Args:
+        max_length: Maximum length in characters (Unicode code points), inclusive.
+        min_length: Minimum length in characters, inclusive. Defaults to 0 so that an empty
+            completion is a member of an action space (the env then answers it as an invalid
+            action instead of the space rejecting it).
+        seed: Seed for :meth:`sample`.
+
+    Raises:
+        ValueError: if ``min_length`` is negative or greater than ``max_length``.
+
+    Example:
+        >>> space = UnicodeText(max_length=16)
+        >>> space.contains("<move>4</move>"), space.contains("ходи 4 ✓"), space.contains(4)
+        (True, True, False)
+    """
+
+    def __init__(self, max_length: int, *, min_length: int = 0, seed: int | None = None):
+        if min_length < 0 or min_length > max_length:
+            raise ValueError(
+                f"Expected 0 <= min_length <= max_length, got min_length={min_length}, "
+                f"max_length={max_length}"
+            )
+        super().__init__(max_length=max_length, min_length=min_length, charset=_PRINTABLE, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        """Return True for any ``str`` whose length is within ``[min_length, max_length]``."""
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def sample(self, mask: Any = None, probability: Any = None) -> str:
+        """Sample printable ASCII text of uniformly random length (ignores masks)."""
+        length = int(self.np_random.integers(self.min_length, self.max_length + 1))
+        chars = self.np_random.choice(np.array(list(_PRINTABLE)), size=length)
+        return "".join(chars.tolist())
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            isinstance(other, UnicodeText)
+            and self.min_length == other.min_length
+            and self.max_length == other.max_length
+        )
+
+    __hash__ = None  # mutable RNG state; equality is by bounds only
