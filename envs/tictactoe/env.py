@@ -131,6 +131,9 @@ class TicTacToeEnv(gym.Env[str, str]):
 
     metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
 
+    #: How `textgym play` turns a bare number typed by a person into an action.
+    action_template = "<move>{}</move>"
+
     def __init__(
         self,
         opponent: str = "minimax",

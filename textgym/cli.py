@@ -1,0 +1,258 @@
+"""The ``textgym`` command line: ``list``, ``eval`` and ``play``.
+
+Bad arguments (unknown env id, malformed JSON, out-of-range values) print one line starting
+with ``textgym: error:`` and exit with code 2, like any argparse usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import gymnasium as gym
+
+import textgym
+from textgym.evaluation import summarize
+from textgym.policies import POLICY_NAMES, Policy, make_policy
+from textgym.rollout import Trajectory, rollout
+from textgym.wrappers import FormatReward, InvalidActionPenalty
+
+__all__ = ["main"]
+
+_WRAPPERS: dict[str, Callable[[gym.Env], gym.Env]] = {
+    "format_reward": FormatReward,
+    "invalid_action_penalty": InvalidActionPenalty,
+}
+
+
+class UsageError(Exception):
+    """A bad command-line argument: reported in one line, exit code 2."""
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"textgym: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _parse_env_kwargs(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--env-kwargs is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}") from None
+    if not isinstance(value, dict):
+        raise UsageError(f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}")
+    return value
+
+
+def _env_factory(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]) -> Callable[[], gym.Env]:
+    if env_id not in gym.registry or not env_id.startswith("textgym/"):
+        known = ", ".join(sorted(textgym.ENV_DESCRIPTIONS))
+        raise UsageError(f"unknown env id {env_id!r}; expected one of: {known}")
+    for name in wrappers:
+        if name not in _WRAPPERS:
+            raise UsageError(f"unknown wrapper {name!r}; expected any of {', '.join(_WRAPPERS)}")
+
+    def make() -> gym.Env:
+        env = gym.make(env_id, **env_kwargs)
+        for name in wrappers:
+            env = _WRAPPERS[name](env)
+        return env
+
+    try:  # build one env now so that bad kwargs fail here, with the env's own message
+        make().close()
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"cannot make {env_id} with {env_kwargs}: {exc}") from None
+    return make
+
+
+def _policy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if args.policy == "hf":
+        return {
+            "model": args.model,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+        }
+    return {"seed": args.seed}
+
+
+def _build_policy(name: str, kwargs: dict[str, Any]) -> Policy:
+    try:
+        return make_policy(name, **kwargs)
+    except ImportError as exc:
+        _fail(f"policy {name!r} needs optional dependencies: {exc}")
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise UsageError(f"cannot build policy {name!r}: {exc}") from None
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{summary['env_id']} · policy={summary['policy']}"
+                  + (f" · model={summary['model']}" if summary["model"] else ""))
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    ret, err = summary["mean_return"], summary["stderr_return"]
+    table.add_row("episodes", str(summary["episodes"]))
+    table.add_row("mean return", f"{ret:.4f} ± {err:.4f}" if err == err else f"{ret:.4f}")
+    for name, value in summary["reward_components"].items():
+        table.add_row(f"  component {name}", f"{value:.4f}")
+    if any(v for v in summary["outcomes"].values()):
+        for outcome, rate in summary["outcomes"].items():
+            table.add_row(outcome, f"{rate:.1%}")
+    table.add_row("truncated (time limit)", f"{summary['truncated_rate']:.1%}")
+    table.add_row("invalid actions", f"{summary['invalid_action_rate']:.1%}")
+    table.add_row("episodes with an invalid action", f"{summary['invalid_episode_rate']:.1%}")
+    table.add_row("mean turns", f"{summary['mean_turns']:.2f}")
+    table.add_row("episodes / s", f"{summary['episodes_per_s']:.2f}")
+    if summary.get("tokens_per_s") is not None:
+        table.add_row("generated tokens / s", f"{summary['tokens_per_s']:.1f}")
+    table.add_row("elapsed", f"{summary['elapsed_s']:.1f} s")
+    Console().print(table)
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    width = max(len(i) for i in textgym.ENV_DESCRIPTIONS)
+    for env_id, description in textgym.ENV_DESCRIPTIONS.items():
+        print(f"{env_id:<{width}}  {description}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    env_kwargs = _parse_env_kwargs(args.env_kwargs)
+    wrappers = [w for w in args.wrappers.split(",") if w] if args.wrappers else []
+    make_env = _env_factory(args.env_id, env_kwargs, wrappers)
+    policy = _build_policy(args.policy, _policy_kwargs(args))
+    seeds = [args.seed + i for i in range(args.episodes)]
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    start = time.perf_counter()
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), disable=args.no_progress, transient=True) as progress:
+        task = progress.add_task(f"eval {args.env_id}", total=args.episodes)
+        trajectories = rollout(make_env, policy, seeds, batch_size=args.batch_size,
+                               on_episode_end=lambda _t: progress.advance(task))
+    elapsed = time.perf_counter() - start
+
+    tokens = getattr(policy, "tokens_generated", None)
+    summary = {
+        "env_id": args.env_id,
+        "policy": args.policy,
+        "model": args.model if args.policy == "hf" else None,
+        "env_kwargs": env_kwargs,
+        "wrappers": wrappers,
+        "seed": args.seed,
+        **summarize(trajectories),
+        "elapsed_s": elapsed,
+        "episodes_per_s": len(trajectories) / elapsed if elapsed > 0 else math.inf,
+        "tokens_generated": tokens,
+        "tokens_per_s": tokens / elapsed if tokens is not None and elapsed > 0 else None,
+    }
+    _print_summary(summary)
+    if args.output:
+        _write_outputs(Path(args.output), summary, trajectories)
+    return 0
+
+
+def _write_outputs(out_dir: Path, summary: dict[str, Any], trajectories: Sequence[Trajectory]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    with open(out_dir / "trajectories.jsonl", "w", encoding="utf-8") as fh:
+        for traj in trajectories:
+            fh.write(traj.to_json() + "\n")
+    print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'trajectories.jsonl'}")
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from textgym.policies.human import HumanPolicy
+
+    env_kwargs = _parse_env_kwargs(args.env_kwargs)
+    make_env = _env_factory(args.env_id, env_kwargs, [])
+    env = make_env()
+    template = getattr(env.unwrapped, "action_template", None)
+    env.close()
+    policy = HumanPolicy(action_template=template)
+    print(f"Playing {args.env_id}. Type your answer and press Enter; Ctrl-D quits.")
+    try:
+        while True:
+            (traj,) = rollout(make_env, policy, [args.seed], batch_size=1)
+            print(f"\n{traj.messages[-1]['content']}\n\nreturn {traj.episode_return:.2f}"
+                  + (f", outcome {traj.outcome}" if traj.outcome else ""))
+            args.seed = None if args.seed is None else args.seed + 1
+            if not args.repeat:
+                return 0
+    except (EOFError, KeyboardInterrupt):
+        print("\nbye")
+        return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="textgym", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"textgym {textgym.__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p_list = sub.add_parser("list", help="list the registered environments")
+    p_list.set_defaults(func=cmd_list)
+
+    p_eval = sub.add_parser("eval", help="play episodes with a policy and report statistics")
+    p_eval.add_argument("env_id", help="registered id, e.g. textgym/TicTacToe-v0")
+    p_eval.add_argument("--policy", choices=[p for p in POLICY_NAMES if p != "human"], default="minimax")
+    p_eval.add_argument("--model", default="gemma-3-270m",
+                        help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path")
+    p_eval.add_argument("--episodes", type=int, default=100)
+    p_eval.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
+    p_eval.add_argument("--env-kwargs", default="{}", help="JSON object passed to gymnasium.make")
+    p_eval.add_argument("--wrappers", default="",
+                        help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}")
+    p_eval.add_argument("--batch-size", type=int, default=8, help="episodes played at once")
+    p_eval.add_argument("--max-new-tokens", type=int, default=256)
+    p_eval.add_argument("--temperature", type=float, default=0.7)
+    p_eval.add_argument("--top-p", type=float, default=1.0)
+    p_eval.add_argument("--output", default=None, help="directory for summary.json and trajectories.jsonl")
+    p_eval.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p_eval.set_defaults(func=cmd_eval)
+
+    p_play = sub.add_parser("play", help="play an environment yourself in the terminal")
+    p_play.add_argument("env_id")
+    p_play.add_argument("--seed", type=int, default=None)
+    p_play.add_argument("--env-kwargs", default="{}")
+    p_play.add_argument("--repeat", action="store_true", help="start a new episode after each one")
+    p_play.set_defaults(func=cmd_play)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``textgym`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        _fail(str(exc))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

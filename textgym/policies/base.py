@@ -1,0 +1,64 @@
+"""The policy protocol: a batch of conversations in, a batch of completions out.
+
+A conversation is a list of chat messages (``{"role": ..., "content": ...}``) built from the
+env's ``info["system_prompt"]``, its observations (user turns) and the policy's earlier
+completions (assistant turns). Scripted experts may also read the env's latest ``info`` (the
+board, the gold answer); LLM policies ignore it except for ``info["tools"]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+__all__ = ["Completion", "Message", "Policy", "conversation_start"]
+
+#: One chat message: ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``.
+Message = dict[str, Any]
+
+
+@dataclass
+class Completion:
+    """One policy output.
+
+    Attributes:
+        text: The completion text, given to ``env.step`` as the action.
+        prompt_ids: Token ids of the rendered prompt, ``[P]`` ints, where the backend has them.
+        completion_ids: Generated token ids, ``[T]`` ints, where the backend has them.
+        logprobs: Sampling log-probabilities (natural log) of ``completion_ids``, ``[T]`` floats.
+        finish_reason: ``"stop"`` (end of turn or stop string) or ``"length"`` (hit the token
+            limit); ``None`` for scripted policies.
+    """
+
+    text: str
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Anything that maps a batch of conversations to a batch of completions.
+
+    ``act`` must return exactly one :class:`Completion` per conversation, in order.
+    """
+
+    name: str
+
+    def act(
+        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
+    ) -> list[Completion]:
+        """Return one completion per conversation; ``infos[i]`` is the env's latest info."""
+        ...
+
+
+def conversation_start(observation: str, info: Mapping[str, Any]) -> list[Message]:
+    """Build the first messages of an episode: the system prompt (if any) and the first observation."""
+    messages: list[Message] = []
+    system_prompt = info.get("system_prompt")
+    if system_prompt:
+        messages.append({"role": "system", "content": system_prompt})
+    messages.append({"role": "user", "content": observation})
+    return messages

@@ -1,0 +1,11 @@
+"""Gymnasium wrappers for text envs (import path ``textgym.wrappers``).
+
+Each reward wrapper adds one named entry to ``info["reward_components"]``; the entries always
+sum to the step reward.
+"""
+
+from textgym.wrappers.format_reward import FormatReward
+from textgym.wrappers.invalid_action import InvalidActionPenalty
+from textgym.wrappers.opponent_skill import OpponentSkill
+
+__all__ = ["FormatReward", "InvalidActionPenalty", "OpponentSkill"]

@@ -1,0 +1,80 @@
+"""``FormatReward``: a reward component for completions that follow the task's format."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from textgym.wrappers._components import add_component
+
+__all__ = ["FormatReward"]
+
+
+class FormatReward(gym.Wrapper[str, str, str, str]):
+    """Add ``weight`` × (fraction of the episode's actions that are well formed) at episode end.
+
+    The component is paid once, on the step that terminates or truncates the episode, so a
+    policy cannot farm it by stalling; on every other step it is 0.0. For tic-tac-toe "well
+    formed" means ``<think>...</think>`` followed by ``<move>D</move>`` and nothing else (the
+    format of anakin87's verifiers environment, weight 0.2 as there).
+
+    Args:
+        env: The env to wrap. Apply it outside ``TimeLimit`` (``gymnasium.make`` does) so the
+            truncating step is seen.
+        weight: Component weight, >= 0. Default 0.2.
+        is_well_formed: ``str -> bool`` format check. Default: the env's public
+            ``is_well_formed`` method (``env.unwrapped.is_well_formed``).
+        name: Name of the component in ``info["reward_components"]``. Default ``"format"``.
+
+    Raises:
+        ValueError: if ``weight`` is negative.
+        TypeError: if no check is given and the env has no ``is_well_formed`` method.
+
+    Example:
+        >>> import gymnasium as gym, textgym
+        >>> env = FormatReward(gym.make("textgym/TicTacToe-v0", opponent="random"))
+        >>> _ = env.reset(seed=0)
+        >>> _, reward, terminated, _, info = env.step("<move>4</move>")   # no <think>: not well formed
+        >>> info["reward_components"]["format"]
+        0.0
+    """
+
+    def __init__(
+        self,
+        env: gym.Env[str, str],
+        weight: float = 0.2,
+        is_well_formed: Callable[[str], bool] | None = None,
+        name: str = "format",
+    ):
+        super().__init__(env)
+        if weight < 0:
+            raise ValueError(f"Expected weight >= 0, got {weight}")
+        if is_well_formed is None:
+            is_well_formed = getattr(env.unwrapped, "is_well_formed", None)
+            if not callable(is_well_formed):
+                raise TypeError(
+                    f"{type(env.unwrapped).__name__} has no is_well_formed(action) method; "
+                    "pass is_well_formed=... to FormatReward"
+                )
+        self.weight = float(weight)
+        self.check = is_well_formed
+        self.name = name
+        self._actions = 0
+        self._well_formed = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        self._actions = 0
+        self._well_formed = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: str):
+        self._actions += 1
+        self._well_formed += bool(isinstance(action, str) and self.check(action))
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        value = 0.0
+        if terminated or truncated:
+            value = self.weight * self._well_formed / self._actions
+        info = add_component(info, reward, self.name, value)
+        return obs, float(reward) + value, terminated, truncated, info
