@@ -15,6 +15,8 @@ moves first, so whose turn it is follows from the counts of marks.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 __all__ = [
     "EMPTY",
     "EMPTY_BOARD",
@@ -78,11 +80,19 @@ def to_move(board: str) -> str:
 
 def legal_moves(board: str) -> list[int]:
     """Return the empty cells in increasing order (empty if the game is over)."""
+    return list(_legal_moves(board))
+
+
+# Rules are memoized per board: only 5,478 positions are reachable, and caching them made full
+# games about 2x faster (benchmarks/env_throughput.py).
+@lru_cache(maxsize=1 << 16)
+def _legal_moves(board: str) -> tuple[int, ...]:
     if winner(board) is not None:
-        return []
-    return [i for i, cell in enumerate(board) if cell == EMPTY]
+        return ()
+    return tuple(i for i, cell in enumerate(board) if cell == EMPTY)
 
 
+@lru_cache(maxsize=1 << 16)
 def winner(board: str) -> str | None:
     """Return ``"X"`` or ``"O"`` if that mark has three in a line, else ``None``."""
     for a, b, c in LINES:
@@ -108,9 +118,17 @@ def apply_move(board: str, cell: int) -> str:
         ValueError: if the game is already over, ``cell`` is not an int in ``0..8`` or the
             cell is occupied.
     """
+    # The type check stays outside the cache: True == 1 would otherwise share a cache entry.
+    if not isinstance(cell, int) or isinstance(cell, bool):
+        raise ValueError(f"Expected a cell index in 0..8, got {cell!r}")
+    return _apply_move(board, cell)
+
+
+@lru_cache(maxsize=1 << 17)
+def _apply_move(board: str, cell: int) -> str:
     if winner(board) is not None or is_full(board):
         raise ValueError(f"The game is over on board {board!r}; no move can be played")
-    if not isinstance(cell, int) or isinstance(cell, bool) or not 0 <= cell <= 8:
+    if not 0 <= cell <= 8:
         raise ValueError(f"Expected a cell index in 0..8, got {cell!r}")
     if board[cell] != EMPTY:
         raise ValueError(f"Cell {cell} is occupied by {board[cell]} on board {board!r}")

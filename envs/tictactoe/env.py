@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from functools import lru_cache
+
 import gymnasium as gym
 
 from textgym.envs.tictactoe import board as B
@@ -35,11 +37,19 @@ You play {mark}; your opponent plays {other}. On each turn you may reason inside
 empty cell. Example: <think>The centre is free.</think><move>4</move>"""
 
 
+@lru_cache(maxsize=1 << 14)
 def render_board(board: str) -> str:
     """Render a board with each free cell shown as its row-major index."""
     cells = [c if c != B.EMPTY else str(i) for i, c in enumerate(board)]
     rows = [" " + " | ".join(cells[r : r + 3]) for r in (0, 3, 6)]
     return "\n---+---+---\n".join(rows)
+
+
+@lru_cache(maxsize=1 << 14)
+def _status_text(board: str, mark: str) -> str:
+    """Board, free cells and the turn prompt; cached per (board, mark) like the rules."""
+    free = ", ".join(str(m) for m in B.legal_moves(board))
+    return f"{render_board(board)}\n\nAvailable positions: {free}\nYour turn ({mark}): answer with <move>N</move>."
 
 
 def _check_prob(value: Any) -> float:
@@ -156,6 +166,7 @@ class TicTacToeEnv(gym.Env[str, str]):
         self._episode_opponent = opponent
         self._episode_prob = self.random_move_prob
         self._episode_key = 0
+        self._task_id = ""
         self._done = True
         self._last_obs = ""
 
@@ -192,6 +203,7 @@ class TicTacToeEnv(gym.Env[str, str]):
         if mark == "random":
             mark = "X" if self.np_random.random() < 0.5 else "O"
         self._mark = mark
+        self._task_id = f"tictactoe-{mark}-{self._episode_opponent}-p{self._episode_prob:.3f}"
         self._board = B.EMPTY_BOARD
         self._done = False
 
@@ -297,15 +309,11 @@ class TicTacToeEnv(gym.Env[str, str]):
         return "draw" if B.is_full(self._board) else None
 
     def _status_text(self) -> str:
-        free = ", ".join(str(m) for m in B.legal_moves(self._board))
-        return (
-            f"{render_board(self._board)}\n\nAvailable positions: {free}\n"
-            f"Your turn ({self._mark}): answer with <move>N</move>."
-        )
+        return _status_text(self._board, self._mark)
 
     def _info(self, opp_move: int | None, opp_random: bool, outcome: str | None) -> dict[str, Any]:
         return {
-            "task_id": f"tictactoe-{self._mark}-{self._episode_opponent}-p{self._episode_prob:.3f}",
+            "task_id": self._task_id,
             "agent_mark": self._mark,
             "opponent": self._episode_opponent,
             "random_move_prob": self._episode_prob,
