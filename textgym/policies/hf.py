@@ -1,0 +1,353 @@
+"""A local Hugging Face ``transformers`` causal LM as a policy, with batched sampling.
+
+:class:`HFPolicy` renders each conversation with the tokenizer's chat template, left-pads a
+micro-batch of prompts, samples with ``model.generate`` (KV cache, temperature / top-k / top-p)
+and returns, per conversation, the text, the prompt and completion token ids, the sampling
+log-probabilities of the completion tokens and why generation stopped. The token ids and
+log-probabilities are what a policy-gradient trainer needs to score the rollout again.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from textgym.models import ensure_chat_template, load_model, stop_token_ids
+from textgym.policies.base import Completion, Message
+
+try:
+    import torch
+    from transformers import StoppingCriteria, StoppingCriteriaList
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f'HFPolicy needs torch and transformers ({error}); pip install "textgym[llm]"'
+    ) from error
+
+__all__ = ["HFPolicy", "cut_at_stop"]
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` right after the stop string that ends first, keeping the stop string.
+
+    The stop string that *ends* first wins, because that is where generation would have halted
+    (``"abcd"`` with stops ``["abc", "b"]`` gives ``"ab"``).
+
+    Args:
+        text: Decoded completion text.
+        stop: Stop strings (non-empty).
+
+    Returns:
+        ``(text, found)``: the cut text and whether a stop string occurred.
+    """
+    ends = [index + len(s) for s in stop if (index := text.find(s)) >= 0]
+    if not ends:
+        return text, False
+    return text[: min(ends)], True
+
+
+class _StopOnText(StoppingCriteria):
+    """Stop a row once its decoded completion contains a stop string.
+
+    Decodes every row's whole completion at each step (O(T^2) decoding, negligible beside the
+    forward pass for T <= a few thousand) so that stop strings split across tokens are found.
+    """
+
+    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_length: int) -> None:
+        self.tokenizer = tokenizer
+        self.stop = list(stop)
+        self.prompt_length = prompt_length
+
+    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+        texts = self.tokenizer.batch_decode(
+            input_ids[:, self.prompt_length :], skip_special_tokens=True
+        )
+        hits = [cut_at_stop(text, self.stop)[1] for text in texts]
+        return torch.tensor(hits, dtype=torch.bool, device=input_ids.device)
+
+
+class HFPolicy:
+    """Sample completions from a local ``transformers`` causal LM.
+
+    Each call to :meth:`act` renders the conversations with the tokenizer's chat template
+    (``add_generation_prompt=True``; :func:`textgym.models.ensure_chat_template` supplies one if
+    missing), splits them into micro-batches of ``batch_size``, left-pads each micro-batch and
+    calls ``model.generate`` once per micro-batch. Generation of a row ends at the first EOS or
+    end-of-turn token (:func:`textgym.models.stop_token_ids`), at the first stop string, or after
+    ``max_new_tokens`` tokens.
+
+    ``Completion.logprobs`` are natural-log probabilities of each chosen token under the
+    distribution it was sampled from: the log-softmax of ``generate``'s processed scores, i.e.
+    *after* temperature, top-k and top-p (tokens outside the nucleus have probability 0). For
+    greedy decoding (``temperature=0`` or ``do_sample=False``) no warper runs, so they are the
+    model's untempered log-probabilities (temperature 1). ``generate`` keeps one float32
+    ``[B, V]`` score tensor per step, so a micro-batch briefly holds ``B * V * T * 4`` bytes: for
+    Gemma (``V = 262144``) with ``B = 8`` and ``T = 256`` that is about 2 GB.
+
+    With ``seed`` set, the policy draws one seed per ``generate`` call from its own
+    ``random.Random(seed)`` and samples under a forked torch RNG: two policies built with the
+    same seed, model and calls return the same completions, and the global RNG is untouched.
+    Without it, sampling uses (and advances) torch's global RNG.
+
+    Attributes:
+        name: ``"hf"``.
+        tokens_generated: Completion tokens returned so far, over all calls (for tokens/s).
+        eos_token_ids: Token ids that end a completion.
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        do_sample: bool = True,
+        batch_size: int = 8,
+        stop: list[str] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        """Wrap a model and its tokenizer.
+
+        Args:
+            model: A ``transformers`` causal LM (anything with ``generate``).
+            tokenizer: Its tokenizer; given a chat template if it has none.
+            max_new_tokens: Most tokens generated per completion, >= 1.
+            temperature: Softmax temperature, >= 0; 0 means greedy decoding.
+            top_p: Nucleus sampling mass in (0, 1]; 1 turns it off.
+            top_k: Keep only the k most likely tokens, >= 0; 0 turns it off.
+            do_sample: Sample (True) or decode greedily (False).
+            batch_size: Conversations per ``generate`` call, >= 1.
+            stop: Stop strings; the text is cut right after the first one, which is kept.
+            seed: Seed of the sampling RNG; ``None`` uses torch's global RNG.
+
+        Raises:
+            ValueError: for an argument out of range.
+        """
+        if (
+            isinstance(max_new_tokens, bool)
+            or not isinstance(max_new_tokens, int)
+            or max_new_tokens < 1
+        ):
+            raise ValueError(f"Expected max_new_tokens to be an int >= 1, got {max_new_tokens!r}")
+        if (
+            not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature)
+            or temperature < 0
+        ):
+            raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+            raise ValueError(f"Expected top_k to be an int >= 0 (0 turns it off), got {top_k!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"Expected batch_size to be an int >= 1, got {batch_size!r}")
+        if isinstance(stop, str):
+            raise ValueError(
+                f"Expected stop to be a list of strings, got the string {stop!r}; "
+                f"use stop=[{stop!r}]"
+            )
+        stop = list(stop or [])
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"Expected stop strings to be non-empty strings, got {stop!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"Expected seed to be an int or None, got {seed!r}")
+
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.top_k = top_k
+        self.do_sample = bool(do_sample) and temperature > 0
+        self.batch_size = batch_size
+        self.stop = stop
+        self.seed = seed
+        self.tokens_generated = 0
+
+        ensure_chat_template(tokenizer)
+        self.eos_token_ids = stop_token_ids(tokenizer, model)
+        pad = tokenizer.pad_token_id
+        self._pad_token_id = pad if pad is not None else (self.eos_token_ids or [0])[0]
+        self._seeds = random.Random(seed) if seed is not None else None
+
+    @classmethod
+    def from_name(
+        cls,
+        model: str = "tiny",
+        *,
+        dtype: Any = None,
+        device: Any = None,
+        cache_dir: str | Path | None = None,
+        **kwargs: Any,
+    ) -> HFPolicy:
+        """Load a model with :func:`textgym.models.load_model` and wrap it.
+
+        Args:
+            model: ``"tiny"``, ``"gemma-3-270m"``, a Hugging Face id or a local directory.
+            dtype: Optional torch dtype of the weights.
+            device: Optional device for the model.
+            cache_dir: Folder of converted models (see ``load_model``).
+            **kwargs: Sampling arguments of :class:`HFPolicy` (``max_new_tokens``, ``seed``...).
+        """
+        loaded_model, tokenizer = load_model(model, dtype=dtype, device=device, cache_dir=cache_dir)
+        return cls(loaded_model, tokenizer, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"HFPolicy(model={type(self.model).__name__}, max_new_tokens={self.max_new_tokens}, "
+            f"temperature={self.temperature}, top_p={self.top_p}, top_k={self.top_k}, "
+            f"do_sample={self.do_sample}, batch_size={self.batch_size}, stop={self.stop!r}, "
+            f"seed={self.seed})"
+        )
+
+    def act(
+        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
+    ) -> list[Completion]:
+        """Generate one completion per conversation, in order.
+
+        Args:
+            conversations: ``N`` chat conversations (lists of ``{"role", "content"}`` messages).
+            infos: ``N`` env infos; only ``info.get("tools")`` is read and passed to the chat
+                template (templates without tool support ignore it).
+
+        Returns:
+            ``N`` completions with ``text``, ``prompt_ids`` ``[P_i]``, ``completion_ids``
+            ``[T_i]`` (up to and including the EOS / end-of-turn token or the token that
+            completed a stop string; no padding), ``logprobs`` ``[T_i]`` and ``finish_reason``.
+
+        Raises:
+            ValueError: ``conversations`` and ``infos`` differ in length.
+        """
+        if len(conversations) != len(infos):
+            raise ValueError(
+                f"Expected one info per conversation, got {len(conversations)} conversations "
+                f"and {len(infos)} infos"
+            )
+        prompts = [
+            self._encode(conversation, info)
+            for conversation, info in zip(conversations, infos, strict=True)
+        ]
+        completions: list[Completion] = []
+        was_training = getattr(self.model, "training", False)
+        self.model.eval()
+        try:
+            for start in range(0, len(prompts), self.batch_size):
+                completions.extend(self._generate(prompts[start : start + self.batch_size]))
+        finally:
+            if was_training:
+                self.model.train()
+        self.tokens_generated += sum(len(c.completion_ids or ()) for c in completions)
+        return completions
+
+    def _encode(self, conversation: Sequence[Message], info: Mapping[str, Any]) -> list[int]:
+        """Render one conversation with the chat template; return its prompt ids ``[P]``."""
+        text = self.tokenizer.apply_chat_template(
+            list(conversation), tools=info.get("tools"), add_generation_prompt=True, tokenize=False
+        )
+        bos = self.tokenizer.bos_token
+        add_special_tokens = not (bos and text.startswith(bos))  # the template may add BOS itself
+        return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+    def _generate(self, prompts: list[list[int]]) -> list[Completion]:
+        """One ``generate`` call over a micro-batch of tokenised prompts."""
+        device = self.model.device
+        width = max(len(ids) for ids in prompts)
+        input_ids = torch.tensor(
+            [[self._pad_token_id] * (width - len(ids)) + ids for ids in prompts],
+            dtype=torch.long,
+            device=device,
+        )  # [B, P] left-padded
+        attention_mask = torch.tensor(
+            [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts],
+            dtype=torch.long,
+            device=device,
+        )  # [B, P]
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": self.do_sample,
+            "eos_token_id": self.eos_token_ids or None,
+            "pad_token_id": self._pad_token_id,
+            "use_cache": True,
+            "output_scores": True,
+            "return_dict_in_generate": True,
+        }
+        if self.do_sample:
+            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+        if self.stop:
+            kwargs["stopping_criteria"] = StoppingCriteriaList(
+                [_StopOnText(self.tokenizer, self.stop, width)]
+            )
+
+        with torch.random.fork_rng(
+            devices=self._rng_devices(device), enabled=self._seeds is not None
+        ):
+            if self._seeds is not None:
+                torch.manual_seed(self._seeds.getrandbits(63))
+            output = self.model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, **kwargs
+            )
+
+        generated = output.sequences[:, width:]  # [B, S], S = steps run
+        logprobs = torch.stack(
+            [
+                torch.log_softmax(step.float(), dim=-1)
+                .gather(1, generated[:, t : t + 1])
+                .squeeze(1)
+                for t, step in enumerate(output.scores)
+            ],
+            dim=1,
+        )  # [B, S] float32
+        return [
+            self._completion(ids, row_ids, row_logprobs)
+            for ids, row_ids, row_logprobs in zip(
+                prompts, generated.tolist(), logprobs.tolist(), strict=True
+            )
+        ]
+
+    def _completion(
+        self, prompt_ids: list[int], ids: list[int], logprobs: list[float]
+    ) -> Completion:
+        """Trim one row ``[S]`` of generated ids at its EOS or stop string and decode it."""
+        end, finish = len(ids), "length"
+        eos = set(self.eos_token_ids)
+        for position, token in enumerate(ids):
+            if token in eos:
+                end, finish = position + 1, "stop"
+                break
+        if self.stop and cut_at_stop(self._decode(ids[:end]), self.stop)[1]:
+            # Shortest prefix whose text holds a stop string; prefix texts only grow, so bisect.
+            low, high = 1, end
+            while low < high:
+                middle = (low + high) // 2
+                if cut_at_stop(self._decode(ids[:middle]), self.stop)[1]:
+                    high = middle
+                else:
+                    low = middle + 1
+            end, finish = low, "stop"
+        text = self._decode(ids[:end])
+        if self.stop:
+            text = cut_at_stop(text, self.stop)[0]
+        return Completion(
+            text=text,
+            prompt_ids=prompt_ids,
+            completion_ids=ids[:end],
+            logprobs=logprobs[:end],
+            finish_reason=finish,  # type: ignore[arg-type]
+        )
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @staticmethod
+    def _rng_devices(device: torch.device) -> list[int]:
+        """CUDA devices whose RNG a seeded call forks (none on the CPU)."""
+        if device.type == "cuda":
+            return [device.index if device.index is not None else torch.cuda.current_device()]
+        return []
