@@ -53,7 +53,6 @@ def test_twin_env_determinism(env_id, seed):
 def test_pickle_round_trip_mid_episode(env_id):
     env = gym.make(env_id)
     env.reset(seed=3)
-    env.step("<think>centre</think><move>4</move>")
     clone = pickle.loads(pickle.dumps(env))
     results = []
     for e in (env, clone):

@@ -71,9 +71,10 @@ def _env_factory(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str
     return make
 
 
-def _policy_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, Any]:
     if args.policy == "hf":
         return {
+            "stop": list(stop),
             "model": args.model,
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature,
@@ -145,7 +146,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
     wrappers = [w for w in args.wrappers.split(",") if w] if args.wrappers else []
     make_env = _env_factory(args.env_id, env_kwargs, wrappers)
-    policy = _build_policy(args.policy, _policy_kwargs(args))
+    probe = make_env()
+    stop = getattr(probe.unwrapped, "stop_strings", ())  # the task says where a completion may end
+    probe.close()
+    policy = _build_policy(args.policy, _policy_kwargs(args, stop))
     seeds = [args.seed + i for i in range(args.episodes)]
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -228,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_eval.add_argument("--env-kwargs", default="{}", help="JSON object passed to gymnasium.make")
     p_eval.add_argument("--wrappers", default="",
                         help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}")
-    p_eval.add_argument("--batch-size", type=int, default=8, help="episodes played at once")
+    p_eval.add_argument("--batch-size", type=int, default=32,
+                        help="episodes played at once (and sequences per generate call)")
     p_eval.add_argument("--max-new-tokens", type=int, default=256)
     p_eval.add_argument("--temperature", type=float, default=0.7)
     p_eval.add_argument("--top-p", type=float, default=1.0)

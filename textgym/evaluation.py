@@ -50,7 +50,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "stderr_return": stderr_return,
         "reward_components": components,
         "outcomes": {o: (sum(t.outcome == o for t in trajectories) / n if n else math.nan) for o in OUTCOMES},
-        "truncated_rate": sum(t.truncated for t in trajectories) / n if n else math.nan,
+        # A step can be both (a time limit landing on the final move): the game still ended.
+        "truncated_rate": sum(t.truncated and not t.terminated for t in trajectories) / n if n else math.nan,
         "invalid_action_rate": invalid / actions if actions else 0.0,
         "invalid_episode_rate": sum(any(t.invalid_actions) for t in trajectories) / n if n else math.nan,
         "mean_turns": actions / n if n else math.nan,

@@ -14,6 +14,10 @@ __all__ = ["ENV_DESCRIPTIONS", "register_envs"]
 ENV_DESCRIPTIONS: dict[str, str] = {
     "textgym/TicTacToe-v0": "play X or O against a seeded minimax opponent of controllable skill "
     "(win 1, draw 0.5, loss 0)",
+    "textgym/ReverseText-v0": "reverse a paragraph character by character inside "
+    "<reversed_text> tags (normalized LCS similarity in [0, 1], + 0.1 format)",
+    "textgym/GSM8K-v0": "grade-school math, final answer after #### or in \\boxed{} "
+    "(1 if it equals the gold number, + 0.1 format; bundled sample set unless data_path/dataset)",
 }
 
 
@@ -25,4 +29,16 @@ def register_envs() -> None:
             entry_point="textgym.envs.tictactoe.env:TicTacToeEnv",
             max_episode_steps=10,
             kwargs={"opponent": "minimax", "random_move_prob": 0.0, "agent_mark": "X"},
+        )
+    if "textgym/ReverseText-v0" not in gym.registry:
+        gym.register(
+            id="textgym/ReverseText-v0",
+            entry_point="textgym.envs.reverse_text.env:ReverseTextEnv",
+            kwargs={"min_chars": 1, "max_chars": None, "format_weight": 0.1},
+        )
+    if "textgym/GSM8K-v0" not in gym.registry:
+        gym.register(
+            id="textgym/GSM8K-v0",
+            entry_point="textgym.envs.gsm8k.env:GSM8KEnv",
+            kwargs={"split": "test", "dataset": "sample", "format_weight": 0.1},
         )

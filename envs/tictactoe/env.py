@@ -143,6 +143,8 @@ class TicTacToeEnv(gym.Env[str, str]):
 
     #: How `textgym play` turns a bare number typed by a person into an action.
     action_template = "<move>{}</move>"
+    #: Where a completion can stop: nothing after the move tag is read.
+    stop_strings = ("</move>",)
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""Policies: scripted experts, local Hugging Face models, a human at the terminal.
+"""Policies: scripted experts, gold answers, local Hugging Face models, a human at the terminal.
 
 :func:`make_policy` builds one by name; see :class:`Policy` for the protocol.
 """
@@ -9,11 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from textgym.policies.base import Completion, Message, Policy, conversation_start
+from textgym.policies.gold import GoldPolicy
 from textgym.policies.scripted import MinimaxPolicy, RandomPolicy
 
 __all__ = [
     "POLICY_NAMES",
     "Completion",
+    "GoldPolicy",
     "Message",
     "MinimaxPolicy",
     "Policy",
@@ -38,6 +40,7 @@ def _human(**kwargs: Any) -> Policy:
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     "random": RandomPolicy,
     "minimax": MinimaxPolicy,
+    "gold": GoldPolicy,
     "hf": _hf,
     "human": _human,
 }
@@ -45,7 +48,7 @@ POLICY_NAMES = tuple(_FACTORIES)
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:
-    """Build a policy by name: ``random``, ``minimax``, ``hf`` or ``human``.
+    """Build a policy by name: ``random``, ``minimax``, ``gold``, ``hf`` or ``human``.
 
     Raises:
         ValueError: for an unknown name.

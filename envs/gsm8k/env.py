@@ -1,0 +1,334 @@
+"""``textgym/GSM8K-v0``: grade-school math word problems, graded on the final number."""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
+from textgym.envs.gsm8k.parsing import (
+    extract_final_answer,
+    format_number,
+    parse_final_answer,
+    parse_number,
+)
+from textgym.envs.gsm8k.rewards import correct_reward, format_reward
+from textgym.spaces import UnicodeText
+
+__all__ = [
+    "HUB_DATASET",
+    "PATH_ENV_VAR",
+    "SAMPLE_PATH",
+    "GSM8KEnv",
+    "GSM8KProblem",
+    "load_problems",
+]
+
+#: The Hugging Face dataset of GSM8K (Cobbe et al., 2021), config ``main``.
+HUB_DATASET = "openai/gsm8k"
+#: Environment variable naming a local copy of GSM8K, used for ``dataset="openai/gsm8k"``.
+PATH_ENV_VAR = "TEXTGYM_GSM8K_PATH"
+#: The bundled smoke-test set: 18 problems written for textgym in GSM8K's format.
+SAMPLE_PATH = Path(__file__).with_name("sample.jsonl")
+
+SPLITS = ("train", "test")
+
+SYSTEM_PROMPT = """Solve the grade-school math word problem. Reason step by step, then give the \
+final answer as a number on the last line, after four hash signs, like this:
+#### 42
+(\\boxed{42} is accepted too.)"""
+
+_EXCERPT_CHARS = 60
+
+
+@dataclass(frozen=True)
+class GSM8KProblem:
+    """One problem: its id, the question, the dataset's worked solution and its final answer."""
+
+    task_id: str
+    question: str
+    solution: str
+    answer: Fraction
+
+
+def _problems_from_rows(
+    rows: list[dict[str, Any]], prefix: str, where: str
+) -> tuple[GSM8KProblem, ...]:
+    problems = []
+    for i, row in enumerate(rows):
+        question, solution = row.get("question"), row.get("answer")
+        if not isinstance(question, str) or not isinstance(solution, str):
+            raise ValueError(
+                f"{where}, row {i}: expected string fields 'question' and 'answer' "
+                "(GSM8K's format), "
+                f"got keys {sorted(row)}"
+            )
+        answer_text = extract_final_answer(solution)
+        answer = None if answer_text is None else parse_number(answer_text)
+        if answer is None:
+            raise ValueError(
+                f"{where}, row {i}: expected the 'answer' field to end in '#### N' with a number N, "
+                f"got {solution[-_EXCERPT_CHARS:]!r}"
+            )
+        problems.append(GSM8KProblem(f"{prefix}-{i:05d}", question, solution, answer))
+    if not problems:
+        raise ValueError(f"{where} holds no problems")
+    return tuple(problems)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_local(path: str, _mtime_ns: int, _size: int, prefix: str) -> tuple[GSM8KProblem, ...]:
+    return _problems_from_rows(read_jsonl(path), prefix, path)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_hub(name: str, config: str | None, split: str) -> tuple[GSM8KProblem, ...]:
+    where = f"Hugging Face dataset {name!r} ({config}, {split})"
+    return _problems_from_rows(load_hub_rows(name, config, split), f"gsm8k-{split}", where)
+
+
+def _local_file(path: str | os.PathLike[str], split: str) -> Path:
+    path = Path(path).expanduser()
+    return path / f"{split}.jsonl" if path.is_dir() else path
+
+
+def load_problems(
+    split: str = "test",
+    data_path: str | os.PathLike[str] | None = None,
+    dataset: str = "sample",
+    dataset_config: str | None = "main",
+) -> tuple[GSM8KProblem, ...]:
+    """Load GSM8K problems; the env's loader (see :class:`GSM8KEnv`, Arguments, for the order).
+
+    Loads are cached per process (a file is re-read when its size or mtime changes).
+
+    Raises:
+        ValueError: for a split other than ``"train"``/``"test"`` or a malformed row.
+        FileNotFoundError: if a local path does not exist.
+        ImportError: if a hub dataset is needed and ``datasets`` is not installed.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"Expected split in {SPLITS}, got {split!r}")
+    if data_path is None and dataset == HUB_DATASET and os.environ.get(PATH_ENV_VAR):
+        data_path = os.environ[PATH_ENV_VAR]
+    if data_path is not None:
+        return _load_local(*file_fingerprint(_local_file(data_path, split)), f"gsm8k-{split}")
+    if dataset == "sample":
+        return _load_local(*file_fingerprint(SAMPLE_PATH), "gsm8k-sample")
+    if not isinstance(dataset, str) or not dataset:
+        raise ValueError(
+            f"Expected dataset to be 'sample' or a Hugging Face dataset name, got {dataset!r}"
+        )
+    return _load_hub(dataset, dataset_config, split)
+
+
+class GSM8KEnv(gym.Env[str, str]):
+    """Grade-school math word problems (GSM8K), one problem per episode, graded on the final number.
+
+    Description:
+        GSM8K (Cobbe et al., 2021, "Training Verifiers to Solve Math Word Problems") has 7,473
+        train and 1,319 test problems, each with a worked solution ending in ``#### N``. The
+        agent reads one problem, reasons, and gives its final answer after ``####`` (or in
+        ``\\boxed{}``). The answer is compared with the dataset's final answer as an exact
+        number; model text is parsed, never evaluated.
+
+    Action Space:
+        ``UnicodeText(65536)``: the agent's whole completion. The final answer is the rest of
+        the line after the last ``####``, or the content of the last ``\\boxed{...}``,
+        whichever comes later. It is normalised by
+        :func:`textgym.envs.gsm8k.parsing.parse_number`: thousands separators, currency and
+        percent signs, a trailing period and surrounding words are dropped, and exactly one
+        number must remain (``"$1,450,000."`` is 1450000, ``"18.0"`` is 18). Any ``str`` is
+        accepted by ``step``; longer strings are parsed the same way.
+
+    Observation Space:
+        ``UnicodeText(n)``, ``n`` = the longest question of the loaded problems, at least 2048.
+        At reset: the question, unchanged. After the step: one line saying whether the answer
+        was right and giving the expected answer.
+
+    Starting State:
+        A problem drawn uniformly from the loaded split with ``np_random``, or the one named by
+        ``reset(options={"task_index": i})`` (0-based, in file order) or
+        ``options={"task_id": "gsm8k-test-00042"}``.
+
+    Rewards:
+        ``reward = correct + format``, both paid on the single step:
+
+        - ``correct``: 1.0 if the parsed final answer equals the gold answer exactly (so
+          ``18.0`` equals ``18``), else 0.0.
+        - ``format``: ``format_weight`` (default 0.1) if a final answer was found and reads as
+          a number, else 0.0.
+
+        So the reward lies in ``[0, 1 + format_weight]``: 1.1 for a right answer in the right
+        format by default.
+
+    Episode End:
+        Every step terminates (``terminated=True``): the task has a single turn, and a
+        completion without a readable final number is graded 0 (``invalid_action`` True) rather
+        than retried. The id is registered without a step limit, since no episode can last
+        longer; ``truncated`` is always False. ``step`` after the answer raises
+        ``RuntimeError`` until ``reset``.
+
+    Information:
+        ``reward_components`` values are the terms of the step reward and sum to it.
+
+        - ``system_prompt`` [reset]: the task and the answer format, for the system message.
+        - ``tools`` [reset]: always ``[]``; the task has no tools.
+        - ``task_id`` [reset, step]: ``"gsm8k-{split}-{index:05d}"``, or
+          ``"gsm8k-sample-{index:05d}"`` for the bundled sample set.
+        - ``gold_answer`` [reset, step]: the dataset's final answer, normalised (``"1450000"``).
+        - ``gold_completion`` [reset]: the dataset's worked solution, calculator annotations
+          ``<<...>>`` included, ending in ``#### N``; what :class:`textgym.policies.GoldPolicy`
+          answers.
+        - ``answer`` [step]: the parsed final answer, normalised like ``gold_answer``, or ``None``.
+        - ``correct`` [step]: whether ``answer`` equals ``gold_answer``.
+        - ``invalid_action`` [step]: ``True`` if no final number could be read (reward 0).
+        - ``invalid_reason`` [step]: ``None``, ``"no_final_answer"`` (no ``####`` line and no
+          ``\\boxed{}``) or ``"not_a_number"``.
+        - ``reward_components`` [step]: ``{"correct": float, "format": float}``, already weighted.
+
+    Arguments:
+        - ``split``: ``"test"`` (default) or ``"train"``.
+        - ``data_path``: a local JSONL file in GSM8K's original format (``question``, and
+          ``answer`` ending in ``#### N``), or a folder holding ``train.jsonl`` and
+          ``test.jsonl``. Takes precedence over ``dataset``.
+        - ``dataset``: ``"sample"`` (default, and the registered default) is the bundled
+          smoke-test set of 18 problems written for textgym in GSM8K's format, the same for
+          both splits, so that the env works offline; it is *not* GSM8K. ``"openai/gsm8k"``
+          is the real dataset: read from the local copy named by the environment variable
+          ``TEXTGYM_GSM8K_PATH`` (a file or folder, as ``data_path``) when it is set, else
+          loaded from the Hugging Face hub with ``datasets`` (``pip install "textgym[data]"``),
+          which fails with the library's own error when the hub cannot be reached. Any other
+          name is loaded from the hub the same way.
+        - ``dataset_config``: the hub dataset's config, default ``"main"``.
+        - ``format_weight``: weight of the ``format`` component, a finite float >= 0, default 0.1.
+
+        Examples: ``gym.make("textgym/GSM8K-v0", split="train", data_path="data/gsm8k")``,
+        ``gym.make("textgym/GSM8K-v0", dataset="openai/gsm8k")``.
+
+    Raises:
+        ValueError: from ``__init__`` for an argument outside the values above or a malformed
+            row; from ``reset`` for unknown options or an unknown task.
+        FileNotFoundError: from ``__init__`` if the local data file does not exist.
+        ImportError: from ``__init__`` if a hub dataset is needed and ``datasets`` is missing.
+        TypeError: from ``step`` if the action is not a ``str``.
+        RuntimeError: from ``step`` before the first ``reset``.
+
+    Version History:
+        - v0: initial release.
+    """
+
+    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
+
+    def __init__(
+        self,
+        split: str = "test",
+        data_path: str | None = None,
+        dataset: str = "sample",
+        dataset_config: str | None = "main",
+        format_weight: float = 0.1,
+        render_mode: str | None = None,
+    ):
+        if (isinstance(format_weight, bool) or not isinstance(format_weight, (int, float))
+                or not math.isfinite(format_weight) or format_weight < 0):
+            raise ValueError(
+                f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"Expected render_mode in {self.metadata['render_modes']} or None, got {render_mode!r}"
+            )
+        self.split = split
+        self.format_weight = float(format_weight)
+        self.render_mode = render_mode
+        self.problems = load_problems(split, data_path, dataset, dataset_config)
+        self._task_ids = tuple(p.task_id for p in self.problems)
+        self._index_of = {task_id: i for i, task_id in enumerate(self._task_ids)}
+        longest = max(len(p.question) for p in self.problems)
+        self.observation_space = UnicodeText(max(2048, longest))
+        self.action_space = UnicodeText(65536)
+        self._problem: GSM8KProblem | None = None
+        self._last_obs = ""
+
+    @staticmethod
+    def is_well_formed(action: str) -> bool:
+        """Format check (a final answer that reads as a number), for ``FormatReward``."""
+        return parse_final_answer(action) is not None
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        index = select_task(options, self._task_ids, self._index_of, self.np_random)
+        problem = self._problem = self.problems[index]
+        info = {
+            "system_prompt": SYSTEM_PROMPT,
+            "tools": [],
+            "task_id": problem.task_id,
+            "gold_answer": format_number(problem.answer),
+            "gold_completion": problem.solution,
+        }
+        self._last_obs = problem.question
+        self._maybe_render()
+        return problem.question, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if not isinstance(action, str):
+            raise TypeError(
+                f"Expected the action to be a str (the completion), got {type(action).__name__}"
+            )
+        problem = self._problem
+        if problem is None:
+            raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
+        answer_text = extract_final_answer(action)
+        answer = None if answer_text is None else parse_number(answer_text)
+        components = {
+            "correct": correct_reward(answer, problem.answer),
+            "format": self.format_weight * format_reward(answer),
+        }
+        reward = components["correct"] + components["format"]
+        gold = format_number(problem.answer)
+        if answer_text is None:
+            reason: str | None = "no_final_answer"
+            obs = (f"No final answer was found: end with a line '#### N' (or \\boxed{{N}}). "
+                   f"The expected answer is {gold}.")
+        elif answer is None:
+            reason = "not_a_number"
+            obs = (f"The final answer {answer_text[:_EXCERPT_CHARS]!r} is not a single number. "
+                   f"The expected answer is {gold}.")
+        else:
+            reason = None
+            shown = format_number(answer)[:_EXCERPT_CHARS]
+            obs = (f"Correct: the answer is {gold}." if components["correct"] == 1.0 else
+                   f"Incorrect: you answered {shown}; the expected answer is {gold}.")
+        info = {
+            "task_id": problem.task_id,
+            "gold_answer": gold,
+            "answer": None if answer is None else format_number(answer),
+            "correct": components["correct"] == 1.0,
+            "invalid_action": answer is None,
+            "invalid_reason": reason,
+            "reward_components": components,
+        }
+        self._last_obs = obs
+        self._problem = None  # single turn: the episode is over
+        self._maybe_render()
+        return obs, reward, True, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_obs
+        if self.render_mode == "human":
+            print(self._last_obs)
+        return None
+
+    def _maybe_render(self) -> None:
+        if self.render_mode == "human":
+            self.render()

@@ -1,0 +1,172 @@
+"""Task data for dataset environments: local files, Hugging Face hub datasets, task selection.
+
+Dataset envs (``textgym/GSM8K-v0``, ``textgym/ReverseText-v0``) read their items from a local
+JSON Lines file, a plain text file, or a Hugging Face dataset loaded with ``datasets`` (an
+optional dependency, imported only when a hub dataset is asked for: ``pip install
+"textgym[data]"``). Nothing here downloads anything unless a hub dataset is named explicitly.
+
+:func:`select_task` is the one rule for picking an episode's item: ``options["task_index"]`` or
+``options["task_id"]`` when given, else a uniform draw from the env's ``np_random``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "DATA_EXTRA_HINT",
+    "TASK_OPTIONS",
+    "file_fingerprint",
+    "load_hub_rows",
+    "read_jsonl",
+    "read_paragraphs",
+    "select_task",
+]
+
+#: How to install the optional hub loader.
+DATA_EXTRA_HINT = 'pip install "textgym[data]"'
+
+#: The ``reset`` options every dataset env understands.
+TASK_OPTIONS = ("task_index", "task_id")
+
+
+def file_fingerprint(path: str | os.PathLike[str]) -> tuple[str, int, int]:
+    """Return ``(absolute path, mtime in ns, size in bytes)``: a cache key that follows the file.
+
+    Raises:
+        FileNotFoundError: if ``path`` is not an existing file.
+    """
+    resolved = Path(path).expanduser().resolve()
+    if not resolved.is_file():
+        raise FileNotFoundError(
+            f"Expected a data file at {str(path)!r} ({resolved}), but there is none"
+        )
+    stat = resolved.stat()
+    return str(resolved), stat.st_mtime_ns, stat.st_size
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Read a UTF-8 JSON Lines file: one JSON object per line; blank lines are skipped.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: naming the line, for a line that is not valid JSON or not a JSON object.
+    """
+    rows: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"{path}:{number}: expected a JSON object per line, got invalid JSON ({exc.msg})"
+                ) from None
+            if not isinstance(row, dict):
+                raise ValueError(
+                    f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}"
+                )
+            rows.append(row)
+    return rows
+
+
+def read_paragraphs(path: str | os.PathLike[str]) -> list[str]:
+    """Read a UTF-8 text file as paragraphs separated by blank lines.
+
+    The lines of one paragraph are stripped and joined with single spaces, so hard-wrapped text
+    reads as one paragraph.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+    """
+    paragraphs: list[str] = []
+    current: list[str] = []
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            stripped = line.strip()
+            if stripped:
+                current.append(stripped)
+            elif current:
+                paragraphs.append(" ".join(current))
+                current = []
+    if current:
+        paragraphs.append(" ".join(current))
+    return paragraphs
+
+
+def load_hub_rows(
+    name: str, config: str | None = None, split: str = "train"
+) -> list[dict[str, Any]]:
+    """Load one split of a Hugging Face dataset: ``datasets.load_dataset(name, config, split=split)``.
+
+    This is the only function in textgym that may download data, and only because a hub dataset
+    was named. ``datasets`` caches downloads on disk.
+
+    Raises:
+        ImportError: if ``datasets`` is not installed (the message gives the install command).
+    """
+    try:
+        import datasets
+    except ImportError as exc:
+        raise ImportError(
+            f"Loading the Hugging Face dataset {name!r} needs the `datasets` package, which is not "
+            f"installed; {DATA_EXTRA_HINT}, or pass a local file with data_path=..."
+        ) from exc
+    return [dict(row) for row in datasets.load_dataset(name, config, split=split)]
+
+
+def select_task(
+    options: Mapping[str, Any] | None,
+    task_ids: tuple[str, ...],
+    index_of: Mapping[str, int],
+    np_random: np.random.Generator,
+) -> int:
+    """Pick the index of an episode's item.
+
+    Args:
+        options: ``reset`` options: ``{"task_index": int}`` or ``{"task_id": str}`` (not both),
+            or neither (or ``None``) for a uniform draw from ``np_random``.
+        task_ids: The env's task ids in item order (the draw is over ``len(task_ids)`` items).
+        index_of: Task id -> item index.
+        np_random: The env's generator, already seeded by ``reset``.
+
+    Returns:
+        An index in ``[0, len(task_ids))``.
+
+    Raises:
+        ValueError: for an unknown option, both options at once, an index out of range or not an
+            integer, or an unknown task id.
+    """
+    options = dict(options or {})
+    unknown = set(options) - set(TASK_OPTIONS)
+    if unknown:
+        raise ValueError(
+            f"Unknown reset options {sorted(unknown)}; expected 'task_index' or 'task_id'"
+        )
+    n = len(task_ids)
+    if "task_index" in options and "task_id" in options:
+        raise ValueError("Give options['task_index'] or options['task_id'], not both")
+    if "task_index" in options:
+        index = options["task_index"]
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+            raise ValueError(
+                f"Expected options['task_index'] to be an int in [0, {n}), got {index!r}"
+            )
+        return int(index)
+    if "task_id" in options:
+        task_id = options["task_id"]
+        if not isinstance(task_id, str) or task_id not in index_of:
+            example = task_ids[0] if task_ids else "?"
+            raise ValueError(
+                f"Unknown options['task_id'] {task_id!r}; expected one of this env's {n} ids, "
+                f"e.g. {example!r}"
+            )
+        return index_of[task_id]
+    return int(np_random.integers(n))
