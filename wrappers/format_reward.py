@@ -6,7 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
-
 from textgym.wrappers._components import add_component
 
 __all__ = ["FormatReward"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import gymnasium as gym
-
 from textgym.wrappers._components import add_component
 
 __all__ = ["InvalidActionPenalty"]

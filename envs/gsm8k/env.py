@@ -10,9 +10,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
-from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
 from textgym.envs.gsm8k.parsing import (
     extract_final_answer,
     format_number,
@@ -20,6 +17,9 @@ from textgym.envs.gsm8k.parsing import (
     parse_number,
 )
 from textgym.envs.gsm8k.rewards import correct_reward, format_reward
+
+from textgym.core import TextEnv
+from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
 from textgym.spaces import UnicodeText
 
 __all__ = [
@@ -129,7 +129,7 @@ def load_problems(
     return _load_hub(dataset, dataset_config, split)
 
 
-class GSM8KEnv(gym.Env[str, str]):
+class GSM8KEnv(TextEnv):
     """Grade-school math word problems (GSM8K), one problem per episode, graded on the final number.
 
     Description:
@@ -225,8 +225,6 @@ class GSM8KEnv(gym.Env[str, str]):
         - v0: initial release.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
-
     def __init__(
         self,
         split: str = "test",
@@ -241,13 +239,9 @@ class GSM8KEnv(gym.Env[str, str]):
             raise ValueError(
                 f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
             )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"Expected render_mode in {self.metadata['render_modes']} or None, got {render_mode!r}"
-            )
+        self._init_render(render_mode)
         self.split = split
         self.format_weight = float(format_weight)
-        self.render_mode = render_mode
         self.problems = load_problems(split, data_path, dataset, dataset_config)
         self._task_ids = tuple(p.task_id for p in self.problems)
         self._index_of = {task_id: i for i, task_id in enumerate(self._task_ids)}
@@ -255,7 +249,6 @@ class GSM8KEnv(gym.Env[str, str]):
         self.observation_space = UnicodeText(max(2048, longest))
         self.action_space = UnicodeText(65536)
         self._problem: GSM8KProblem | None = None
-        self._last_obs = ""
 
     @staticmethod
     def is_well_formed(action: str) -> bool:
@@ -275,15 +268,11 @@ class GSM8KEnv(gym.Env[str, str]):
             "gold_answer": format_number(problem.answer),
             "gold_completion": problem.solution,
         }
-        self._last_obs = problem.question
-        self._maybe_render()
+        self._emit(problem.question)
         return problem.question, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise TypeError(
-                f"Expected the action to be a str (the completion), got {type(action).__name__}"
-            )
+        self._check_action(action)
         problem = self._problem
         if problem is None:
             raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
@@ -317,18 +306,6 @@ class GSM8KEnv(gym.Env[str, str]):
             "invalid_reason": reason,
             "reward_components": components,
         }
-        self._last_obs = obs
         self._problem = None  # single turn: the episode is over
-        self._maybe_render()
+        self._emit(obs)
         return obs, reward, True, False, info
-
-    def render(self) -> str | None:
-        if self.render_mode == "ansi":
-            return self._last_obs
-        if self.render_mode == "human":
-            print(self._last_obs)
-        return None
-
-    def _maybe_render(self) -> None:
-        if self.render_mode == "human":
-            self.render()

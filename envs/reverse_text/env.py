@@ -10,9 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
-
-from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, read_paragraphs, select_task
 from textgym.envs.reverse_text.parsing import (
     CLOSE_TAG,
     OPEN_TAG,
@@ -20,6 +17,15 @@ from textgym.envs.reverse_text.parsing import (
     is_well_formed,
 )
 from textgym.envs.reverse_text.rewards import format_reward, lcs_similarity, reverse
+
+from textgym.core import TextEnv
+from textgym.data import (
+    file_fingerprint,
+    load_hub_rows,
+    read_jsonl,
+    read_paragraphs,
+    select_task,
+)
 from textgym.spaces import UnicodeText
 
 __all__ = ["CORPUS_PATH", "Passage", "ReverseTextEnv", "load_passages"]
@@ -150,7 +156,7 @@ def load_passages(
     return kept
 
 
-class ReverseTextEnv(gym.Env[str, str]):
+class ReverseTextEnv(TextEnv):
     """Reverse a paragraph character by character; reward by longest-common-subsequence similarity.
 
     Description:
@@ -249,8 +255,6 @@ class ReverseTextEnv(gym.Env[str, str]):
         - v0: initial release.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
-
     def __init__(
         self,
         texts: Sequence[str] | None = None,
@@ -270,12 +274,8 @@ class ReverseTextEnv(gym.Env[str, str]):
             raise ValueError(
                 f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
             )
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"Expected render_mode in {self.metadata['render_modes']} or None, got {render_mode!r}"
-            )
+        self._init_render(render_mode)
         self.format_weight = float(format_weight)
-        self.render_mode = render_mode
         self.passages = load_passages(texts, data_path, dataset, dataset_config, dataset_split,
                                       text_field, id_field, min_chars, max_chars)
         self._task_ids = tuple(p.task_id for p in self.passages)
@@ -287,7 +287,6 @@ class ReverseTextEnv(gym.Env[str, str]):
         self.action_space = UnicodeText(max(65536, 2 * longest + 64))
         self._passage: Passage | None = None
         self._target = ""
-        self._last_obs = ""
 
     @staticmethod
     def is_well_formed(action: str) -> bool:
@@ -309,15 +308,11 @@ class ReverseTextEnv(gym.Env[str, str]):
             "n_chars": len(passage.text),
             "gold_completion": f"{OPEN_TAG}{self._target}{CLOSE_TAG}",
         }
-        self._last_obs = obs
-        self._maybe_render()
+        self._emit(obs)
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise TypeError(
-                f"Expected the action to be a str (the completion), got {type(action).__name__}"
-            )
+        self._check_action(action)
         passage = self._passage
         if passage is None:
             raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
@@ -344,18 +339,6 @@ class ReverseTextEnv(gym.Env[str, str]):
             "invalid_reason": None if answer is not None else "no_answer_tag",
             "reward_components": components,
         }
-        self._last_obs = obs
         self._passage = None  # single turn: the episode is over
-        self._maybe_render()
+        self._emit(obs)
         return obs, reward, True, False, info
-
-    def render(self) -> str | None:
-        if self.render_mode == "ansi":
-            return self._last_obs
-        if self.render_mode == "human":
-            print(self._last_obs)
-        return None
-
-    def _maybe_render(self) -> None:
-        if self.render_mode == "human":
-            self.render()

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from functools import lru_cache
-
-import gymnasium as gym
+from typing import Any
 
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.opponent import opponent_move
 from textgym.envs.tictactoe.parsing import extract_move_text, is_well_formed, parse_move
+
+from textgym.core import TextEnv
 from textgym.spaces import UnicodeText
 
 __all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
@@ -64,7 +63,7 @@ def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
     return value
 
 
-class TicTacToeEnv(gym.Env[str, str]):
+class TicTacToeEnv(TextEnv):
     """Tic-tac-toe against a seeded minimax opponent of controllable skill.
 
     Description:
@@ -139,8 +138,6 @@ class TicTacToeEnv(gym.Env[str, str]):
         - v0: initial release.
     """
 
-    metadata = {"render_modes": ["ansi", "human"], "render_fps": 1}
-
     #: How `textgym play` turns a bare number typed by a person into an action.
     action_template = "<move>{}</move>"
     #: Where a completion can stop: nothing after the move tag is read.
@@ -156,11 +153,7 @@ class TicTacToeEnv(gym.Env[str, str]):
         self.opponent = _check_choice("opponent", opponent, OPPONENTS)
         self.random_move_prob = _check_prob(random_move_prob)
         self.agent_mark = _check_choice("agent_mark", agent_mark, AGENT_MARKS)
-        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
-            raise ValueError(
-                f"Expected render_mode in {self.metadata['render_modes']} or None, got {render_mode!r}"
-            )
-        self.render_mode = render_mode
+        self._init_render(render_mode)
         self.observation_space = UnicodeText(2048)
         self.action_space = UnicodeText(65536)
         self._board = B.EMPTY_BOARD
@@ -170,7 +163,6 @@ class TicTacToeEnv(gym.Env[str, str]):
         self._episode_key = 0
         self._task_id = ""
         self._done = True
-        self._last_obs = ""
 
     # -- public helpers -------------------------------------------------------------------
     @property
@@ -223,13 +215,11 @@ class TicTacToeEnv(gym.Env[str, str]):
             "tools": [],
             **info,
         }
-        self._last_obs = obs
-        self._maybe_render()
+        self._emit(obs)
         return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise TypeError(f"Expected the action to be a str (the completion), got {type(action).__name__}")
+        self._check_action(action)
         if self._done:
             raise RuntimeError("The game is over; call reset() before step()")
 
@@ -239,8 +229,7 @@ class TicTacToeEnv(gym.Env[str, str]):
             info = self._info(None, False, None)
             info.update(agent_move=None, invalid_action=True, invalid_reason=reason,
                         reward_components={"outcome": 0.0})
-            self._last_obs = obs
-            self._maybe_render()
+            self._emit(obs)
             return obs, 0.0, False, False, info
 
         self._board = B.apply_move(self._board, move)
@@ -262,21 +251,11 @@ class TicTacToeEnv(gym.Env[str, str]):
         info = self._info(opp_move, opp_random, outcome)
         info.update(agent_move=move, invalid_action=False, invalid_reason=None,
                     reward_components={"outcome": reward})
-        self._last_obs = obs
-        self._maybe_render()
+        self._emit(obs)
         return obs, reward, terminated, False, info
 
-    def render(self) -> str | None:
-        if self.render_mode == "ansi":
-            return self._last_obs
-        if self.render_mode == "human":
-            print(self._last_obs)
-        return None
 
     # -- internals ------------------------------------------------------------------------
-    def _maybe_render(self) -> None:
-        if self.render_mode == "human":
-            self.render()
 
     def _opponent_reply(self) -> tuple[int, bool]:
         prob = 1.0 if self._episode_opponent == "random" else self._episode_prob
