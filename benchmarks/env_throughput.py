@@ -44,12 +44,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
-import os
-import platform
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -58,12 +55,17 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from _provenance import (  # sibling module of this script
+    REPO_ROOT,
+    dist_version,
+    git,
+    machine_info,
+)
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 
 __all__ = ["Bench", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "env_throughput.json"
 BENCH_EXTRA_HINT = 'install the benchmark peers with: pip install "textgym[bench]"'
 
@@ -194,7 +196,7 @@ def textarena_benches(seed: int) -> list[Bench]:
 
         return run
 
-    version = getattr(ta, "__version__", None) or _dist_version("textarena")
+    version = getattr(ta, "__version__", None) or dist_version("textarena")
     return [
         Bench("textarena", f"TextArena {version} TicTacToe-v0 (default wrappers), random play",
               make_runner("TicTacToe-v0")),
@@ -246,42 +248,6 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
         "textgym_random_unwrapped_vs_textarena_raw": ("textgym-random-unwrapped", "textarena-raw"),
     }
     return {key: pps[a] / pps[b] for key, (a, b) in pairs.items() if a in pps and b in pps}
-
-
-# -- provenance -------------------------------------------------------------------------------
-def _dist_version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def machine_info() -> dict[str, Any]:
-    cpu = None
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": cpu or platform.processor() or None,
-        "cores": os.cpu_count(),
-        "load_avg_1m_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
 
 
 # -- output -----------------------------------------------------------------------------------
@@ -352,13 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(benches, args.games, args.repeats, args.warmup, args.seed)
     rel = ratios(rows)
     print_table(rows, rel)
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    status = git("status", "--porcelain", "--untracked-files=no")
     result = {
         "benchmark": "env_throughput",
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": machine,
-        "versions": {name: _dist_version(name) for name in ("textgym", "gymnasium", "pettingzoo", "textarena", "numpy")},
+        "versions": {name: dist_version(name) for name in ("textgym", "gymnasium", "pettingzoo", "textarena", "numpy")},
         "seed": args.seed,
         "games": args.games,
         "repeats": args.repeats,

@@ -32,11 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import random
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -45,8 +42,12 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-
-import textgym  # noqa: F401  (registers textgym/* ids)
+from _provenance import (  # sibling module of this script
+    REPO_ROOT,
+    dist_version,
+    git,
+    machine_info,
+)
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.envs.gsm8k.parsing import extract_final_answer, parse_number
 from textgym.envs.gsm8k.rewards import correct_reward
@@ -56,9 +57,10 @@ from textgym.envs.reverse_text.parsing import CLOSE_TAG, OPEN_TAG, extract_rever
 from textgym.envs.reverse_text.rewards import format_reward as reverse_format_reward
 from textgym.envs.reverse_text.rewards import lcs_similarity
 
+import textgym  # noqa: F401  (registers textgym/* ids)
+
 __all__ = ["Row", "main"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED = REPO_ROOT.parent / "shared" / "data"
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "reward_cost.json"
 ITEMS_PER_ROW = 200
@@ -197,40 +199,6 @@ def measure(rows: list[Row], repeats: int) -> list[dict[str, Any]]:
     } for row in rows]
 
 
-# -- provenance ---------------------------------------------------------------------------------
-def _git(*args: str) -> str | None:
-    try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
-
-
-def _version(name: str) -> str | None:
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def machine() -> dict[str, Any]:
-    cpu = None
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), None)
-    except OSError:
-        pass
-    return {
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "cpu": cpu or platform.processor() or None,
-        "cores": os.cpu_count(),
-        "load_avg_1m_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
-
-
 def print_table(results: list[dict[str, Any]], sources: dict[str, str]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -264,17 +232,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    info = machine()
+    info = machine_info()
     rows, sources = build_rows(args.seed)
     results = measure(rows, args.repeats)
     print_table(results, sources)
-    status = _git("status", "--porcelain")
+    status = git("status", "--porcelain")
     record = {
         "benchmark": "reward_cost",
-        "commit": _git("rev-parse", "HEAD"),
+        "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": info,
-        "versions": {name: _version(name) for name in ("textgym", "rapidfuzz", "gymnasium", "numpy")},
+        "versions": {name: dist_version(name) for name in ("textgym", "rapidfuzz", "gymnasium", "numpy")},
         "seed": args.seed,
         "repeats": args.repeats,
         "items_per_row": ITEMS_PER_ROW,

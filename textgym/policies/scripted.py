@@ -26,7 +26,32 @@ def _board_of(info: Mapping[str, Any]) -> tuple[str, list[int]]:
     return info["board"], list(info["legal_moves"])
 
 
-class RandomPolicy:
+class _TicTacToeExpert:
+    """Shared loop of the scripted experts: one well-formed completion per info."""
+
+    name = "scripted"
+
+    def __init__(self, seed: int | None = None):
+        self._rng = np.random.default_rng(seed)
+
+    def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
+        """Return ``(move, reasoning)`` for a board with at least one legal move."""
+        raise NotImplementedError
+
+    def act(
+        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
+    ) -> list[Completion]:
+        out = []
+        for info in infos:
+            board, legal = _board_of(info)
+            if not legal:
+                raise ValueError(f"{type(self).__name__} was asked to move on a finished board {board!r}")
+            move, reasoning = self.choose(board, legal)
+            out.append(Completion(f"<think>{reasoning}</think><move>{move}</move>"))
+        return out
+
+
+class RandomPolicy(_TicTacToeExpert):
     """Plays a uniformly random legal move.
 
     Args:
@@ -35,23 +60,11 @@ class RandomPolicy:
 
     name = "random"
 
-    def __init__(self, seed: int | None = None):
-        self._rng = np.random.default_rng(seed)
-
-    def act(
-        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
-    ) -> list[Completion]:
-        out = []
-        for info in infos:
-            _, moves = _board_of(info)
-            if not moves:
-                raise ValueError("RandomPolicy was asked to move on a finished board")
-            move = int(moves[self._rng.integers(len(moves))])
-            out.append(Completion(f"<think>I pick a random free cell.</think><move>{move}</move>"))
-        return out
+    def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
+        return int(legal[self._rng.integers(len(legal))]), "I pick a random free cell."
 
 
-class MinimaxPolicy:
+class MinimaxPolicy(_TicTacToeExpert):
     """Plays an optimal move, chosen uniformly among optimal moves (never loses).
 
     Args:
@@ -60,21 +73,7 @@ class MinimaxPolicy:
 
     name = "minimax"
 
-    def __init__(self, seed: int | None = None):
-        self._rng = np.random.default_rng(seed)
-
-    def act(
-        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
-    ) -> list[Completion]:
-        out = []
-        for info in infos:
-            board, _ = _board_of(info)
-            candidates = best_moves(board)
-            move = int(candidates[self._rng.integers(len(candidates))])
-            out.append(
-                Completion(
-                    f"<think>Optimal moves here: {', '.join(map(str, candidates))}.</think>"
-                    f"<move>{move}</move>"
-                )
-            )
-        return out
+    def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
+        candidates = best_moves(board)
+        move = int(candidates[self._rng.integers(len(candidates))])
+        return move, f"Optimal moves here: {', '.join(map(str, candidates))}."

@@ -1,0 +1,51 @@
+"""Provenance shared by the benchmark scripts: git commit, package versions, the machine.
+
+Every result JSON records these so that a reader can tell which code ran where.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = ["REPO_ROOT", "dist_version", "git", "machine_info"]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def git(*args: str) -> str | None:
+    """Output of ``git ARGS`` in the repository, or ``None`` if git is unavailable or fails."""
+    try:
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def dist_version(name: str) -> str | None:
+    """Installed version of distribution ``name``, or ``None``."""
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    """Platform, Python, CPU model, core count and the 1-minute load average at the start."""
+    cpu = None
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu or platform.processor() or None,
+        "cores": os.cpu_count(),
+        "load_avg_1m_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
