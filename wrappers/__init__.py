@@ -7,5 +7,6 @@ sum to the step reward.
 from textgym.wrappers.format_reward import FormatReward
 from textgym.wrappers.invalid_action import InvalidActionPenalty
 from textgym.wrappers.opponent_skill import OpponentSkill
+from textgym.wrappers.structured import StructuredTicTacToe
 
-__all__ = ["FormatReward", "InvalidActionPenalty", "OpponentSkill"]
+__all__ = ["FormatReward", "InvalidActionPenalty", "OpponentSkill", "StructuredTicTacToe"]

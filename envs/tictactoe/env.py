@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.opponent import opponent_move
-from textgym.envs.tictactoe.parsing import extract_move_text, is_well_formed, parse_move
+from textgym.envs.tictactoe.parsing import is_well_formed
+from textgym.envs.tictactoe.text import (
+    SYSTEM_PROMPT,
+    explain_invalid,
+    read_move,
+    render_board,
+    status_text,
+)
 
 from textgym.core import TextEnv
 from textgym.spaces import UnicodeText
@@ -19,37 +25,6 @@ OUTCOME_REWARD: dict[str, float] = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 
 OPPONENTS = ("minimax", "random")
 AGENT_MARKS = ("X", "O", "random")
-
-SYSTEM_PROMPT = """You are playing tic-tac-toe on a 3x3 board. The cells are numbered 0-8, row by row:
-
- 0 | 1 | 2
----+---+---
- 3 | 4 | 5
----+---+---
- 6 | 7 | 8
-
-Players take turns placing their mark in an empty cell; X moves first. The first player with \
-three marks in a row, a column or a diagonal wins; a full board without such a line is a draw.
-
-You play {mark}; your opponent plays {other}. On each turn you may reason inside \
-<think>...</think>, then give exactly one move as <move>N</move>, where N is the number of an \
-empty cell. Example: <think>The centre is free.</think><move>4</move>"""
-
-
-@lru_cache(maxsize=1 << 14)
-def render_board(board: str) -> str:
-    """Render a board with each free cell shown as its row-major index."""
-    cells = [c if c != B.EMPTY else str(i) for i, c in enumerate(board)]
-    rows = [" " + " | ".join(cells[r : r + 3]) for r in (0, 3, 6)]
-    return "\n---+---+---\n".join(rows)
-
-
-@lru_cache(maxsize=1 << 14)
-def _status_text(board: str, mark: str) -> str:
-    """Board, free cells and the turn prompt; cached per (board, mark) like the rules."""
-    free = ", ".join(str(m) for m in B.legal_moves(board))
-    return f"{render_board(board)}\n\nAvailable positions: {free}\nYour turn ({mark}): answer with <move>N</move>."
-
 
 def _check_prob(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
@@ -223,9 +198,9 @@ class TicTacToeEnv(TextEnv):
         if self._done:
             raise RuntimeError("The game is over; call reset() before step()")
 
-        move, reason = self._read_move(action)
+        move, reason = read_move(self._board, action)
         if reason is not None:
-            obs = f"Invalid move: {self._explain(reason, action, move)} The board is unchanged.\n\n{self._status_text()}"
+            obs = f"Invalid move: {explain_invalid(reason, self._board, action, move)} The board is unchanged.\n\n{self._status_text()}"
             info = self._info(None, False, None)
             info.update(agent_move=None, invalid_action=True, invalid_reason=reason,
                         reward_components={"outcome": 0.0})
@@ -263,26 +238,6 @@ class TicTacToeEnv(TextEnv):
         self._board = B.apply_move(self._board, cell)
         return cell, was_random
 
-    def _read_move(self, action: str) -> tuple[int | None, str | None]:
-        move = parse_move(action)
-        if move is None:
-            return None, "no_move_tag" if extract_move_text(action) is None else "not_an_integer"
-        if not 0 <= move <= 8:
-            return move, "out_of_range"
-        if self._board[move] != B.EMPTY:
-            return move, "occupied"
-        return move, None
-
-    def _explain(self, reason: str, action: str, move: int | None) -> str:
-        if reason == "no_move_tag":
-            return "no <move>N</move> tag was found (moves inside <think> do not count)."
-        if reason == "not_an_integer":
-            shown = (extract_move_text(action) or "")[:40]
-            return f"the move tag must hold one cell number 0-8, got {shown!r}."
-        if reason == "out_of_range":
-            return f"position {move} does not exist; cells are numbered 0-8."
-        return f"position {move} is already taken by {self._board[move]}."
-
     def _outcome(self) -> str | None:
         won = B.winner(self._board)
         if won is not None:
@@ -290,7 +245,7 @@ class TicTacToeEnv(TextEnv):
         return "draw" if B.is_full(self._board) else None
 
     def _status_text(self) -> str:
-        return _status_text(self._board, self._mark)
+        return status_text(self._board, self._mark)
 
     def _info(self, opp_move: int | None, opp_random: bool, outcome: str | None) -> dict[str, Any]:
         return {

@@ -1,0 +1,334 @@
+"""Two-seat text tic-tac-toe as a PettingZoo AEC env (the PettingZoo twin of ``TicTacToe-v0``).
+
+Both seats see the prompts of :class:`~textgym.envs.tictactoe.TicTacToeEnv` and answer with
+whole completions; moves are read by the same parser and invalid actions are handled the same
+way (an explanatory observation, the board unchanged, the same seat to move again). The rules
+come from :mod:`.board`; this module only keeps turns, seats and texts. PettingZoo is an
+optional dependency (``pip install "textgym[multiagent]"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from gymnasium.utils import seeding
+from pettingzoo import AECEnv
+from pettingzoo.utils import wrappers
+from textgym.envs.tictactoe import board as B
+from textgym.envs.tictactoe.env import OUTCOME_REWARD
+from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so prompts stay identical
+    SYSTEM_PROMPT,
+    explain_invalid,
+    read_move,
+    render_board,
+    status_text,
+)
+
+from textgym.spaces import UnicodeText
+
+__all__ = ["SEATS", "TicTacToeTextAEC", "env", "read_move"]
+
+#: Seat names; which seat plays X is decided at each reset (``first_player``).
+SEATS = ("player_0", "player_1")
+FIRST_PLAYERS = (*SEATS, "random")
+
+
+class TicTacToeTextAEC(AECEnv):
+    """Text tic-tac-toe for two seats (PettingZoo AEC API), with the prompts of TicTacToe-v0.
+
+    Description:
+        Two agents, ``"player_0"`` and ``"player_1"``, play one game. Which seat plays X (and
+        moves first) is set by ``first_player``. Each seat sees exactly what a
+        ``TicTacToeEnv`` agent of its mark would see against an opponent that made the other
+        seat's moves, so a policy written for ``TicTacToe-v0`` plays here unchanged.
+
+    Action Space:
+        ``UnicodeText(65536)`` per seat: the whole completion, read like ``TicTacToe-v0``
+        (last ``<move>N</move>`` outside ``<think>``, ``N`` a row-major cell 0-8). A finished
+        seat's only valid action is ``None`` (PettingZoo's rule).
+
+    Observation Space:
+        ``UnicodeText(2048)`` per seat. For the seat to move: what happened since it last
+        acted, the board with free cells shown as indices, the available positions and "Your
+        turn"; after an invalid action, why it was invalid. The other seat's observation ends
+        with "Waiting for the opponent". At the end both see the result.
+
+    Starting State:
+        An empty board, X to move.
+
+    Rewards:
+        Per seat, paid when the game ends: win 1.0, draw 0.5, loss 0.0 (``OUTCOME_REWARD``);
+        0.0 otherwise, including invalid actions and truncation.
+
+    Episode End:
+        Both seats terminate when a player has three in a line or the board is full. Both are
+        truncated when a seat has taken ``max_actions_per_seat`` actions (invalid ones count)
+        and the game is not over; the default 10 is ``TicTacToe-v0``'s time limit.
+
+    Information:
+        Per seat, in ``infos[seat]`` (returned by ``last()``):
+
+        - ``system_prompt`` [reset]: rules and answer format for this seat's mark; kept in
+          the seat's info until its first action, so the second seat's first ``last()`` has it.
+        - ``tools`` [reset]: always ``[]``; kept like ``system_prompt``.
+        - ``task_id`` [reset, step]: ``"tictactoe-{mark}-selfplay"``.
+        - ``agent_mark`` [reset, step]: this seat's mark.
+        - ``board`` [reset, step]: the board, 9 characters ``X``/``O``/``.``, row-major.
+        - ``legal_moves`` [reset, step]: free cells (empty once the game is over).
+        - ``to_move`` [reset, step]: the seat whose turn it is, or ``None`` when over.
+        - ``outcome`` [reset, step]: ``None`` while playing, else this seat's ``"win"``,
+          ``"draw"`` or ``"loss"``.
+        - ``agent_move`` [step]: this seat's last cell, if its last action was a move.
+        - ``opponent_move`` [step]: the other seat's cell since this seat last acted, or ``None``.
+        - ``invalid_action`` [step]: whether this seat's last action was rejected.
+        - ``invalid_reason`` [step]: why, or ``None`` (reasons of ``TicTacToe-v0``).
+        - ``reward_components`` [step]: ``{"outcome": float}`` of the last step.
+
+        Unlike PettingZoo's array envs there is no ``action_mask`` key: actions are text, and
+        ``legal_moves`` lists the free cells.
+
+    Arguments:
+        - ``first_player``: ``"player_0"`` (default), ``"player_1"`` or ``"random"`` (drawn
+          from the env's RNG at each reset); that seat plays X. ``reset(options=...)`` accepts
+          the same key for one game.
+        - ``max_actions_per_seat``: int >= 5, default 10.
+        - ``render_mode``: ``None``, ``"ansi"`` (returns the board) or ``"human"`` (prints it).
+
+    Raises:
+        ValueError: for an argument outside the values above, or a non-``None`` action from a
+            finished seat.
+        TypeError: from ``step`` if a live seat's action is not a ``str``.
+
+    Version History:
+        - v0: initial release (``tictactoe_text_v0``).
+
+    A Parallel view is not provided: the game is turn-based and an invalid action gives the
+    same seat another turn, so there is no joint action of both seats at any step
+    (``metadata["is_parallelizable"]`` is ``False``; ``aec_to_parallel`` refuses it).
+    """
+
+    metadata = {
+        "name": "tictactoe_text_v0",
+        "render_modes": ["ansi", "human"],
+        "is_parallelizable": False,
+        "render_fps": 1,
+    }
+
+    def __init__(
+        self,
+        first_player: str = "player_0",
+        max_actions_per_seat: int = 10,
+        render_mode: str | None = None,
+    ):
+        super().__init__()
+        if first_player not in FIRST_PLAYERS:
+            raise ValueError(f"Expected first_player in {FIRST_PLAYERS}, got {first_player!r}")
+        if isinstance(max_actions_per_seat, bool) or not isinstance(max_actions_per_seat, int) \
+                or max_actions_per_seat < 5:
+            raise ValueError(
+                f"Expected max_actions_per_seat to be an int >= 5 (a seat needs up to 5 moves), "
+                f"got {max_actions_per_seat!r}"
+            )
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"Expected render_mode in {self.metadata['render_modes']} or None, "
+                f"got {render_mode!r}"
+            )
+        self.first_player = first_player
+        self.max_actions_per_seat = max_actions_per_seat
+        self.render_mode = render_mode
+        self.possible_agents = list(SEATS)
+        self.agents = list(SEATS)
+        self.observation_spaces = {seat: UnicodeText(2048) for seat in SEATS}
+        self.action_spaces = {seat: UnicodeText(65536) for seat in SEATS}
+        self._np_random: np.random.Generator | None = None
+        self._board = B.EMPTY_BOARD
+        self._marks = {"player_0": "X", "player_1": "O"}
+        self._news: dict[str, list[str]] = {seat: [] for seat in SEATS}
+        self._observations: dict[str, str] = {seat: "" for seat in SEATS}
+        self._actions_taken = dict.fromkeys(SEATS, 0)
+        self.rewards = dict.fromkeys(SEATS, 0.0)
+        self._cumulative_rewards = dict.fromkeys(SEATS, 0.0)
+        self.terminations = dict.fromkeys(SEATS, False)
+        self.truncations = dict.fromkeys(SEATS, False)
+        self.infos: dict[str, dict[str, Any]] = {seat: {} for seat in SEATS}
+        self.agent_selection = "player_0"
+
+    # -- PettingZoo API -------------------------------------------------------------------
+    def observation_space(self, agent: str) -> UnicodeText:
+        return self.observation_spaces[agent]
+
+    def action_space(self, agent: str) -> UnicodeText:
+        return self.action_spaces[agent]
+
+    @property
+    def board(self) -> str:
+        """The current board (see :mod:`textgym.envs.tictactoe.board`)."""
+        return self._board
+
+    def mark_of(self, seat: str) -> str:
+        """The mark ``seat`` plays this game."""
+        return self._marks[seat]
+
+    def observe(self, agent: str) -> str:
+        return self._observations[agent]
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        if seed is not None or self._np_random is None:
+            self._np_random, _ = seeding.np_random(seed)
+        options = dict(options or {})
+        first = options.get("first_player", self.first_player)
+        if first not in FIRST_PLAYERS:
+            raise ValueError(f"Expected first_player in {FIRST_PLAYERS}, got {first!r}")
+        if first == "random":
+            first = SEATS[int(self._np_random.integers(2))]
+        second = SEATS[1 - SEATS.index(first)]
+        self._marks = {first: "X", second: "O"}
+        self._board = B.EMPTY_BOARD
+        self.agents = list(SEATS)
+        self.rewards = dict.fromkeys(SEATS, 0.0)
+        self._cumulative_rewards = dict.fromkeys(SEATS, 0.0)
+        self.terminations = dict.fromkeys(SEATS, False)
+        self.truncations = dict.fromkeys(SEATS, False)
+        self._actions_taken = dict.fromkeys(SEATS, 0)
+        self._news = {
+            first: ["A new game begins. You play X and move first."],
+            second: ["A new game begins. You play O."],
+        }
+        self.agent_selection = first
+        self.infos = {}
+        for seat in SEATS:
+            mark = self._marks[seat]
+            self.infos[seat] = {
+                "system_prompt": SYSTEM_PROMPT.format(mark=mark, other=B.other(mark)),
+                "tools": [],
+                **self._info(seat, None),
+            }
+        self._refresh_observations(outcome=None)
+
+    def step(self, action: str | None) -> None:
+        seat = self.agent_selection
+        if self.terminations[seat] or self.truncations[seat]:
+            self._was_dead_step(action)
+            return
+        if not isinstance(action, str):
+            raise TypeError(
+                f"Expected the action of {seat} to be a str (the completion), "
+                f"got {type(action).__name__}"
+            )
+        other = SEATS[1 - SEATS.index(seat)]
+        self._cumulative_rewards[seat] = 0.0
+        self.rewards = dict.fromkeys(self.agents, 0.0)
+        self._actions_taken[seat] += 1
+
+        move, reason = read_move(self._board, action)
+        outcome: str | None = None
+        if reason is not None:
+            # As in TicTacToe-v0: the board is unchanged and the same seat answers again.
+            self._news[seat] = []
+            self._observations[seat] = (
+                f"Invalid move: {explain_invalid(reason, self._board, action, move)} The board is "
+                f"unchanged.\n\n{status_text(self._board, self._marks[seat])}"
+            )
+            self.infos[seat] = {**self._info(seat, None), "agent_move": None, "opponent_move": None,
+                                "invalid_action": True, "invalid_reason": reason}
+        else:
+            self._board = B.apply_move(self._board, move)
+            self._news[seat] = [f"You played position {move}."]
+            self._news[other].append(f"Opponent ({self._marks[seat]}) played position {move}.")
+            outcome = self._outcome_of("X")
+            if outcome is None:
+                self.agent_selection = other
+            # The other seat's last action, if any, was a legal move (else it would still move).
+            self.infos[seat] = {**self._info(seat, outcome), "agent_move": move,
+                                "opponent_move": None, "invalid_action": False,
+                                "invalid_reason": None}
+            previous = self.infos[other]
+            self.infos[other] = {**self._info(other, outcome),
+                                 "agent_move": previous.get("agent_move"),
+                                 "opponent_move": move, "invalid_action": False,
+                                 "invalid_reason": None}
+            if self._actions_taken[other] == 0:  # the reset keys stay until the seat first acts
+                self.infos[other].update(system_prompt=previous["system_prompt"],
+                                         tools=previous["tools"])
+            self._refresh_observations(outcome)
+
+        if outcome is not None:
+            for s in SEATS:
+                self.rewards[s] = OUTCOME_REWARD[self._seat_outcome(s, outcome)]
+            self.terminations = dict.fromkeys(self.agents, True)
+        elif self._actions_taken[seat] >= self.max_actions_per_seat:
+            self.truncations = dict.fromkeys(self.agents, True)
+        for s in SEATS:
+            self.infos[s]["reward_components"] = {"outcome": float(self.rewards[s])}
+        self._accumulate_rewards()
+        if self.render_mode == "human":
+            self.render()
+
+    def render(self) -> str | None:
+        """``"ansi"``: the board as text; ``"human"``: print it; ``None``: nothing."""
+        if self.render_mode is None:
+            return None
+        text = render_board(self._board)
+        if self.render_mode == "human":
+            print(text)
+            return None
+        return text
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- internals ------------------------------------------------------------------------
+    def _outcome_of(self, mark: str) -> str | None:
+        """Outcome of the game for ``mark`` (``None`` while playing)."""
+        won = B.winner(self._board)
+        if won is not None:
+            return "win" if won == mark else "loss"
+        return "draw" if B.is_full(self._board) else None
+
+    def _seat_outcome(self, seat: str, outcome_for_x: str) -> str:
+        if self._marks[seat] == "X" or outcome_for_x == "draw":
+            return outcome_for_x
+        return "loss" if outcome_for_x == "win" else "win"
+
+    def _info(self, seat: str, outcome_for_x: str | None) -> dict[str, Any]:
+        """The keys every info of ``seat`` has (see the class docstring)."""
+        over = outcome_for_x is not None
+        return {
+            "task_id": f"tictactoe-{self._marks[seat]}-selfplay",
+            "agent_mark": self._marks[seat],
+            "board": self._board,
+            "legal_moves": B.legal_moves(self._board),
+            "to_move": None if over else self.agent_selection,
+            "outcome": self._seat_outcome(seat, outcome_for_x) if over else None,
+        }
+
+    def _refresh_observations(self, outcome: str | None) -> None:
+        """Rebuild both seats' observations after a reset or a legal move."""
+        for seat in SEATS:
+            news = " ".join(self._news[seat])
+            mark = self._marks[seat]
+            if outcome is not None:
+                result = self._seat_outcome(seat, outcome)
+                text = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}[result]
+                self._observations[seat] = (
+                    f"{news} {text}\n\n{render_board(self._board)}\n\nGame over: {result}."
+                )
+            elif seat == self.agent_selection:
+                self._observations[seat] = f"{news}\n\n{status_text(self._board, mark)}"
+            else:
+                self._observations[seat] = (
+                    f"{news}\n\n{render_board(self._board)}\n\n"
+                    f"Waiting for the opponent ({B.other(mark)})."
+                )
+
+
+def env(**kwargs: Any) -> AECEnv:
+    """Build the AEC env behind PettingZoo's ``OrderEnforcingWrapper`` (PettingZoo's convention).
+
+    Keyword arguments go to :class:`TicTacToeTextAEC`. PettingZoo's ``AssertOutOfBounds`` and
+    ``TerminateIllegal`` wrappers are not used: actions are text, and invalid ones are answered
+    with an explanation instead of ending the game.
+    """
+    return wrappers.OrderEnforcingWrapper(TicTacToeTextAEC(**kwargs))
