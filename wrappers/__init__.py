@@ -4,9 +4,10 @@ Each reward wrapper adds one named entry to ``info["reward_components"]``; the e
 sum to the step reward.
 """
 
+from textgym.wrappers.chat import ChatMessages
 from textgym.wrappers.format_reward import FormatReward
 from textgym.wrappers.invalid_action import InvalidActionPenalty
 from textgym.wrappers.opponent_skill import OpponentSkill
 from textgym.wrappers.structured import StructuredTicTacToe
 
-__all__ = ["FormatReward", "InvalidActionPenalty", "OpponentSkill", "StructuredTicTacToe"]
+__all__ = ["ChatMessages", "FormatReward", "InvalidActionPenalty", "OpponentSkill", "StructuredTicTacToe"]
