@@ -18,6 +18,10 @@ ENV_DESCRIPTIONS: dict[str, str] = {
     "<reversed_text> tags (normalized LCS similarity in [0, 1], + 0.1 format)",
     "textgym/GSM8K-v0": "grade-school math, final answer after #### or in \\boxed{} "
     "(1 if it equals the gold number, + 0.1 format; bundled sample set unless data_path/dataset)",
+    "textgym/EmailToolUse-v0": "carry out a generated email request by calling tools on a sandboxed "
+    "mailbox (1 if the final mailbox equals the gold outcome)",
+    "textgym/Workplace-v0": "WorkBench workplace tasks: call 27 tools on sandboxed tables "
+    "(1 if the final tables equal the gold outcome; bundled sample unless data_dir)",
 }
 
 
@@ -41,4 +45,18 @@ def register_envs() -> None:
             id="textgym/GSM8K-v0",
             entry_point="textgym.envs.gsm8k.env:GSM8KEnv",
             kwargs={"split": "test", "dataset": "sample", "format_weight": 0.1},
+        )
+    if "textgym/Workplace-v0" not in gym.registry:
+        gym.register(
+            id="textgym/Workplace-v0",
+            entry_point="textgym.envs.workplace.env:WorkplaceEnv",
+            max_episode_steps=10,
+            kwargs={"max_turns": 10, "max_calls_per_step": 32},
+        )
+    if "textgym/EmailToolUse-v0" not in gym.registry:
+        gym.register(
+            id="textgym/EmailToolUse-v0",
+            entry_point="textgym.envs.email_tool_use.env:EmailToolUseEnv",
+            max_episode_steps=10,
+            kwargs={"inbox_size": 20, "distractors": 2, "num_steps": 1, "max_turns": 10},
         )

@@ -26,7 +26,7 @@ def test_act_returns_the_gold_completion_per_conversation():
 def test_env_without_gold_is_a_clear_error():
     env = gym.make("textgym/TicTacToe-v0")
     _, info = env.reset(seed=0)
-    with pytest.raises(KeyError, match="gold_completion.*dataset envs"):
+    with pytest.raises(KeyError, match="gold_completion.*reference solution"):
         GoldPolicy().act([[]], [info])
 
 

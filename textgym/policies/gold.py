@@ -1,7 +1,9 @@
 """The gold policy: answers dataset tasks with the dataset's own solution.
 
-Dataset envs emit the reference completion at reset as ``info["gold_completion"]`` (see the
-Information section of :class:`textgym.envs.GSM8KEnv` and :class:`textgym.envs.ReverseTextEnv`).
+Envs with a reference solution emit the completion to play next as ``info["gold_completion"]``:
+single-turn dataset tasks at reset (:class:`textgym.envs.GSM8KEnv`,
+:class:`textgym.envs.ReverseTextEnv`), multi-turn tool tasks at reset and after every step (the
+gold tool calls, then a final answer; ``textgym/Workplace-v0``, ``textgym/EmailToolUse-v0``).
 Playing it back measures the verifier rather than a model: ``textgym eval textgym/GSM8K-v0
 --policy gold`` must score ``correct`` 1.0 on every problem, or the parser is wrong.
 """
@@ -28,7 +30,7 @@ class GoldPolicy:
 
     Raises:
         KeyError: from ``act`` when an info has no ``gold_completion`` string (an env that is
-            not a dataset task, such as ``textgym/TicTacToe-v0``).
+            without a reference solution, such as ``textgym/TicTacToe-v0``).
     """
 
     name = "gold"
@@ -45,7 +47,8 @@ class GoldPolicy:
             if not isinstance(gold, str):
                 raise KeyError(
                     f"The gold policy needs info[{GOLD_INFO_KEY!r}], the reference completion that "
-                    "dataset envs (textgym/GSM8K-v0, textgym/ReverseText-v0) emit at reset; got info "
+                    "envs with a reference solution (GSM8K-v0, ReverseText-v0, Workplace-v0, EmailToolUse-v0) "
+                    f"emit; got info "
                     f"keys {sorted(info)}. Use a policy made for this env instead (e.g. 'minimax' for "
                     "textgym/TicTacToe-v0)."
                 )
