@@ -1,4 +1,4 @@
-"""The ``textgym`` command line: ``list``, ``eval`` and ``play``.
+"""The ``textgym`` command line: ``list``, ``eval``, ``collect`` and ``play``.
 
 Bad arguments (unknown env id, malformed JSON, out-of-range values) print one line starting
 with ``textgym: error:`` and exit with code 2, like any argparse usage error.
@@ -138,11 +138,17 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory], dict[str, Any]]:
+    """Shared by ``eval`` and ``collect``: validate, build env and policy, play, summarize."""
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.group_size < 1 or args.episodes % args.group_size:
+        raise UsageError(
+            f"--episodes {args.episodes} is not a multiple of --group-size {args.group_size}; "
+            "use a multiple of the group size"
+        )
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
     wrappers = [w for w in args.wrappers.split(",") if w] if args.wrappers else []
     make_env = _env_factory(args.env_id, env_kwargs, wrappers)
@@ -150,14 +156,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
     stop = getattr(probe.unwrapped, "stop_strings", ())  # the task says where a completion may end
     probe.close()
     policy = _build_policy(args.policy, _policy_kwargs(args, stop))
-    seeds = [args.seed + i for i in range(args.episodes)]
+    # GRPO-style groups: the G copies of a task share one seed (same task, same opponent).
+    seeds = [args.seed + i // args.group_size for i in range(args.episodes)]
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     start = time.perf_counter()
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), disable=args.no_progress, transient=True) as progress:
-        task = progress.add_task(f"eval {args.env_id}", total=args.episodes)
+        task = progress.add_task(f"{description} {args.env_id}", total=args.episodes)
         trajectories = rollout(make_env, policy, seeds, batch_size=args.batch_size,
                                on_episode_end=lambda _t: progress.advance(task))
     elapsed = time.perf_counter() - start
@@ -170,12 +177,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
         "env_kwargs": env_kwargs,
         "wrappers": wrappers,
         "seed": args.seed,
+        "group_size": args.group_size,
         **summarize(trajectories),
         "elapsed_s": elapsed,
         "episodes_per_s": len(trajectories) / elapsed if elapsed > 0 else math.inf,
         "tokens_generated": tokens,
         "tokens_per_s": tokens / elapsed if tokens is not None and elapsed > 0 else None,
     }
+    return trajectories, summary
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    trajectories, summary = _play(args, "eval")
     _print_summary(summary)
     if args.output:
         _write_outputs(Path(args.output), summary, trajectories)
@@ -189,6 +202,26 @@ def _write_outputs(out_dir: Path, summary: dict[str, Any], trajectories: Sequenc
         for traj in trajectories:
             fh.write(traj.to_json() + "\n")
     print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'trajectories.jsonl'}")
+
+
+def cmd_collect(args: argparse.Namespace) -> int:
+    from textgym.collect import parse_filter, sft_record
+
+    try:
+        keep = parse_filter(args.filter) if args.filter else (lambda _t: True)
+    except ValueError as exc:
+        raise UsageError(f"--filter: {exc}") from None
+    trajectories, summary = _play(args, "collect")
+    kept = [t for t in trajectories if keep(t)]
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as fh:
+        for traj in kept:
+            fh.write(json.dumps(sft_record(traj), ensure_ascii=False) + "\n")
+    _print_summary(summary)
+    print(f"kept {len(kept)} of {len(trajectories)} episodes"
+          + (f" (filter: {args.filter})" if args.filter else "") + f"; wrote {out}")
+    return 0
 
 
 def cmd_play(args: argparse.Namespace) -> int:
@@ -222,24 +255,37 @@ def build_parser() -> argparse.ArgumentParser:
     p_list = sub.add_parser("list", help="list the registered environments")
     p_list.set_defaults(func=cmd_list)
 
+    def add_play_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("env_id", help="registered id, e.g. textgym/TicTacToe-v0")
+        p.add_argument("--policy", choices=[p for p in POLICY_NAMES if p != "human"], default="minimax")
+        p.add_argument("--model", default="gemma-3-270m",
+                       help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path")
+        p.add_argument("--episodes", type=int, default=100)
+        p.add_argument("--seed", type=int, default=0,
+                       help="group g of episodes is reset with seed + g (one group per episode by default)")
+        p.add_argument("--group-size", type=int, default=1,
+                       help="copies of each task sharing one seed, as in a GRPO group")
+        p.add_argument("--env-kwargs", default="{}", help="JSON object passed to gymnasium.make")
+        p.add_argument("--wrappers", default="",
+                       help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}")
+        p.add_argument("--batch-size", type=int, default=32,
+                       help="episodes played at once (and sequences per generate call)")
+        p.add_argument("--max-new-tokens", type=int, default=256)
+        p.add_argument("--temperature", type=float, default=0.7)
+        p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
     p_eval = sub.add_parser("eval", help="play episodes with a policy and report statistics")
-    p_eval.add_argument("env_id", help="registered id, e.g. textgym/TicTacToe-v0")
-    p_eval.add_argument("--policy", choices=[p for p in POLICY_NAMES if p != "human"], default="minimax")
-    p_eval.add_argument("--model", default="gemma-3-270m",
-                        help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path")
-    p_eval.add_argument("--episodes", type=int, default=100)
-    p_eval.add_argument("--seed", type=int, default=0, help="episode i is reset with seed + i")
-    p_eval.add_argument("--env-kwargs", default="{}", help="JSON object passed to gymnasium.make")
-    p_eval.add_argument("--wrappers", default="",
-                        help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}")
-    p_eval.add_argument("--batch-size", type=int, default=32,
-                        help="episodes played at once (and sequences per generate call)")
-    p_eval.add_argument("--max-new-tokens", type=int, default=256)
-    p_eval.add_argument("--temperature", type=float, default=0.7)
-    p_eval.add_argument("--top-p", type=float, default=1.0)
+    add_play_args(p_eval)
     p_eval.add_argument("--output", default=None, help="directory for summary.json and trajectories.jsonl")
-    p_eval.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p_eval.set_defaults(func=cmd_eval)
+
+    p_collect = sub.add_parser("collect", help="play episodes and write chat-format JSONL for SFT")
+    add_play_args(p_collect)
+    p_collect.add_argument("--output", required=True, help="JSONL file to write")
+    p_collect.add_argument("--filter", default=None,
+                           help="keep episodes matching e.g. 'outcome in win,draw' or 'return >= 0.5'")
+    p_collect.set_defaults(func=cmd_collect)
 
     p_play = sub.add_parser("play", help="play an environment yourself in the terminal")
     p_play.add_argument("env_id")

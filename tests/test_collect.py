@@ -1,0 +1,72 @@
+"""``textgym collect``: SFT records, the filter language and GRPO groups from the CLI."""
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import textgym  # noqa: F401
+from textgym.cli import main
+from textgym.collect import parse_filter, sft_record
+from textgym.policies import RandomPolicy
+from textgym.rollout import rollout
+
+
+def games(n=40):
+    return rollout(lambda: gym.make("textgym/TicTacToe-v0", opponent="random"), RandomPolicy(seed=0),
+                   list(range(n)), batch_size=8)
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("outcome in win,draw", lambda t: t.outcome in ("win", "draw")),
+        ("return >= 0.5", lambda t: t.episode_return >= 0.5),
+        ("outcome == loss and num_steps > 3", lambda t: t.outcome == "loss" and t.num_steps > 3),
+        ("component.outcome < 1", lambda t: t.component_totals()["outcome"] < 1),
+        ("invalid_actions == 0", lambda t: not any(t.invalid_actions)),
+    ],
+)
+def test_filter_matches_an_independent_predicate(expression, expected):
+    trajectories = games()
+    keep = parse_filter(expression)
+    assert [keep(t) for t in trajectories] == [expected(t) for t in trajectories]
+    assert 0 < sum(keep(t) for t in trajectories) < len(trajectories) or expression.startswith("invalid")
+
+
+@pytest.mark.parametrize("expression", ["outcome", "colour == red", "return >= high", "import os"])
+def test_bad_filters_are_rejected(expression):
+    with pytest.raises(ValueError):
+        parse_filter(expression)
+
+
+def test_sft_record_drops_only_the_final_observation():
+    (traj,) = games(1)
+    record = sft_record(traj)
+    assert record["messages"] == traj.messages[:-1]
+    assert record["messages"][-1]["role"] == "assistant"
+    assert record["final_observation"] == traj.messages[-1]["content"]
+
+
+def test_collect_output_loads_with_datasets_and_round_trips(tmp_path):
+    datasets = pytest.importorskip("datasets", reason="needs the data extra: pip install 'textgym[data]'")
+    out = tmp_path / "sft.jsonl"
+    assert main(["collect", "textgym/TicTacToe-v0", "--policy", "minimax", "--episodes", "12",
+                 "--group-size", "3", "--env-kwargs", '{"opponent": "random"}', "--filter", "outcome == win",
+                 "--output", str(out), "--no-progress"]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert records and all(r["outcome"] == "win" for r in records)
+    # Groups: episodes 3g..3g+2 share seed g.
+    assert {r["seed"] for r in records} <= set(range(4))
+    loaded = datasets.load_dataset("json", data_files=str(out), split="train")
+    assert len(loaded) == len(records)
+    assert [row["messages"] for row in loaded] == [r["messages"] for r in records]
+
+
+def test_group_size_gives_identical_copies(tmp_path):
+    assert main(["eval", "textgym/TicTacToe-v0", "--policy", "minimax", "--episodes", "8", "--group-size", "4",
+                 "--env-kwargs", '{"random_move_prob": 0.5}', "--output", str(tmp_path), "--no-progress"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]
+    first_obs = [r["messages"][1]["content"] for r in records]
+    assert len(set(first_obs[:4])) == 1 and len(set(first_obs[4:])) == 1
