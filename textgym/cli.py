@@ -31,6 +31,9 @@ _WRAPPERS: dict[str, Callable[[gym.Env], gym.Env]] = {
 }
 
 
+_DEFAULT_MODEL = "gemma-3-270m"
+
+
 class UsageError(Exception):
     """A bad command-line argument: reported in one line, exit code 2."""
 
@@ -81,6 +84,17 @@ def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, A
             "top_p": args.top_p,
             "batch_size": args.batch_size,
             "seed": args.seed,
+        }
+    if args.policy == "openai":
+        urls = [u.strip() for value in (args.base_url or []) for u in value.split(",") if u.strip()]
+        return {
+            "base_url": urls or "http://127.0.0.1:8000/v1",
+            "model": None if args.model == _DEFAULT_MODEL else args.model,  # None: first served
+            "max_tokens": args.max_new_tokens,
+            "temperature": args.temperature,
+            "top_p": args.top_p,
+            "seed": args.seed,
+            "stop": list(stop),
         }
     return {"seed": args.seed}
 
@@ -173,7 +187,7 @@ def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory],
     summary = {
         "env_id": args.env_id,
         "policy": args.policy,
-        "model": args.model if args.policy == "hf" else None,
+        "model": {"hf": args.model, "openai": getattr(policy, "model", None)}.get(args.policy),
         "env_kwargs": env_kwargs,
         "wrappers": wrappers,
         "seed": args.seed,
@@ -258,8 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     def add_play_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("env_id", help="registered id, e.g. textgym/TicTacToe-v0")
         p.add_argument("--policy", choices=[p for p in POLICY_NAMES if p != "human"], default="minimax")
-        p.add_argument("--model", default="gemma-3-270m",
-                       help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path")
+        p.add_argument("--model", default=_DEFAULT_MODEL,
+                       help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path; for "
+                            "--policy openai: a served model name (default: the first one served)")
+        p.add_argument("--base-url", action="append", default=None,
+                       help="for --policy openai: endpoint URL (default http://127.0.0.1:8000/v1); "
+                            "repeat or separate with commas to spread requests over several")
         p.add_argument("--episodes", type=int, default=100)
         p.add_argument("--seed", type=int, default=0,
                        help="group g of episodes is reset with seed + g (one group per episode by default)")

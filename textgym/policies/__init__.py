@@ -1,4 +1,5 @@
-"""Policies: scripted experts, gold answers, local Hugging Face models, a human at the terminal.
+"""Policies: scripted experts, gold answers, local Hugging Face models, OpenAI-compatible
+endpoints, a human at the terminal.
 
 :func:`make_policy` builds one by name; see :class:`Policy` for the protocol.
 """
@@ -31,6 +32,12 @@ def _hf(**kwargs: Any) -> Policy:
     return HFPolicy.from_name(**kwargs)
 
 
+def _openai(**kwargs: Any) -> Policy:
+    from textgym.policies.openai_compat import OpenAIPolicy  # the openai client only when asked for
+
+    return OpenAIPolicy(**kwargs)
+
+
 def _human(**kwargs: Any) -> Policy:
     from textgym.policies.human import HumanPolicy
 
@@ -42,13 +49,14 @@ _FACTORIES: dict[str, Callable[..., Policy]] = {
     "minimax": MinimaxPolicy,
     "gold": GoldPolicy,
     "hf": _hf,
+    "openai": _openai,
     "human": _human,
 }
 POLICY_NAMES = tuple(_FACTORIES)
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:
-    """Build a policy by name: ``random``, ``minimax``, ``gold``, ``hf`` or ``human``.
+    """Build a policy by name: ``random``, ``minimax``, ``gold``, ``hf``, ``openai`` or ``human``.
 
     Raises:
         ValueError: for an unknown name.

