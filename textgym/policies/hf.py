@@ -9,13 +9,13 @@ log-probabilities are what a policy-gradient trainer needs to score the rollout 
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from textgym.models import ensure_chat_template, load_model, stop_token_ids
+from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
 
 try:
@@ -130,24 +130,10 @@ class HFPolicy:
         Raises:
             ValueError: for an argument out of range.
         """
-        if (
-            isinstance(max_new_tokens, bool)
-            or not isinstance(max_new_tokens, int)
-            or max_new_tokens < 1
-        ):
-            raise ValueError(f"Expected max_new_tokens to be an int >= 1, got {max_new_tokens!r}")
-        if (
-            not isinstance(temperature, (int, float))
-            or not math.isfinite(temperature)
-            or temperature < 0
-        ):
-            raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
-        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-            raise ValueError(f"Expected top_k to be an int >= 0 (0 turns it off), got {top_k!r}")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"Expected batch_size to be an int >= 1, got {batch_size!r}")
+        check_int("max_new_tokens", max_new_tokens, 1)
+        check_sampling(temperature, top_p)
+        check_int("top_k", top_k, 0)  # 0 turns it off
+        check_int("batch_size", batch_size, 1)
         if isinstance(stop, str):
             raise ValueError(
                 f"Expected stop to be a list of strings, got the string {stop!r}; "

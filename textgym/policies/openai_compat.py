@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import json
-import math
 import os
 import random
 import re
@@ -31,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
 
 try:
@@ -293,26 +293,12 @@ class OpenAIPolicy:
         if not urls:
             raise ValueError("Expected at least one base_url, got none")
         self.base_urls = [_normalize_url(url) for url in urls]
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"Expected max_tokens to be an int >= 1, got {max_tokens!r}")
-        if (
-            not isinstance(temperature, (int, float))
-            or not math.isfinite(temperature)
-            or temperature < 0
-        ):
-            raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
-        if not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-            raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")
-        if (
-            isinstance(max_concurrency, bool)
-            or not isinstance(max_concurrency, int)
-            or max_concurrency < 1
-        ):
-            raise ValueError(f"Expected max_concurrency to be an int >= 1, got {max_concurrency!r}")
+        check_int("max_tokens", max_tokens, 1)
+        check_sampling(temperature, top_p)
+        check_int("max_concurrency", max_concurrency, 1)
         if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ValueError(f"Expected timeout_s > 0, got {timeout_s!r}")
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"Expected max_retries to be an int >= 0, got {max_retries!r}")
+        check_int("max_retries", max_retries, 0)
         if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
             raise ValueError(f"Expected backoff_s >= 0, got {backoff_s!r}")
         stop = [stop] if isinstance(stop, str) else list(stop or [])
