@@ -29,9 +29,10 @@ def games(n=40):
 )
 def test_filter_matches_an_independent_predicate(expression, expected):
     trajectories = games()
+    trajectories[0].invalid_actions[0] = True  # one episode for the invalid_actions clause to drop
     keep = parse_filter(expression)
     assert [keep(t) for t in trajectories] == [expected(t) for t in trajectories]
-    assert 0 < sum(keep(t) for t in trajectories) < len(trajectories) or expression.startswith("invalid")
+    assert 0 < sum(keep(t) for t in trajectories) < len(trajectories)  # the filter discriminates
 
 
 @pytest.mark.parametrize("expression", ["outcome", "colour == red", "return >= high", "import os"])

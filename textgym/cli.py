@@ -53,7 +53,14 @@ def _parse_env_kwargs(text: str) -> dict[str, Any]:
     return value
 
 
-def _env_factory(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]) -> Callable[[], gym.Env]:
+def _env_factory(
+    env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]
+) -> tuple[Callable[[], gym.Env], gym.Env]:
+    """Return a factory for the env and one env it built (to read attributes from, then close).
+
+    Raises:
+        UsageError: for an unknown id or wrapper, or kwargs the env rejects.
+    """
     if env_id not in gym.registry or not env_id.startswith("textgym/"):
         known = ", ".join(sorted(textgym.ENV_DESCRIPTIONS))
         raise UsageError(f"unknown env id {env_id!r}; expected one of: {known}")
@@ -68,10 +75,10 @@ def _env_factory(env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str
         return env
 
     try:  # build one env now so that bad kwargs fail here, with the env's own message
-        make().close()
+        probe = make()
     except (ValueError, TypeError) as exc:
         raise UsageError(f"cannot make {env_id} with {env_kwargs}: {exc}") from None
-    return make
+    return make, probe
 
 
 def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, Any]:
@@ -165,8 +172,7 @@ def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory],
         )
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
     wrappers = [w for w in args.wrappers.split(",") if w] if args.wrappers else []
-    make_env = _env_factory(args.env_id, env_kwargs, wrappers)
-    probe = make_env()
+    make_env, probe = _env_factory(args.env_id, env_kwargs, wrappers)
     stop = getattr(probe.unwrapped, "stop_strings", ())  # the task says where a completion may end
     probe.close()
     policy = _build_policy(args.policy, _policy_kwargs(args, stop))
@@ -242,10 +248,9 @@ def cmd_play(args: argparse.Namespace) -> int:
     from textgym.policies.human import HumanPolicy
 
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
-    make_env = _env_factory(args.env_id, env_kwargs, [])
-    env = make_env()
-    template = getattr(env.unwrapped, "action_template", None)
-    env.close()
+    make_env, probe = _env_factory(args.env_id, env_kwargs, [])
+    template = getattr(probe.unwrapped, "action_template", None)
+    probe.close()
     policy = HumanPolicy(action_template=template)
     print(f"Playing {args.env_id}. Type your answer and press Enter; Ctrl-D quits.")
     try:
