@@ -5,6 +5,7 @@ Every result JSON records these so that a reader can tell which code ran where.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -12,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO_ROOT", "dist_version", "git", "machine_info"]
+__all__ = ["REPO_ROOT", "dist_version", "git", "machine_info", "write_result"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,3 +50,11 @@ def machine_info() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "load_avg_1m_at_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
     }
+
+
+def write_result(path: str | Path, record: dict[str, Any]) -> None:
+    """Write a benchmark record as indented JSON (creating folders) and say where."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {path}")

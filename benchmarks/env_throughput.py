@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 import random
 import statistics
@@ -60,6 +59,7 @@ from _provenance import (  # sibling module of this script
     dist_version,
     git,
     machine_info,
+    write_result,
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
@@ -336,9 +336,7 @@ def main(argv: list[str] | None = None) -> int:
             "textgym_random_at_least_1x_pettingzoo": rel.get("textgym_random_vs_pettingzoo", 0.0) >= 1.0,
         },
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_result(args.output, result)
     return 0
 
 

@@ -31,7 +31,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -47,6 +46,7 @@ from _provenance import (  # sibling module of this script
     dist_version,
     git,
     machine_info,
+    write_result,
 )
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.envs.gsm8k.parsing import extract_final_answer, parse_number
@@ -250,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         "unit": "microseconds per episode (one completion scored)",
         "results": results,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_result(args.output, record)
     return 0
 
 

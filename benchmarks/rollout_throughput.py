@@ -17,14 +17,13 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from typing import Any
 
 import gymnasium as gym
 import torch
-from _provenance import REPO_ROOT, dist_version, git, machine_info  # sibling module of this script
+from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module of this script
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.policies.hf import HFPolicy
@@ -114,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
         "goals": {"env_share_below_5pct": all(r["env_share"] < 0.05 for r in rows)},
     }
-    with open(args.output, "w", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_result(args.output, record)
     return 0
 
 

@@ -26,7 +26,6 @@ torch first).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -38,6 +37,7 @@ from _provenance import (  # sibling module of this script
     dist_version,
     git,
     machine_info,
+    write_result,
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
@@ -214,9 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "goals": goals,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_result(args.output, result)
     return 0
 
 

@@ -13,7 +13,6 @@ Run: ``python benchmarks/tool_env_cost.py`` (writes benchmarks/results/tool_env_
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -25,6 +24,7 @@ from _provenance import (  # sibling module of this script
     dist_version,
     git,
     machine_info,
+    write_result,
 )
 from textgym.envs.email_tool_use import EmailToolUseEnv
 from textgym.envs.workplace import WorkplaceEnv
@@ -99,9 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "unit": "microseconds per call (mean per episode, median over repeats)",
         "results": results,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"wrote {args.output}")
+    write_result(args.output, record)
     return 0
 
 
