@@ -5,6 +5,13 @@ conversation of every live episode, makes **one** batched ``policy.act`` call, a
 env with its completion. Episodes end at different turns; a finished slot starts the next
 queued episode at once (continuous batching), so the policy always sees full batches until
 the queue runs dry.
+
+With a local model (a :class:`~textgym.policies.base.TokenPolicy` such as
+:class:`~textgym.policies.hf.HFPolicy`) the rollout is token-in / token-out: each episode keeps
+one token sequence, extended turn by turn with the generated ids and the tokenized new messages
+(:mod:`textgym.tokens`), and the policy generates from those ids directly. The trajectory then
+records the ids, the sampling log-probabilities and a loss mask that marks the generated tokens
+only: what a policy-gradient trainer needs, with no re-tokenization.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.policies.base import Message, Policy, conversation_start
+from textgym.policies.base import Completion, Message, Policy, TokenPolicy, conversation_start
 
 __all__ = ["Trajectory", "rollout"]
 
@@ -38,6 +45,14 @@ class Trajectory:
         terminated: Whether the last step terminated the episode.
         truncated: Whether it was truncated (time limit).
         outcome: ``info["outcome"]`` of the last step, if the env reports one.
+        token_ids: Token-in / token-out rollouts only (else empty): the episode as one token
+            sequence, ``[L]`` ints: the first prompt, then each completion's generated ids
+            followed by the template and observation ids of the next turn. It ends with the
+            last completion.
+        loss_mask: ``[L]`` ints, 1 exactly on the policy-generated ids, 0 on prompt, template
+            and environment ids.
+        token_logprobs: ``[L]`` floats, the sampling log-probability (natural log) of each
+            generated id; 0.0 where ``loss_mask`` is 0.
     """
 
     env_id: str | None
@@ -51,6 +66,27 @@ class Trajectory:
     terminated: bool = False
     truncated: bool = False
     outcome: str | None = None
+    token_ids: list[int] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    token_logprobs: list[float] = field(default_factory=list)
+
+    def extend_tokens(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
+        """Append ids to :attr:`token_ids`: generated ones when ``logprobs`` is given, else not.
+
+        Raises:
+            ValueError: ``logprobs`` is given with a length other than ``len(ids)``.
+        """
+        ids = [int(i) for i in ids]
+        if logprobs is not None and len(logprobs) != len(ids):
+            raise ValueError(
+                f"Expected one log-prob per generated id, got {len(logprobs)} log-probs for "
+                f"{len(ids)} ids"
+            )
+        self.token_ids.extend(ids)
+        self.loss_mask.extend([1 if logprobs is not None else 0] * len(ids))
+        self.token_logprobs.extend(
+            [float(x) for x in logprobs] if logprobs is not None else [0.0] * len(ids)
+        )
 
     @property
     def episode_return(self) -> float:
@@ -96,8 +132,9 @@ def rollout(
     seeds: Sequence[int | None],
     *,
     batch_size: int = 8,
-    options: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
+    token_level: bool | None = None,
 ) -> list[Trajectory]:
     """Play one episode per seed, up to ``batch_size`` at once; return them in seed order.
 
@@ -105,20 +142,33 @@ def rollout(
         make_env: Builds one env (e.g. ``lambda: gymnasium.make(env_id, **kwargs)``); called
             ``min(batch_size, len(seeds))`` times, and each env is reused across episodes.
         policy: Any :class:`~textgym.policies.Policy`.
-        seeds: One ``reset`` seed per episode. Equal seeds give a GRPO-style group: the same
-            task and the same opponent.
+        seeds: One ``reset`` seed per episode. Equal seeds (and equal options) give a GRPO-style
+            group: the same task and the same opponent.
         batch_size: Largest number of live episodes (conversations per policy call), >= 1.
-        options: ``reset`` options applied to every episode.
+        options: ``reset`` options: one mapping for every episode, or one per seed (e.g.
+            ``{"episode_index": g}`` for :class:`~textgym.wrappers.OpponentSkill`'s strata).
         on_episode_end: Called with each finished trajectory (e.g. to advance a progress bar).
+        token_level: Token-in / token-out (see the module docstring); ``None`` chooses it
+            whenever the policy is a :class:`~textgym.policies.base.TokenPolicy`.
 
     Returns:
         ``len(seeds)`` trajectories, ``result[i]`` played with ``seeds[i]``.
 
     Raises:
-        ValueError: if ``batch_size < 1`` or the policy returns the wrong number of completions.
+        ValueError: if ``batch_size < 1``, ``options`` is a sequence of the wrong length, the
+            policy returns the wrong number of completions, or ``token_level=True`` for a policy
+            that is not a ``TokenPolicy``.
     """
     if batch_size < 1:
         raise ValueError(f"Expected batch_size >= 1, got {batch_size}")
+    per_episode = _options_per_episode(options, len(seeds))
+    if token_level is None:
+        token_level = isinstance(policy, TokenPolicy)
+    elif token_level and not isinstance(policy, TokenPolicy):
+        raise ValueError(
+            f"token_level=True needs a TokenPolicy (prompt_ids, continuation_ids, generate); "
+            f"{type(policy).__name__} is not one"
+        )
     queue = list(range(len(seeds)))[::-1]
     results: list[Trajectory | None] = [None] * len(seeds)
     envs = [make_env() for _ in range(min(batch_size, len(seeds)))]
@@ -126,27 +176,27 @@ def rollout(
 
     def start(env: gym.Env) -> None:
         index = queue.pop()
-        obs, info = env.reset(seed=seeds[index], options=dict(options) if options else None)
+        obs, info = env.reset(seed=seeds[index], options=per_episode[index])
         spec_id = env.spec.id if env.spec is not None else None
         traj = Trajectory(env_id=spec_id, seed=seeds[index], task_id=info.get("task_id"))
         traj.messages = conversation_start(obs, info)
+        if token_level:
+            traj.extend_tokens(policy.prompt_ids(traj.messages, info))  # type: ignore[attr-defined]
         slots.append(_Slot(env, index, traj, info))
 
     for env in envs:
         start(env)
     try:
         while slots:
-            completions = policy.act([s.trajectory.messages for s in slots], [s.info for s in slots])
-            if len(completions) != len(slots):
-                raise ValueError(
-                    f"Policy {getattr(policy, 'name', policy)!r} returned {len(completions)} "
-                    f"completions for {len(slots)} conversations"
-                )
+            completions = _act(policy, slots, token_level)
             still_live: list[_Slot] = []
             finished_envs: list[gym.Env] = []
             for slot, completion in zip(slots, completions):
                 obs, reward, terminated, truncated, info = slot.env.step(completion.text)
                 traj = slot.trajectory
+                done = bool(terminated or truncated)
+                if token_level:
+                    _record_tokens(policy, traj, completion, obs, slot.info, done)
                 traj.messages.append({"role": "assistant", "content": completion.text})
                 traj.messages.append({"role": "user", "content": obs})
                 traj.rewards.append(float(reward))
@@ -154,7 +204,7 @@ def rollout(
                 traj.invalid_actions.append(bool(info.get("invalid_action", False)))
                 traj.finish_reasons.append(completion.finish_reason)
                 slot.info = info
-                if terminated or truncated:
+                if done:
                     traj.terminated, traj.truncated = bool(terminated), bool(truncated)
                     traj.outcome = info.get("outcome")
                     results[slot.index] = traj
@@ -171,3 +221,54 @@ def rollout(
         for env in envs:
             env.close()
     return [t for t in results if t is not None]
+
+
+def _options_per_episode(
+    options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None, count: int
+) -> list[dict[str, Any] | None]:
+    """One fresh ``reset`` options dict (or ``None``) per episode."""
+    if options is None or isinstance(options, Mapping):
+        return [dict(options) if options else None for _ in range(count)]
+    options = list(options)
+    if len(options) != count:
+        raise ValueError(
+            f"Expected one options mapping per seed ({count}), got {len(options)}; pass a "
+            "single mapping to use the same options for every episode"
+        )
+    return [dict(o) if o else None for o in options]
+
+
+def _act(policy: Policy, slots: list[_Slot], token_level: bool) -> list[Completion]:
+    """One batched policy call over the live episodes."""
+    if token_level:
+        completions = policy.generate([s.trajectory.token_ids for s in slots])  # type: ignore[attr-defined]
+    else:
+        completions = policy.act([s.trajectory.messages for s in slots], [s.info for s in slots])
+    if len(completions) != len(slots):
+        raise ValueError(
+            f"Policy {getattr(policy, 'name', policy)!r} returned {len(completions)} "
+            f"completions for {len(slots)} conversations"
+        )
+    return completions
+
+
+def _record_tokens(
+    policy: Policy,
+    traj: Trajectory,
+    completion: Completion,
+    obs: str,
+    info: Mapping[str, Any],
+    done: bool,
+) -> None:
+    """Append a completion's generated ids, then (unless the episode ended) the next prompt's."""
+    if completion.completion_ids is None or completion.logprobs is None:
+        raise ValueError(
+            f"Token-level rollouts need completion_ids and logprobs from the policy; "
+            f"{getattr(policy, 'name', policy)!r} returned a completion without them"
+        )
+    traj.extend_tokens(completion.completion_ids, completion.logprobs)
+    if not done:
+        new = [{"role": "user", "content": obs}]
+        traj.extend_tokens(
+            policy.continuation_ids(traj.messages, completion, new, info)  # type: ignore[attr-defined]
+        )

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Completion", "Message", "Policy", "conversation_start"]
+__all__ = ["Completion", "Message", "Policy", "TokenPolicy", "conversation_start"]
 
 #: One chat message: ``{"role": "system" | "user" | "assistant" | "tool", "content": str}``.
 Message = dict[str, Any]
@@ -51,6 +51,34 @@ class Policy(Protocol):
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
     ) -> list[Completion]:
         """Return one completion per conversation; ``infos[i]`` is the env's latest info."""
+        ...
+
+
+@runtime_checkable
+class TokenPolicy(Policy, Protocol):
+    """A policy that can also work on token ids (local models): token-in / token-out.
+
+    :func:`textgym.rollout.rollout` uses these methods instead of :meth:`Policy.act` to build
+    each episode's token sequence turn by turn (:mod:`textgym.tokens`), so a trainer scores
+    exactly the ids that were sampled.
+    """
+
+    def prompt_ids(self, messages: Sequence[Message], info: Mapping[str, Any]) -> list[int]:
+        """Ids ``[P]`` of the first prompt (messages plus the generation prompt)."""
+        ...
+
+    def continuation_ids(
+        self,
+        history: Sequence[Message],
+        completion: Completion,
+        new_messages: Sequence[Message],
+        info: Mapping[str, Any],
+    ) -> list[int]:
+        """Ids ``[C]`` between a completion and the next generation (none generated)."""
+        ...
+
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        """One completion per prompt of token ids, with ``completion_ids`` and ``logprobs``."""
         ...
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from textgym.models import ensure_chat_template, load_model, stop_token_ids
 from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
+from textgym.tokens import ChatTokenizer
 
 try:
     import torch
@@ -158,6 +159,7 @@ class HFPolicy:
         self.tokens_generated = 0
 
         ensure_chat_template(tokenizer)
+        self.chat_tokenizer = ChatTokenizer(tokenizer)
         self.eos_token_ids = stop_token_ids(tokenizer, model)
         pad = tokenizer.pad_token_id
         self._pad_token_id = pad if pad is not None else (self.eos_token_ids or [0])[0]
@@ -217,9 +219,45 @@ class HFPolicy:
                 f"and {len(infos)} infos"
             )
         prompts = [
-            self._encode(conversation, info)
+            self.prompt_ids(conversation, info)
             for conversation, info in zip(conversations, infos, strict=True)
         ]
+        return self.generate(prompts)
+
+    def prompt_ids(self, messages: Sequence[Message], info: Mapping[str, Any]) -> list[int]:
+        """Render a conversation with the chat template; return its prompt ids ``[P]``.
+
+        ``info.get("tools")`` is passed to the template (templates without tools ignore it).
+        """
+        return self.chat_tokenizer.prompt(messages, tools=info.get("tools"))
+
+    def continuation_ids(
+        self,
+        history: Sequence[Message],
+        completion: Completion,
+        new_messages: Sequence[Message],
+        info: Mapping[str, Any],
+    ) -> list[int]:
+        """Ids ``[C]`` after ``completion``: end of its turn, ``new_messages``, next prompt.
+
+        See :meth:`textgym.tokens.ChatTokenizer.continuation`.
+        """
+        return self.chat_tokenizer.continuation(
+            history, completion.completion_ids or [], new_messages, tools=info.get("tools")
+        )
+
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        """Sample one completion per prompt of token ids, ``batch_size`` prompts per call.
+
+        Args:
+            prompts: ``N`` lists of token ids ``[P_i]`` (no padding).
+
+        Returns:
+            ``N`` completions, as :meth:`act` describes.
+        """
+        prompts = [list(map(int, ids)) for ids in prompts]
+        if any(not ids for ids in prompts):
+            raise ValueError("Expected every prompt to hold at least one token, got an empty one")
         completions: list[Completion] = []
         was_training = getattr(self.model, "training", False)
         self.model.eval()
@@ -231,15 +269,6 @@ class HFPolicy:
                 self.model.train()
         self.tokens_generated += sum(len(c.completion_ids or ()) for c in completions)
         return completions
-
-    def _encode(self, conversation: Sequence[Message], info: Mapping[str, Any]) -> list[int]:
-        """Render one conversation with the chat template; return its prompt ids ``[P]``."""
-        text = self.tokenizer.apply_chat_template(
-            list(conversation), tools=info.get("tools"), add_generation_prompt=True, tokenize=False
-        )
-        bos = self.tokenizer.bos_token
-        add_special_tokens = not (bos and text.startswith(bos))  # the template may add BOS itself
-        return list(self.tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
 
     def _generate(self, prompts: list[list[int]]) -> list[Completion]:
         """One ``generate`` call over a micro-batch of tokenised prompts."""
