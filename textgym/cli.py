@@ -21,14 +21,11 @@ import textgym
 from textgym.evaluation import summarize
 from textgym.policies import POLICY_NAMES, Policy, make_policy
 from textgym.rollout import Trajectory, rollout
-from textgym.wrappers import FormatReward, InvalidActionPenalty
+from textgym.wrappers import REWARD_WRAPPERS
 
 __all__ = ["main"]
 
-_WRAPPERS: dict[str, Callable[[gym.Env], gym.Env]] = {
-    "format_reward": FormatReward,
-    "invalid_action_penalty": InvalidActionPenalty,
-}
+_WRAPPERS: dict[str, Callable[[gym.Env], gym.Env]] = REWARD_WRAPPERS
 
 
 _DEFAULT_MODEL = "gemma-3-270m"
@@ -103,6 +100,8 @@ def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, A
             "seed": args.seed,
             "stop": list(stop),
         }
+    if args.policy in ("random", "minimax"):
+        return {"seed": args.seed, "reasoning": not args.no_reasoning}
     return {"seed": args.seed}
 
 
@@ -297,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--temperature", type=float, default=0.7)
         p.add_argument("--top-p", type=float, default=1.0)
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+        p.add_argument("--no-reasoning", action="store_true",
+                       help="random/minimax: answer <move>N</move> without a <think> block")
 
     p_eval = sub.add_parser("eval", help="play episodes with a policy and report statistics")
     add_play_args(p_eval)

@@ -165,13 +165,41 @@ class ChatTokenizer:
         closing = self._drop_generated_end(closing, completion_ids)
         return self.encode_text(closing + after[len(closed) :], first=False)
 
+    def end_of_turn_token(self) -> str | None:
+        """The special token that opens the template's closing of an assistant turn, if any
+        (``<|im_end|>`` for ChatML, ``<end_of_turn>`` for Gemma): what a model must generate to
+        end its turn."""
+        history = [{"role": "user", "content": "x"}]
+        closed = self.render(
+            [*history, {"role": "assistant", "content": _SENTINEL}], add_generation_prompt=False
+        )
+        closing = closed[closed.rfind(_SENTINEL) + len(_SENTINEL) :]
+        specials = sorted(self._special_tokens(), key=len, reverse=True)
+        return next((t for t in specials if t and closing.startswith(t)), None)
+
+    def assistant_ids(self, content: str) -> list[int]:
+        """Ids a model should generate for an assistant turn: the content, then the
+        end-of-turn token (SFT targets built the way a completion is sampled).
+
+        Returns:
+            ``[T]`` token ids.
+        """
+        ids = self.encode_text(content, first=False)
+        end = self.end_of_turn_token()
+        if end is not None:
+            ids.append(int(self.tokenizer.convert_tokens_to_ids(end)))
+        return ids
+
+    def _special_tokens(self) -> set[str]:
+        special = set(getattr(self.tokenizer, "all_special_tokens", ()))
+        special |= {str(t) for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values()}
+        return special
+
     def _drop_generated_end(self, closing: str, completion_ids: Sequence[int]) -> str:
         """Remove from ``closing`` the end-of-turn token the completion already generated."""
         if not completion_ids:
             return closing
         last = self.tokenizer.convert_ids_to_tokens(int(completion_ids[-1]))
-        special = set(getattr(self.tokenizer, "all_special_tokens", ()))
-        special |= {str(t) for t in getattr(self.tokenizer, "added_tokens_decoder", {}).values()}
-        if isinstance(last, str) and last in special and closing.startswith(last):
+        if isinstance(last, str) and last in self._special_tokens() and closing.startswith(last):
             return closing[len(last) :]
         return closing

@@ -10,4 +10,17 @@ from textgym.wrappers.invalid_action import InvalidActionPenalty
 from textgym.wrappers.opponent_skill import OpponentSkill
 from textgym.wrappers.structured import StructuredTicTacToe
 
-__all__ = ["ChatMessages", "FormatReward", "InvalidActionPenalty", "OpponentSkill", "StructuredTicTacToe"]
+__all__ = [
+    "REWARD_WRAPPERS",
+    "ChatMessages",
+    "FormatReward",
+    "InvalidActionPenalty",
+    "OpponentSkill",
+    "StructuredTicTacToe",
+]
+
+#: Reward wrappers by the name the CLI and the trainers use (``--wrappers``), default arguments.
+REWARD_WRAPPERS = {
+    "format_reward": FormatReward,
+    "invalid_action_penalty": InvalidActionPenalty,
+}

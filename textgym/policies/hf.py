@@ -224,6 +224,15 @@ class HFPolicy:
         ]
         return self.generate(prompts)
 
+    def sampling_state(self) -> object:
+        """State of the policy's own sampling RNG (``None`` without ``seed``), for checkpoints."""
+        return self._seeds.getstate() if self._seeds is not None else None
+
+    def set_sampling_state(self, state: object) -> None:
+        """Restore :meth:`sampling_state` (a resumed run then samples as the original would)."""
+        if state is not None and self._seeds is not None:
+            self._seeds.setstate(state)  # type: ignore[arg-type]
+
     def prompt_ids(self, messages: Sequence[Message], info: Mapping[str, Any]) -> list[int]:
         """Render a conversation with the chat template; return its prompt ids ``[P]``.
 

@@ -1,7 +1,8 @@
 """Scripted tic-tac-toe experts that answer with well-formed completions.
 
 They read the board from the env's ``info`` (``info["board"]``, ``info["legal_moves"]``), not
-from the observation text, and answer in the task's format: ``<think>...</think><move>N</move>``.
+from the observation text, and answer in the task's format: ``<think>...</think><move>N</move>``,
+or only ``<move>N</move>`` with ``reasoning=False`` (short SFT targets for small models).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ class _TicTacToeExpert:
 
     name = "scripted"
 
-    def __init__(self, seed: int | None = None):
+    def __init__(self, seed: int | None = None, reasoning: bool = True):
         self._rng = np.random.default_rng(seed)
+        self.reasoning = bool(reasoning)
 
     def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
         """Return ``(move, reasoning)`` for a board with at least one legal move."""
@@ -47,7 +49,8 @@ class _TicTacToeExpert:
             if not legal:
                 raise ValueError(f"{type(self).__name__} was asked to move on a finished board {board!r}")
             move, reasoning = self.choose(board, legal)
-            out.append(Completion(f"<think>{reasoning}</think><move>{move}</move>"))
+            think = f"<think>{reasoning}</think>" if self.reasoning else ""
+            out.append(Completion(f"{think}<move>{move}</move>"))
         return out
 
 
@@ -56,6 +59,7 @@ class RandomPolicy(_TicTacToeExpert):
 
     Args:
         seed: Seed of the policy's own generator.
+        reasoning: Write a ``<think>`` block before the move.
     """
 
     name = "random"
@@ -69,6 +73,7 @@ class MinimaxPolicy(_TicTacToeExpert):
 
     Args:
         seed: Seed of the tie-breaking generator.
+        reasoning: Write a ``<think>`` block (the optimal moves) before the move.
     """
 
     name = "minimax"

@@ -1,0 +1,351 @@
+"""Pieces shared by the SFT and GRPO trainers: devices, models, batches, log-probs, checkpoints.
+
+Both trainers score token sequences with the same chunked log-prob function
+(:func:`textgym.algos.losses.selected_log_probs`), so the warm-up and the RL stage see identical
+numerics, and both save checkpoints in the same layout, so ``textgym train --model`` can start
+from a ``textgym sft`` output directory:
+
+``checkpoint-{step}/`` holds the model (``save_pretrained``: full weights or, with LoRA, the
+adapter), the tokenizer, ``trainer_state.pt`` (optimizer, scheduler, RNG states, step, extra
+trainer state) and ``config.json`` (the trainer's arguments).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from textgym.algos.losses import selected_log_probs
+
+__all__ = [
+    "TokenBatch",
+    "autocast",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "make_token_batch",
+    "prepare_model",
+    "resolve_device",
+    "rng_state",
+    "save_checkpoint",
+    "sequence_log_probs",
+    "set_rng_state",
+]
+
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; anything else as ``torch.device``.
+
+    Raises:
+        ValueError: CUDA was asked for and is not available.
+    """
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    resolved = torch.device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"Expected a CUDA device for device={device!r}, but CUDA is not available; use device='cpu'")
+    return resolved
+
+
+def autocast(device: torch.device, bf16: bool) -> Any:
+    """bf16 autocast on CUDA when asked for; a no-op context otherwise (CPU trains in fp32)."""
+    if bf16 and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+def prepare_model(
+    model: Any,
+    *,
+    gradient_checkpointing: bool = False,
+    lora_rank: int = 0,
+    lora_alpha: int = 16,
+    lora_dropout: float = 0.0,
+) -> Any:
+    """Make a loaded causal LM trainable: optional gradient checkpointing and LoRA (``peft``).
+
+    Args:
+        model: A ``transformers`` causal LM.
+        gradient_checkpointing: Recompute decoder activations in the backward pass.
+        lora_rank: 0 trains every weight; > 0 wraps the model with LoRA adapters of this rank
+            on all linear projections (Hu et al., 2021), the base weights frozen.
+        lora_alpha: LoRA scaling numerator (scale = alpha / rank).
+        lora_dropout: Dropout on the LoRA input.
+
+    Returns:
+        The model to train (a ``peft`` model when ``lora_rank > 0``), in train mode.
+
+    Raises:
+        ImportError: ``lora_rank > 0`` without ``peft`` installed.
+    """
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if lora_rank > 0:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError(f"LoRA needs peft ({error}); pip install peft") from error
+        config = LoraConfig(
+            r=lora_rank,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            target_modules="all-linear",
+            task_type="CAUSAL_LM",
+        )
+        model = get_peft_model(model, config)
+        if gradient_checkpointing:
+            model.enable_input_require_grads()
+    model.train()
+    return model
+
+
+class TokenBatch:
+    """Right-padded next-token batch built from token sequences.
+
+    Attributes:
+        input_ids: ``[B, L-1]`` long, tokens ``0..L-2`` of each sequence (L = longest).
+        attention_mask: ``[B, L-1]`` long, 1 on real tokens.
+        targets: ``[B, L-1]`` long, tokens ``1..L-1``: what each position predicts.
+        loss_mask: ``[B, L-1]`` float32, 1 where the target carries loss.
+        sampler_logprobs: ``[B, L-1]`` float32, the rollout's log-probs of the targets (0 where
+            unknown).
+    """
+
+    def __init__(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        targets: torch.Tensor,
+        loss_mask: torch.Tensor,
+        sampler_logprobs: torch.Tensor,
+    ) -> None:
+        self.input_ids = input_ids
+        self.attention_mask = attention_mask
+        self.targets = targets
+        self.loss_mask = loss_mask
+        self.sampler_logprobs = sampler_logprobs
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: torch.Tensor | Sequence[int] | slice) -> TokenBatch:
+        """The sub-batch of ``rows``, trimmed of columns that are padding in all of them."""
+        parts = [t[rows] for t in self._tensors()]
+        width = int(parts[1].sum(dim=1).max().item()) if parts[1].numel() else 0
+        return TokenBatch(*(t[:, :width] for t in parts))
+
+    def to(self, device: torch.device) -> TokenBatch:
+        return TokenBatch(*(t.to(device) for t in self._tensors()))
+
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.input_ids, self.attention_mask, self.targets, self.loss_mask, self.sampler_logprobs)
+
+
+def make_token_batch(
+    sequences: Sequence[Sequence[int]],
+    loss_masks: Sequence[Sequence[int]],
+    logprobs: Sequence[Sequence[float]] | None = None,
+    *,
+    pad_token_id: int = 0,
+) -> TokenBatch:
+    """Right-pad token sequences into a next-token batch.
+
+    Args:
+        sequences: ``B`` sequences of token ids ``[L_i]``, each of length >= 2.
+        loss_masks: ``B`` masks ``[L_i]`` (1 on tokens that carry loss).
+        logprobs: Optional ``B`` lists ``[L_i]`` of sampling log-probs.
+        pad_token_id: Id written in padding (never attended to, never scored).
+
+    Raises:
+        ValueError: lengths disagree or a sequence is shorter than 2 tokens.
+    """
+    if len(sequences) != len(loss_masks) or (logprobs is not None and len(logprobs) != len(sequences)):
+        raise ValueError("Expected one loss mask (and one log-prob list) per sequence")
+    for i, (ids, mask) in enumerate(zip(sequences, loss_masks)):
+        if len(ids) < 2 or len(mask) != len(ids) or (logprobs is not None and len(logprobs[i]) != len(ids)):
+            raise ValueError(
+                f"Sequence {i}: expected >= 2 tokens and a mask (and log-probs) of the same "
+                f"length, got {len(ids)} tokens, {len(mask)} mask entries"
+            )
+    width = max(len(ids) for ids in sequences) - 1
+    batch = len(sequences)
+    input_ids = torch.full((batch, width), pad_token_id, dtype=torch.long)  # [B, L-1]
+    targets = torch.full((batch, width), pad_token_id, dtype=torch.long)  # [B, L-1]
+    attention = torch.zeros((batch, width), dtype=torch.long)  # [B, L-1]
+    loss_mask = torch.zeros((batch, width), dtype=torch.float32)  # [B, L-1]
+    sampled = torch.zeros((batch, width), dtype=torch.float32)  # [B, L-1]
+    for i, ids in enumerate(sequences):
+        n = len(ids) - 1
+        row = torch.as_tensor(list(ids), dtype=torch.long)
+        input_ids[i, :n], targets[i, :n] = row[:-1], row[1:]
+        attention[i, :n] = 1
+        loss_mask[i, :n] = torch.as_tensor(list(loss_masks[i][1:]), dtype=torch.float32)
+        if logprobs is not None:
+            sampled[i, :n] = torch.as_tensor(list(logprobs[i][1:]), dtype=torch.float32)
+    return TokenBatch(input_ids, attention, targets, loss_mask, sampled)
+
+
+def _decoder_and_head(model: Any) -> tuple[Any, Any]:
+    """The decoder stack and the LM head of a causal LM (through a ``peft`` wrapper)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def sequence_log_probs(
+    model: Any,
+    batch: TokenBatch,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of each target token under ``model``, without full-vocabulary logits.
+
+    Runs the decoder once, then the LM head chunk by chunk
+    (:func:`~textgym.algos.losses.selected_log_probs`), so at most ``chunk_size * V`` float32
+    logits exist at a time, in the forward and the backward pass.
+
+    Args:
+        model: A causal LM (or a ``peft`` wrapper of one).
+        batch: The token batch (on the model's device).
+        temperature: Logits are divided by it, as when sampling (> 0).
+        chunk_size: Positions per LM-head chunk.
+        with_entropy: Also return the per-position entropy (detached).
+
+    Returns:
+        ``(logp, entropy)``: ``[B, L-1]`` float32 each (entropy ``None`` unless asked for).
+    """
+    decoder, head = _decoder_and_head(model)
+    hidden = decoder(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+    ).last_hidden_state  # [B, L-1, H]
+    softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    return selected_log_probs(
+        hidden,
+        head,
+        batch.targets,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        softcap=softcap,
+        with_entropy=with_entropy,
+    )
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, NumPy, torch (and CUDA) global RNG states."""
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save_checkpoint(
+    output_dir: str | Path,
+    step: int,
+    *,
+    model: Any,
+    tokenizer: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    config: Any,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write ``output_dir/checkpoint-{step}`` (see the module docstring); return its path.
+
+    The directory is written under a temporary name and renamed at the end, so a run killed
+    while saving never leaves a checkpoint that looks complete.
+    """
+    final = Path(output_dir) / f"checkpoint-{step}"
+    scratch = Path(output_dir) / f".checkpoint-{step}.tmp"
+    scratch.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(scratch)
+    tokenizer.save_pretrained(scratch)
+    torch.save(
+        {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "rng": rng_state(),
+            "extra": dict(extra or {}),
+        },
+        scratch / "trainer_state.pt",
+    )
+    (scratch / "trainer_config.json").write_text(json.dumps(asdict(config), indent=2, default=str) + "\n")
+    if final.exists():
+        import shutil
+
+        shutil.rmtree(final)
+    scratch.rename(final)
+    return final
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The ``checkpoint-{step}`` directory with the largest step, or ``None``."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return None
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := _CHECKPOINT.match(p.name))]
+    return max(found)[1] if found else None
+
+
+def load_checkpoint(
+    path: str | Path, *, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any
+) -> dict[str, Any]:
+    """Load weights, optimizer, scheduler and RNG states from a checkpoint into live objects.
+
+    Returns:
+        The saved trainer state (``step``, ``extra``).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a complete checkpoint.
+    """
+    path = Path(path)
+    state_file = path / "trainer_state.pt"
+    if not state_file.exists():
+        raise FileNotFoundError(f"Expected a checkpoint directory with trainer_state.pt, got {path}")
+    _load_weights(model, path)
+    state = torch.load(state_file, weights_only=False)
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state["rng"])
+    return state
+
+
+def _load_weights(model: Any, path: Path) -> None:
+    """Copy saved weights (full model or LoRA adapter) into ``model`` in place."""
+    if hasattr(model, "load_adapter") and (path / "adapter_config.json").exists():
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        set_peft_model_state_dict(model, load_file(str(path / "adapter_model.safetensors")))
+        return
+    from transformers import AutoModelForCausalLM
+
+    saved = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype)
+    missing, unexpected = model.load_state_dict(saved.state_dict(), strict=False)
+    if unexpected or [m for m in missing if "lm_head" not in m]:
+        raise ValueError(f"Checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")

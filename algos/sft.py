@@ -1,0 +1,207 @@
+"""Supervised fine-tuning on chat records (``textgym sft``): the warm-up before GRPO.
+
+Reads the JSONL that ``textgym collect`` writes (one ``{"messages": [...]}`` record per
+episode, e.g. minimax games), builds each conversation's token sequence turn by turn exactly as
+a token-in / token-out rollout would (:class:`textgym.tokens.ChatTokenizer`: an assistant turn
+is its content followed by the end-of-turn token), and minimises the negative log-likelihood of
+the assistant tokens only; system, user, tool and template tokens carry no loss.
+
+The loss is the token mean over each optimizer batch, with the normaliser counted over the
+whole batch before it is split into micro-batches, so gradient accumulation does not change the
+update. Log-probs come from the same chunked function as GRPO's
+(:func:`textgym.algos.common.sequence_log_probs`). We write this loop instead of using TRL's
+``SFTTrainer`` for that reason: the warm-up and the RL stage then share masks, numerics and the
+checkpoint layout, and TRL stays a benchmark-only dependency.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from textgym.algos.common import (
+    autocast,
+    make_token_batch,
+    prepare_model,
+    resolve_device,
+    sequence_log_probs,
+)
+from textgym.algos.metrics import MetricsLogger, plot_metrics
+from textgym.data import read_jsonl
+from textgym.models import load_model
+from textgym.tokens import ChatTokenizer
+
+__all__ = ["SFTConfig", "conversation_tokens", "train"]
+
+
+@dataclass
+class SFTConfig:
+    """Arguments of :func:`train`; every field is a ``textgym sft`` flag."""
+
+    data: str
+    """JSONL of chat records with a ``messages`` list (``textgym collect`` output)."""
+    model: str = "tiny"
+    """Model to fine-tune: ``tiny``, ``gemma-3-270m``, a local directory or a Hugging Face id."""
+    output_dir: str = "runs/sft"
+    """Where the fine-tuned model (``save_pretrained``), metrics and plots go."""
+    epochs: int = 1
+    """Passes over the data."""
+    batch_size: int = 16
+    """Conversations per optimizer step."""
+    micro_batch_size: int = 16
+    """Conversations per forward/backward pass."""
+    learning_rate: float = 1e-4
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, in optimizer steps."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 turns it off)."""
+    max_length: int = 4096
+    """Longest token sequence; longer conversations are dropped (and counted), never cut."""
+    seed: int = 0
+    """Seed of the shuffling."""
+    logprob_chunk_size: int = 1024
+    """Positions per LM-head chunk (memory: chunk x vocab x 4 bytes)."""
+    device: str = "auto"
+    """``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``."""
+    bf16: bool = True
+    """bf16 autocast on CUDA (ignored on CPU)."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass."""
+    lora_rank: int = 0
+    """0: full fine-tuning; > 0: LoRA of this rank, merged into the weights when saving."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars."""
+    log_every: int = 10
+    """Log every this many optimizer steps."""
+
+    steps_per_epoch: int = field(init=False, default=0)
+    """Derived when the data is read."""
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "micro_batch_size", "max_length", "logprob_chunk_size", "log_every"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
+        if not Path(self.data).is_file():
+            raise ValueError(f"Expected data to be a JSONL file, got {self.data!r} (not found); make one with `textgym collect`")
+
+
+def conversation_tokens(chat: ChatTokenizer, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Token ids ``[L]`` and loss mask ``[L]`` of one conversation, assistant tokens masked in.
+
+    Messages after the last assistant turn carry no loss and are dropped.
+
+    Raises:
+        ValueError: no assistant message, or one before any user/system message.
+    """
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    if last < 1:
+        raise ValueError("Expected a conversation with a prompt and at least one assistant message")
+    ids: list[int] = []
+    mask: list[int] = []
+    previous, previous_ids = -1, []
+    for i in [i for i, m in enumerate(messages[: last + 1]) if m.get("role") == "assistant"]:
+        if previous < 0:
+            piece = chat.prompt(messages[:i])
+        else:
+            piece = chat.continuation(messages[:previous], previous_ids, messages[previous + 1 : i])
+        previous, previous_ids = i, chat.assistant_ids(messages[i].get("content") or "")
+        ids += piece + previous_ids
+        mask += [0] * len(piece) + [1] * len(previous_ids)
+    return ids, mask
+
+
+def train(config: SFTConfig) -> dict[str, Any]:
+    """Fine-tune ``config.model`` on ``config.data``; save it to ``config.output_dir``.
+
+    Returns:
+        Summary: ``conversations``, ``dropped_too_long``, ``steps``, ``final_loss`` (mean NLL per
+        assistant token over the last logged steps, nats), ``elapsed_s``.
+
+    Raises:
+        ValueError: the data holds no usable conversation.
+    """
+    device = resolve_device(config.device)
+    out = Path(config.output_dir)
+    model, tokenizer = load_model(config.model, device=device)
+    chat = ChatTokenizer(tokenizer)
+    sequences, dropped = _read_conversations(config, chat)
+    model = prepare_model(model, gradient_checkpointing=config.gradient_checkpointing, lora_rank=config.lora_rank)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                                  lr=config.learning_rate, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0)
+    order = random.Random(config.seed)
+    config.steps_per_epoch = -(-len(sequences) // config.batch_size)
+    began, step, window = time.perf_counter(), 0, []
+    with MetricsLogger(out, tensorboard=config.tensorboard) as logger:
+        for epoch in range(config.epochs):
+            indices = list(range(len(sequences)))
+            order.shuffle(indices)
+            for start in range(0, len(indices), config.batch_size):
+                batch = [sequences[i] for i in indices[start : start + config.batch_size]]
+                loss, tokens = _sft_step(model, optimizer, batch, config, device, tokenizer.pad_token_id or 0)
+                scheduler.step()
+                step += 1
+                window.append(loss)
+                if step % config.log_every == 0 or step == config.steps_per_epoch * config.epochs:
+                    logger.log(step, {"loss": sum(window) / len(window), "epoch": epoch, "tokens": tokens,
+                                      "lr": scheduler.get_last_lr()[0], "elapsed_s": time.perf_counter() - began})
+                    final_loss, window = sum(window) / len(window), []
+    model = model.merge_and_unload() if config.lora_rank > 0 else model
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    plot_metrics(out / "metrics.jsonl", out / "plots")
+    summary = {"conversations": len(sequences), "dropped_too_long": dropped, "steps": step,
+               "final_loss": final_loss, "elapsed_s": time.perf_counter() - began}
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _read_conversations(config: SFTConfig, chat: ChatTokenizer) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """Tokenized ``(ids, mask)`` of every record, and how many were too long to keep."""
+    sequences, dropped = [], 0
+    for line, record in enumerate(read_jsonl(config.data), start=1):
+        messages = record.get("messages") if isinstance(record, dict) else None
+        if not isinstance(messages, list):
+            raise ValueError(f"{config.data}:{line}: expected a record with a 'messages' list")
+        ids, mask = conversation_tokens(chat, messages)
+        if len(ids) > config.max_length:
+            dropped += 1
+            continue
+        sequences.append((ids, mask))
+    if not sequences:
+        raise ValueError(f"No conversation of {config.data} fits max_length={config.max_length} ({dropped} dropped)")
+    return sequences, dropped
+
+
+def _sft_step(model: Any, optimizer: torch.optim.Optimizer, batch: list[tuple[list[int], list[int]]],
+              config: SFTConfig, device: torch.device, pad_token_id: int) -> tuple[float, float]:
+    """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count)."""
+    tokens = make_token_batch([ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=pad_token_id)
+    normalizer = max(float(tokens.loss_mask.sum()), 1.0)  # the whole batch: accumulation-invariant
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for start in range(0, len(tokens), config.micro_batch_size):
+        micro = tokens.select(slice(start, start + config.micro_batch_size)).to(device)
+        with autocast(device, config.bf16):
+            logp, _ = sequence_log_probs(model, micro, chunk_size=config.logprob_chunk_size)  # [b, L-1]
+        loss = -(logp * micro.loss_mask).sum() / normalizer
+        loss.backward()
+        total += float(loss.detach())
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.max_grad_norm > 0:
+        torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+    optimizer.step()
+    return total, normalizer
