@@ -210,11 +210,13 @@ def sequence_log_probs(
     chunk_size: int = 1024,
     with_entropy: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs of each target token under ``model``, without full-vocabulary logits.
+    """Log-probs of the loss tokens under ``model``, without full-vocabulary logits.
 
-    Runs the decoder once, then the LM head chunk by chunk
-    (:func:`~textgym.algos.losses.selected_log_probs`), so at most ``chunk_size * V`` float32
-    logits exist at a time, in the forward and the backward pass.
+    Runs the decoder once, then the LM head only at positions whose target carries loss
+    (``batch.loss_mask > 0``), chunk by chunk (:func:`~textgym.algos.losses.selected_log_probs`):
+    at most ``chunk_size * V`` float32 logits exist at a time, in the forward and the backward
+    pass, and prompt, observation and padding positions cost no LM-head work (for Gemma's
+    262,144-entry vocabulary the head dominates the step otherwise).
 
     Args:
         model: A causal LM (or a ``peft`` wrapper of one).
@@ -224,22 +226,29 @@ def sequence_log_probs(
         with_entropy: Also return the per-position entropy (detached).
 
     Returns:
-        ``(logp, entropy)``: ``[B, L-1]`` float32 each (entropy ``None`` unless asked for).
+        ``(logp, entropy)``: ``[B, L-1]`` float32 each, 0.0 where ``loss_mask`` is 0 (entropy
+        ``None`` unless asked for).
     """
     decoder, head = _decoder_and_head(model)
     hidden = decoder(
         input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
     ).last_hidden_state  # [B, L-1, H]
+    scored = batch.loss_mask > 0  # [B, L-1] bool
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
-    return selected_log_probs(
-        hidden,
+    picked, entropy = selected_log_probs(
+        hidden[scored][None],  # [1, N, H], N = loss positions
         head,
-        batch.targets,
+        batch.targets[scored][None],  # [1, N]
         temperature=temperature,
         chunk_size=chunk_size,
         softcap=softcap,
         with_entropy=with_entropy,
     )
+    logp = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)  # [B, L-1]
+    logp = logp.masked_scatter(scored, picked[0])
+    if entropy is not None:
+        entropy = torch.zeros_like(logp).masked_scatter(scored, entropy[0])  # [B, L-1]
+    return logp, entropy
 
 
 def rng_state() -> dict[str, Any]:

@@ -85,7 +85,7 @@ class GRPOConfig:
     """Where checkpoints, ``metrics.jsonl``, TensorBoard logs and plots go."""
     env_id: str = "textgym/TicTacToe-v0"
     """Registered env to train on."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
     """Keyword arguments of ``gymnasium.make``."""
     wrappers: tuple[str, ...] = ("invalid_action_penalty",)
     """Reward wrappers applied in order (``format_reward``, ``invalid_action_penalty``)."""
@@ -327,8 +327,9 @@ def _train_on(
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
     metrics = {"zero_variance_fraction": float(flat.float().mean()), "advantage_abs_mean": float(advantages.abs().mean())}
-    if not keep.any():
-        return metrics | {"loss": 0.0, "skipped_update": 1.0}
+    if not keep.any():  # same keys every step (NaN is written as null), so plots have no gaps in kind
+        skipped = ("loss", "grad_norm", "clip_fraction", "ratio_mean", "kl", "entropy", "sampler_logprob_gap")
+        return metrics | dict.fromkeys(skipped, float("nan")) | {"loss_tokens": 0.0, "skipped_update": 1.0}
 
     kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
     masks = [_loss_mask(t, config.mask_truncated) for t in kept]

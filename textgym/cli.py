@@ -311,6 +311,11 @@ def build_parser() -> argparse.ArgumentParser:
                            help="keep episodes matching e.g. 'outcome in win,draw' or 'return >= 0.5'")
     p_collect.set_defaults(func=cmd_collect)
 
+    # The trainers parse their own flags from their config dataclasses (see _run_trainer);
+    # these entries only list them in `textgym --help`.
+    sub.add_parser("sft", help="supervised fine-tuning on collected chat JSONL (textgym sft --help)", add_help=False)
+    sub.add_parser("train", help="GRPO training of an LLM policy on an env (textgym train --help)", add_help=False)
+
     p_play = sub.add_parser("play", help="play an environment yourself in the terminal")
     p_play.add_argument("env_id")
     p_play.add_argument("--seed", type=int, default=None)
@@ -320,8 +325,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_trainer(command: str, argv: Sequence[str]) -> int:
+    """``textgym sft`` / ``textgym train``: flags from the config dataclass (``tyro``)."""
+    try:
+        import tyro
+
+        if command == "sft":
+            from textgym.algos.sft import SFTConfig as Config
+            from textgym.algos.sft import train
+        else:
+            from textgym.algos.grpo import GRPOConfig as Config
+            from textgym.algos.grpo import train
+    except ImportError as exc:
+        _fail(f"textgym {command} needs the training extras ({exc}); pip install \"textgym[llm,train]\"")
+    try:
+        config = tyro.cli(Config, args=list(argv), prog=f"textgym {command}",
+                          config=(tyro.conf.FlagConversionOff,))
+    except ValueError as exc:  # __post_init__ validation: one line, exit 2
+        raise UsageError(str(exc)) from None
+    result = train(config)
+    print(json.dumps(_json_safe(result), indent=2))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``textgym`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("sft", "train"):
+        try:
+            return _run_trainer(argv[0], argv[1:])
+        except UsageError as exc:
+            _fail(str(exc))
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -11,7 +11,15 @@ from functools import lru_cache
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.parsing import extract_move_text, parse_move
 
-__all__ = ["SYSTEM_PROMPT", "explain_invalid", "read_move", "render_board", "status_text"]
+__all__ = [
+    "COMPACT_SYSTEM_PROMPT",
+    "SYSTEM_PROMPT",
+    "compact_status_text",
+    "explain_invalid",
+    "read_move",
+    "render_board",
+    "status_text",
+]
 
 SYSTEM_PROMPT = """You are playing tic-tac-toe on a 3x3 board. The cells are numbered 0-8, row by row:
 
@@ -29,6 +37,11 @@ You play {mark}; your opponent plays {other}. On each turn you may reason inside
 empty cell. Example: <think>The centre is free.</think><move>4</move>"""
 
 
+#: The ``prompt_style="compact"`` rules: the same game and answer format in a few words, for
+#: small models with a byte-level tokenizer (every character is a token).
+COMPACT_SYSTEM_PROMPT = "Tic-tac-toe. You are {mark}. Reply <move>N</move>, N a free cell 0-8."
+
+
 @lru_cache(maxsize=1 << 14)
 def render_board(board: str) -> str:
     """Render a board with each free cell shown as its row-major index."""
@@ -42,6 +55,17 @@ def status_text(board: str, mark: str) -> str:
     """Board, free cells and the turn prompt; cached per (board, mark) like the rules."""
     free = ", ".join(str(m) for m in B.legal_moves(board))
     return f"{render_board(board)}\n\nAvailable positions: {free}\nYour turn ({mark}): answer with <move>N</move>."
+
+
+@lru_cache(maxsize=1 << 14)
+def compact_status_text(board: str) -> str:
+    """The board as three rows with free cells shown as their index, then the free cells.
+
+    Example: ``"X1O\n3X5\n67O\nfree 1 3 5 6 7"``.
+    """
+    cells = "".join(c if c != B.EMPTY else str(i) for i, c in enumerate(board))
+    free = " ".join(str(m) for m in B.legal_moves(board))
+    return f"{cells[0:3]}\n{cells[3:6]}\n{cells[6:9]}\nfree {free}"
 
 
 def read_move(board: str, action: str) -> tuple[int | None, str | None]:

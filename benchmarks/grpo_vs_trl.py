@@ -1,0 +1,524 @@
+"""GRPO step time and generated tokens/s: textgym's trainer against TRL's ``GRPOTrainer``.
+
+What is compared: one GRPO training step (rollout of M tasks x G completions, rewards, group
+advantages, forward/backward over the batch in micro-batches, one AdamW step) of
+:func:`textgym.algos.grpo.train` and of ``trl.GRPOTrainer`` (a benchmark-only dependency:
+``pip install trl``), on the same model, tasks, batch, group size and lengths, single-turn so
+that TRL can run it, one after the other in the same invocation. Each trainer runs in its own
+subprocess so that its peak memory (``ru_maxrss``; on CUDA also
+``torch.cuda.max_memory_allocated``) is its own. Each trainer runs ``--rounds`` times, in
+alternating order; each run drops ``--warmup`` steps and times ``--steps`` steps, and the timed
+steps of all runs are pooled. Step times: ours from ``step_time_s`` in ``metrics.jsonl``
+(rollout + update, evaluation excluded), TRL's from a ``TrainerCallback`` (``on_step_begin`` to ``on_step_end``:
+generation, rewards, the accumulated forward/backward passes and the optimizer step; logging
+excluded). Generated tokens are counted exactly: ours from the loss masks
+(``completion_tokens_mean`` x M x G), TRL's in the reward function from ``completion_ids``.
+Speedup = TRL's mean step time / ours. "Generation tokens/s" divides by ours' ``rollout_time_s``
+(generation, prompt rendering and env steps) and by the time of TRL's ``_generate_single_turn``
+(``model.generate`` only), so it slightly favours TRL.
+
+Task: ``textgym/ReverseText-v0`` (bundled corpus, texts of at most ``--max-chars`` characters)
+with the ``tiny`` model (default, CPU) or ``--model gemma-3-270m``. TRL's dataset is built from
+the env itself: row r is ``env.reset(seed=seed * 10**6 + r)`` (system prompt + observation as a
+conversational ``prompt``), which is the task seed our trainer uses for task r (step r // M),
+and TRL's reward function resets an env with that seed and steps it with the completion text,
+so both trainers see the same prompts and score identically. With ``shuffle_dataset=False``
+TRL's sampler walks the rows in order, M per step.
+
+Equal settings (recorded in the JSON): tasks per step M (TRL: prompts per step), group size G
+(``num_generations``), batch M x G = one generation batch = one optimizer step (TRL:
+``per_device_train_batch_size`` x ``gradient_accumulation_steps``, so ``steps_per_generation``
+defaults to the accumulation steps), micro-batch (TRL: ``per_device_train_batch_size``),
+``max_new_tokens`` = ``max_completion_length``, temperature 1, top-p 1, top-k off, learning rate,
+constant schedule, AdamW (non-fused, as ours), weight decay 0, gradient clipping 1.0,
+``loss_type="dapo"`` with clip range (0.2, 0.28), ``scale_rewards="group"``, ``beta=0`` (no
+reference model), ``num_iterations=1`` (no old-log-prob pass in either), no gradient
+checkpointing, no vLLM, fp32 on CPU (bf16 autocast on CUDA for both), torch threads.
+
+Settings that cannot be made equal:
+
+- **Reward signal (``--reward dense``, the default).** The untrained ``tiny`` model never writes
+  the ``<reversed_text>`` tags, so every ReverseText reward is 0, every group has zero variance,
+  and our trainer skips the backward pass of such groups (DAPO's filtering; all of them here)
+  while TRL always runs it. To time the same work, the default env is
+  ``textgym-bench/ReverseTextDense-v0``: ReverseText-v0 plus one reward component ``dense_lcs``,
+  the LCS similarity of the whole completion (no tags needed) to the reversed text, which
+  differs between random completions. ``--reward env`` uses the plain env (then ours skips).
+- **Sampling RNG.** Both sample with seed ``--seed`` but through different RNG streams, so the
+  completions (and their lengths) differ; tokens/s divides each trainer's own token count.
+- **Training-only metrics.** Ours also computes the sampling log-probs during generation
+  (``output_scores``) and the entropy of every loss token; TRL computes the entropy too.
+
+Goals from the issue: at least 2x TRL's speed at equal settings; on CUDA, decode at >= 25% of
+the memory-bandwidth ceiling at batch 256. The decode part (``decode_roofline``) runs only where
+``torch.cuda.is_available()``: it times ``HFPolicy.generate`` at ``--decode-batch`` prompts (the
+generation our trainer uses), subtracts the prefill (a 1-token run) and compares decode
+tokens/s with ``B x bandwidth / (weight bytes + KV-cache bytes read per decode step)``, the
+bandwidth measured by a device-to-device copy. That code path has only run where CUDA exists;
+CPU runs record ``"decode_roofline": null``.
+
+Threads: both trainers run with ``--threads`` torch threads (default: all cores). On a machine
+whose cores are busy with other work, use ``--threads 1``: there an OpenMP pool of 2 threads on 2
+shared cores ran the tiny model's forward about 12x slower than 1 thread (0.75 s against
+0.06 s for 8 x 530 tokens), which swamps any difference between the trainers. The 1-minute load
+average at the start and the end is recorded.
+
+Usage::
+
+    python benchmarks/grpo_vs_trl.py --threads 1                       # tiny, CPU, ~2 minutes
+    python benchmarks/grpo_vs_trl.py --tasks-per-step 8 --group-size 8 --max-new-tokens 128
+    python benchmarks/grpo_vs_trl.py --model gemma-3-270m --steps 5     # CUDA: also the roofline
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module of this script
+
+import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.envs.reverse_text import ReverseTextEnv
+from textgym.envs.reverse_text.parsing import extract_reversed_text
+from textgym.envs.reverse_text.rewards import lcs_similarity
+
+BASE_ENV_ID = "textgym/ReverseText-v0"
+DENSE_ENV_ID = "textgym-bench/ReverseTextDense-v0"
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+TRAINERS = ("ours", "trl")
+
+
+class DenseLCS(gym.Wrapper):
+    """Adds ``dense_lcs``: LCS similarity of the whole completion to the reversed text.
+
+    Benchmark-only: it gives an untrained model rewards that differ within a group, so that
+    both trainers run their backward pass (see the module docstring). The target is read from
+    the public ``info["gold_completion"]`` at reset.
+    """
+
+    def __init__(self, env: gym.Env):
+        super().__init__(env)
+        self._target = ""
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self._target = extract_reversed_text(info["gold_completion"]) or ""
+        return obs, info
+
+    def step(self, action: str):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        dense = lcs_similarity(action.strip(), self._target)
+        info = dict(info, reward_components={**info["reward_components"], "dense_lcs": dense})
+        return obs, float(reward) + dense, terminated, truncated, info
+
+
+def _make_dense_env(**kwargs: Any) -> gym.Env:
+    return DenseLCS(ReverseTextEnv(**kwargs))
+
+
+if DENSE_ENV_ID not in gym.registry:
+    gym.register(id=DENSE_ENV_ID, entry_point=_make_dense_env)
+
+
+def task_seed(seed: int, row: int) -> int:
+    """Reset seed of task ``row`` (0-based over the run), as ``algos.grpo._rollout_step`` sets it."""
+    return seed * 10**6 + row
+
+
+def _env_id(args: argparse.Namespace) -> str:
+    return DENSE_ENV_ID if args.reward == "dense" else BASE_ENV_ID
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _summary(step_times: list[float], tokens: list[float]) -> dict[str, Any]:
+    """Mean/std step time (s) and generated tokens/s over the timed steps."""
+    return {
+        "step_time_s": step_times,
+        "step_time_mean_s": statistics.fmean(step_times),
+        "step_time_std_s": statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
+        "generated_tokens": tokens,
+        "tokens_per_s": sum(tokens) / sum(step_times),
+    }
+
+
+def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Train with :func:`textgym.algos.grpo.train`; time the steps after the warm-up."""
+    from textgym.algos.grpo import GRPOConfig, train
+
+    batch = args.tasks_per_step * args.group_size
+    config = GRPOConfig(
+        model=args.model, output_dir=str(out), env_id=_env_id(args),
+        env_kwargs={"max_chars": args.max_chars}, wrappers=(), opponent_skill=None, seed=args.seed,
+        steps=args.warmup + args.steps, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
+        rollout_batch_size=batch, micro_batch_size=args.micro_batch_size, max_new_tokens=args.max_new_tokens,
+        temperature=1.0, top_p=1.0, learning_rate=args.learning_rate, loss_type="dapo",
+        epsilon_low=0.2, epsilon_high=0.28, scale_rewards="group", beta=0.0, num_iterations=1,
+        device=_device(), bf16=True, gradient_checkpointing=False, eval_every=0, eval_episodes=1,
+        save_every=0, tensorboard=False,
+    )
+    train(config)
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = sorted((r for r in rows if r["stage"] == "train"), key=lambda r: r["step"])[args.warmup:]
+    result = _summary([r["step_time_s"] for r in rows], [r["completion_tokens_mean"] * batch for r in rows])
+    rollout = [r["rollout_time_s"] for r in rows]
+    result.update(
+        rollout_time_mean_s=statistics.fmean(rollout),
+        update_time_mean_s=statistics.fmean(r["update_time_s"] for r in rows),
+        rollout_tokens_per_s=sum(result["generated_tokens"]) / sum(rollout),
+        reward_mean=statistics.fmean(r["reward_mean"] for r in rows),
+        zero_variance_fraction=statistics.fmean(r["zero_variance_fraction"] for r in rows),
+        skipped_updates=sum(r.get("skipped_update", 0.0) for r in rows),
+        loss_tokens=[r.get("loss_tokens", 0.0) for r in rows],
+    )
+    return result
+
+
+def _trl_dataset(args: argparse.Namespace) -> Any:
+    """One row per task: the conversational prompt of ``reset(seed=task_seed(seed, r))``."""
+    from datasets import Dataset
+
+    env = gym.make(_env_id(args), max_chars=args.max_chars)
+    rows = []
+    for r in range(args.tasks_per_step * (args.warmup + args.steps)):
+        seed = task_seed(args.seed, r)
+        obs, info = env.reset(seed=seed)
+        prompt = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": obs}]
+        rows.append({"prompt": prompt, "task_seed": seed, "task_id": info["task_id"]})
+    env.close()
+    return Dataset.from_list(rows)
+
+
+def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """Train with ``trl.GRPOTrainer`` at the same settings; time the steps after the warm-up."""
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from textgym.models import load_model
+    from textgym.tokens import ChatTokenizer
+
+    batch = args.tasks_per_step * args.group_size
+    env = gym.make(_env_id(args), max_chars=args.max_chars)
+    tokens_per_call: list[int] = []
+    rewards_per_call: list[float] = []
+
+    def env_reward(prompts: list, completions: list, completion_ids: list, task_seed: list, **_: Any) -> list[float]:
+        """The env's own reward: reset with the task's seed, step with the completion text."""
+        tokens_per_call.append(sum(len(ids) for ids in completion_ids))
+        scores = []
+        for completion, seed in zip(completions, task_seed, strict=True):
+            env.reset(seed=seed)
+            scores.append(float(env.step(completion[0]["content"])[1]))
+        rewards_per_call.append(statistics.fmean(scores))
+        return scores
+
+    class StepTimer(TrainerCallback):
+        def __init__(self) -> None:
+            self.times: list[float] = []
+            self.logs: list[dict[str, float]] = []
+            self._began = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self._began = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.times.append(time.perf_counter() - self._began)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+            if logs and "completions/mean_length" in logs:
+                self.logs.append(dict(logs))
+
+    cuda = torch.cuda.is_available()
+    model, tokenizer = load_model(args.model, device=_device())
+    config = GRPOConfig(
+        output_dir=str(out), max_steps=args.warmup + args.steps, seed=args.seed,
+        per_device_train_batch_size=args.micro_batch_size,
+        gradient_accumulation_steps=batch // args.micro_batch_size, num_generations=args.group_size,
+        max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=args.learning_rate, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
+        weight_decay=0.0, max_grad_norm=1.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
+        scale_rewards="group", beta=0.0, num_iterations=1, mask_truncated_completions=False,
+        use_vllm=False, bf16=cuda, use_cpu=not cuda, gradient_checkpointing=False, shuffle_dataset=False,
+        logging_steps=1, save_strategy="no", eval_strategy="no", report_to=[], log_completions=False,
+        dataloader_num_workers=0,
+    )
+    if config.generation_batch_size != batch or config.steps_per_generation != config.gradient_accumulation_steps:
+        raise RuntimeError(f"TRL generation batch {config.generation_batch_size} (steps_per_generation "
+                           f"{config.steps_per_generation}) is not one optimizer step of {batch} completions")
+    dataset = _trl_dataset(args)
+    timer = StepTimer()
+    trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=config, train_dataset=dataset,
+                          processing_class=tokenizer, callbacks=[timer])
+
+    generate_times: list[float] = []
+    generate = trainer._generate_single_turn
+
+    def timed_generate(*a: Any, **k: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return generate(*a, **k)
+        finally:
+            generate_times.append(time.perf_counter() - began)
+
+    trainer._generate_single_turn = timed_generate  # timing only
+    trainer.train()
+
+    if not len(timer.times) == len(tokens_per_call) == args.warmup + args.steps:
+        raise RuntimeError(f"Expected {args.warmup + args.steps} steps and reward calls, got "
+                           f"{len(timer.times)} steps and {len(tokens_per_call)} reward calls")
+    ours_ids = ChatTokenizer(tokenizer).prompt(dataset[0]["prompt"], tools=[])
+    trl_ids = trainer._tokenize_prompts([dataset[0]["prompt"]])[0][0]
+    w = args.warmup
+    result = _summary(timer.times[w:], [float(t) for t in tokens_per_call[w:]])
+    result.update(
+        generate_time_mean_s=statistics.fmean(generate_times[w:]),
+        generate_tokens_per_s=sum(tokens_per_call[w:]) / sum(generate_times[w:]),
+        reward_mean=statistics.fmean(rewards_per_call[w:]),
+        logged_completion_mean_length=[log["completions/mean_length"] for log in timer.logs[w:]],
+        prompt_ids_match_ours=list(trl_ids) == list(ours_ids),
+        trl_config={"generation_batch_size": config.generation_batch_size,
+                    "steps_per_generation": config.steps_per_generation,
+                    "per_device_train_batch_size": config.per_device_train_batch_size,
+                    "gradient_accumulation_steps": config.gradient_accumulation_steps,
+                    "optim": str(config.optim), "bf16": config.bf16},
+    )
+    return result
+
+
+def _kv_bytes_per_row(model_config: Any, context: float, dtype_bytes: int) -> float:
+    """Bytes of K and V read per decode step for one sequence of ``context`` tokens.
+
+    Sliding-window layers (``layer_types`` == ``"sliding_attention"``, e.g. Gemma 3) read at most
+    ``sliding_window`` positions.
+    """
+    text = getattr(model_config, "text_config", model_config)
+    layers = text.num_hidden_layers
+    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    types = getattr(text, "layer_types", None) or ["full_attention"] * layers
+    window = getattr(text, "sliding_window", None)
+    positions = sum(min(context, window) if t == "sliding_attention" and window else context for t in types)
+    return 2 * kv_heads * head_dim * dtype_bytes * positions
+
+
+def _copy_bandwidth(device: torch.device, gib: float = 1.0, repeats: int = 20) -> float:
+    """Device memory bandwidth in bytes/s: a device-to-device copy reads and writes each byte."""
+    x = torch.empty(int(gib * 2**30) // 4, dtype=torch.float32, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    torch.cuda.synchronize(device)
+    began = time.perf_counter()
+    for _ in range(repeats):
+        y.copy_(x)
+    torch.cuda.synchronize(device)
+    return 2 * x.numel() * 4 * repeats / (time.perf_counter() - began)
+
+
+def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
+    """Decode tokens/s of ``HFPolicy.generate`` as a fraction of the memory-bandwidth ceiling.
+
+    CUDA only; this path has only run where CUDA exists. Decode time = time of a
+    ``max_new_tokens`` run minus a 1-token run (prefill + one step) on the same prompts; decode
+    tokens = batch x (steps - 1), counting rows that finished early since ``generate`` still
+    computes them. Ceiling = batch x bandwidth / (weight bytes + KV bytes per step at the mean
+    context length, prompt width + steps / 2).
+    """
+    from textgym.models import load_model
+    from textgym.policies.hf import HFPolicy
+
+    device = torch.device("cuda")
+    model, tokenizer = load_model(args.model, device=device)
+    batch, length = args.decode_batch, args.max_new_tokens
+    env = gym.make(_env_id(args), max_chars=args.max_chars)
+    probe = HFPolicy(model, tokenizer, max_new_tokens=1, batch_size=batch, seed=args.seed)
+    prompts = []
+    for r in range(batch):
+        obs, info = env.reset(seed=task_seed(args.seed, r))
+        prompts.append(probe.prompt_ids([{"role": "system", "content": info["system_prompt"]},
+                                         {"role": "user", "content": obs}], info))
+
+    def timed(max_new_tokens: int) -> tuple[float, list[Any]]:
+        policy = HFPolicy(model, tokenizer, max_new_tokens=max_new_tokens, temperature=1.0,
+                          batch_size=batch, seed=args.seed)
+        policy.generate(prompts[:8])  # warm-up
+        torch.cuda.synchronize(device)
+        began = time.perf_counter()
+        completions = policy.generate(prompts)
+        torch.cuda.synchronize(device)
+        return time.perf_counter() - began, completions
+
+    prefill_s, _ = timed(1)
+    wall_s, completions = timed(length)
+    steps = max(len(c.completion_ids or ()) for c in completions)
+    decode_tokens_per_s = batch * (steps - 1) / max(wall_s - prefill_s, 1e-9)
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    dtype_bytes = next(model.parameters()).element_size()
+    context = max(len(p) for p in prompts) + steps / 2
+    step_bytes = weight_bytes + batch * _kv_bytes_per_row(model.config, context, dtype_bytes)
+    bandwidth = _copy_bandwidth(device)
+    ceiling = batch * bandwidth / step_bytes
+    return {
+        "batch": batch, "max_new_tokens": length, "steps": steps, "wall_s": wall_s, "prefill_s": prefill_s,
+        "useful_tokens_per_s": sum(len(c.completion_ids or ()) for c in completions) / wall_s,
+        "decode_tokens_per_s": decode_tokens_per_s, "weight_bytes": weight_bytes,
+        "kv_bytes_per_step": step_bytes - weight_bytes, "mean_context_tokens": context,
+        "measured_bandwidth_bytes_per_s": bandwidth, "ceiling_tokens_per_s": ceiling,
+        "fraction_of_ceiling": decode_tokens_per_s / ceiling,
+        "goal_at_least_25pct": decode_tokens_per_s / ceiling >= 0.25,
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run one trainer (or the decode roofline) in this process and write its JSON."""
+    torch.set_num_threads(args.threads)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    with tempfile.TemporaryDirectory(prefix=f"grpo_vs_trl_{args.only}_") as scratch:
+        runner = {"ours": run_ours, "trl": run_trl}.get(args.only)
+        result = runner(args, Path(scratch)) if runner else decode_roofline(args)
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    result["cuda_max_memory_allocated_mib"] = (torch.cuda.max_memory_allocated() / 2**20
+                                               if torch.cuda.is_available() else None)
+    result["torch_threads"] = torch.get_num_threads()
+    Path(args.child_output).write_text(json.dumps(result) + "\n")
+
+
+def _spawn(argv: list[str], only: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="grpo_vs_trl_") as scratch:
+        path = Path(scratch) / f"{only}.json"
+        began = time.perf_counter()
+        subprocess.run([sys.executable, __file__, *argv, "--only", only, "--child-output", str(path)],
+                       check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        print(f"{only}: done in {time.perf_counter() - began:.0f} s")
+        return json.loads(path.read_text())
+
+
+def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One trainer's rounds: step times and token counts pooled, scalars averaged, peaks maxed."""
+    pooled = _summary([t for r in rounds for t in r["step_time_s"]], [n for r in rounds for n in r["generated_tokens"]])
+    for key, value in rounds[0].items():
+        if key in pooled or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        values = [r[key] for r in rounds]
+        pooled[key] = max(values) if "peak" in key or "max_memory" in key else statistics.fmean(values)
+    pooled.setdefault("cuda_max_memory_allocated_mib", None)
+    for key in ("prompt_ids_match_ours", "trl_config"):
+        if key in rounds[0]:
+            pooled[key] = rounds[0][key]
+    pooled["rounds"] = rounds
+    return pooled
+
+
+def _print_table(results: dict[str, dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="GRPO step: textgym vs TRL")
+    table.add_column("metric")
+    for name in TRAINERS:
+        table.add_column(name, justify="right")
+    rows = [("step time (s)", lambda r: f"{r['step_time_mean_s']:.3f} ± {r['step_time_std_s']:.3f}"),
+            ("generated tokens / step", lambda r: f"{statistics.fmean(r['generated_tokens']):.0f}"),
+            ("tokens/s (whole step)", lambda r: f"{r['tokens_per_s']:.1f}"),
+            ("generation tokens/s", lambda r: f"{r.get('rollout_tokens_per_s', r.get('generate_tokens_per_s')):.1f}"),
+            ("reward mean", lambda r: f"{r['reward_mean']:.3f}"),
+            ("peak RSS (MiB)", lambda r: f"{r['peak_rss_mib']:.0f}")]
+    if torch.cuda.is_available():
+        rows.append(("CUDA max allocated (MiB)", lambda r: f"{r['cuda_max_memory_allocated_mib']:.0f}"))
+    for label, cell in rows:
+        table.add_row(label, *(cell(results[name]) for name in TRAINERS))
+    Console().print(table)
+    speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
+    print(f"speedup (TRL step time / ours): {speedup:.2f}x")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="tiny or gemma-3-270m (or a local directory)")
+    parser.add_argument("--tasks-per-step", type=int, default=4, help="M: tasks (TRL: prompts) per step")
+    parser.add_argument("--group-size", type=int, default=8, help="G: completions per task (num_generations)")
+    parser.add_argument("--micro-batch-size", type=int, default=8, help="completions per forward/backward pass")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="= TRL max_completion_length")
+    parser.add_argument("--max-chars", type=int, default=100, help="longest ReverseText passage (prompt length)")
+    parser.add_argument("--learning-rate", type=float, default=1e-5)
+    parser.add_argument("--reward", choices=("dense", "env"), default="dense",
+                        help="dense: ReverseText + dense_lcs (see the docstring); env: ReverseText-v0 as is")
+    parser.add_argument("--warmup", type=int, default=1, help="steps run and not timed")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="runs of each trainer, in alternating order; their timed steps are pooled")
+    parser.add_argument("--decode-batch", type=int, default=256, help="CUDA only: batch of the roofline")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", default=None, help="default benchmarks/results/grpo_vs_trl_{cpu,cuda}.json")
+    parser.add_argument("--only", choices=(*TRAINERS, "decode"), help=argparse.SUPPRESS)
+    parser.add_argument("--child-output", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    batch = args.tasks_per_step * args.group_size
+    if batch % args.micro_batch_size:
+        parser.error(f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
+                     "TRL needs whole accumulation steps")
+    if args.only:
+        child(args)
+        return 0
+
+    machine = machine_info()  # before the runs: its load average is the one at the start
+    forwarded = list(sys.argv[1:] if argv is None else argv)
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in TRAINERS}
+    for round_ in range(args.rounds):  # alternate the order so that drift in load hits both alike
+        for name in TRAINERS if round_ % 2 == 0 else TRAINERS[::-1]:
+            runs[name].append(_spawn(forwarded, name))
+    results = {name: _pool(rounds) for name, rounds in runs.items()}
+    roofline = _spawn(forwarded, "decode") if torch.cuda.is_available() else None
+    _print_table(results)
+    speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
+    status = git("status", "--porcelain", "--untracked-files=no")
+    device = _device()
+    record = {
+        "benchmark": "grpo_vs_trl",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+        "machine": machine,
+        "device": device,
+        "cuda_device": torch.cuda.get_device_name() if device == "cuda" else None,
+        "versions": {name: dist_version(name) for name in
+                     ("textgym", "torch", "transformers", "trl", "accelerate", "datasets", "gymnasium")},
+        "seed": args.seed,
+        "settings": {
+            "model": args.model, "env_id": _env_id(args), "reward": args.reward,
+            "env_kwargs": {"max_chars": args.max_chars}, "tasks_per_step": args.tasks_per_step,
+            "group_size": args.group_size, "batch": batch, "micro_batch_size": args.micro_batch_size,
+            "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0,
+            "learning_rate": args.learning_rate, "loss_type": "dapo", "epsilon": [0.2, 0.28], "beta": 0.0,
+            "num_iterations": 1, "scale_rewards": "group", "dtype": "bf16 autocast" if device == "cuda" else "float32",
+            "warmup_steps_dropped": args.warmup, "timed_steps": args.steps, "rounds": args.rounds,
+            "torch_threads": args.threads,
+        },
+        "results": results,
+        "speedup_trl_over_ours": speedup,
+        "load_avg_1m_at_end": os.getloadavg()[0],
+        "decode_roofline": roofline,
+        "decode_roofline_note": "CUDA only (torch.cuda.is_available()); this code path has only run where CUDA exists",
+        "goals": {"at_least_2x_trl": speedup >= 2.0,
+                  "decode_at_least_25pct_of_bandwidth_ceiling": roofline["goal_at_least_25pct"] if roofline else None},
+    }
+    default = RESULTS_DIR / f"grpo_vs_trl_{device}.json"
+    write_result(args.output or default, record)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

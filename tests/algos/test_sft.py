@@ -1,0 +1,87 @@
+"""SFT data building and training, and the shared log-prob / batch helpers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from textgym.algos.common import make_token_batch, sequence_log_probs  # noqa: E402
+from textgym.algos.sft import SFTConfig, conversation_tokens, train  # noqa: E402
+from textgym.models import build_tiny_model, load_model  # noqa: E402
+from textgym.tokens import ChatTokenizer  # noqa: E402
+
+pytestmark = pytest.mark.llm
+
+CONVERSATION = [
+    {"role": "system", "content": "Play."},
+    {"role": "user", "content": "012\n345\n678\nfree 0 1 2 3 4 5 6 7 8"},
+    {"role": "assistant", "content": "<move>4</move>"},
+    {"role": "user", "content": "opp 0\nO12\n3X5\n678\nfree 1 2 3 5 6 7 8"},
+    {"role": "assistant", "content": "<move>8</move>"},
+    {"role": "user", "content": "over win"},
+]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_model(seed=0)
+
+
+def test_conversation_tokens_mask_exactly_the_assistant_turns(tiny):
+    _, tokenizer = tiny
+    chat = ChatTokenizer(tokenizer)
+    ids, mask = conversation_tokens(chat, CONVERSATION)
+    # Equal to the template's rendering of the conversation up to the last assistant turn.
+    text = chat.render(CONVERSATION[:5], add_generation_prompt=False)
+    assert tokenizer.decode(ids) == text.rstrip("\n")
+    learned = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert learned == "<move>4</move><|im_end|><move>8</move><|im_end|>"
+
+
+def test_conversation_without_assistant_is_refused(tiny):
+    with pytest.raises(ValueError, match="at least one assistant message"):
+        conversation_tokens(ChatTokenizer(tiny[1]), CONVERSATION[:2])
+
+
+def test_sequence_log_probs_equal_a_full_forward_on_loss_positions(tiny):
+    model, tokenizer = tiny
+    chat = ChatTokenizer(tokenizer)
+    ids, mask = conversation_tokens(chat, CONVERSATION)
+    short_ids, short_mask = conversation_tokens(chat, CONVERSATION[:3])
+    batch = make_token_batch([ids, short_ids], [mask, short_mask], pad_token_id=258)
+    logp, entropy = sequence_log_probs(model, batch, chunk_size=5, with_entropy=True)  # [2, L-1]
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
+    full = torch.log_softmax(logits, -1)  # [2, L-1, V]
+    expected = full.gather(2, batch.targets[..., None]).squeeze(-1) * batch.loss_mask
+    torch.testing.assert_close(logp, expected, atol=1e-5, rtol=1e-5)
+    expected_entropy = -(full.exp() * full).sum(-1) * batch.loss_mask
+    torch.testing.assert_close(entropy, expected_entropy, atol=1e-5, rtol=1e-5)
+    assert (logp[batch.loss_mask == 0] == 0).all()
+    (-logp.sum()).backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+    model.zero_grad()
+
+
+def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, tiny):
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(8)))
+    config = SFTConfig(data=str(data), output_dir=str(tmp_path / "sft"), epochs=6, batch_size=4,
+                       micro_batch_size=2, learning_rate=3e-3, device="cpu", tensorboard=False,
+                       log_every=1)
+    summary = train(config)
+    rows = [json.loads(line) for line in open(tmp_path / "sft" / "metrics.jsonl")]
+    assert summary["steps"] == 12 and len(rows) == 12
+    assert rows[-1]["loss"] < 0.5 * rows[0]["loss"]
+    model, tokenizer = load_model(str(tmp_path / "sft"))
+    assert tokenizer.chat_template and sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_sft_config_explains_missing_data(tmp_path):
+    with pytest.raises(ValueError, match="make one with `textgym collect`"):
+        SFTConfig(data=str(tmp_path / "missing.jsonl"))
