@@ -150,7 +150,9 @@ class GRPOConfig:
     eval_every: int = 10
     """Evaluate every this many steps (0: only at the end)."""
     eval_episodes: int = 100
-    """Episodes per evaluation opponent (greedy decoding)."""
+    """Episodes per evaluation opponent."""
+    eval_temperature: float = 0.0
+    """Sampling temperature of evaluation; 0 decodes greedily."""
     save_every: int = 0
     """Checkpoint every this many steps (0: only at the end)."""
     resume: bool = False
@@ -187,6 +189,8 @@ class GRPOConfig:
         self.epsilon_high = high if self.epsilon_high is None else self.epsilon_high
         if self.epsilon_low < 0 or self.epsilon_high < 0:
             raise ValueError(f"Expected clip ranges >= 0, got {self.epsilon_low}, {self.epsilon_high}")
+        if self.eval_temperature < 0:
+            raise ValueError(f"Expected eval_temperature >= 0, got {self.eval_temperature}")
         if self.temperature <= 0:
             raise ValueError(f"Expected temperature > 0 for GRPO sampling, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -220,8 +224,9 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     policy = HFPolicy(model, tokenizer, max_new_tokens=config.max_new_tokens,
                       temperature=config.temperature, top_p=config.top_p, stop=list(task.stop),
                       batch_size=config.rollout_batch_size, seed=config.seed)
-    greedy = HFPolicy(model, tokenizer, max_new_tokens=config.max_new_tokens, do_sample=False,
-                      stop=list(task.stop), batch_size=config.rollout_batch_size)
+    evaluator = HFPolicy(model, tokenizer, max_new_tokens=config.max_new_tokens,
+                      temperature=config.eval_temperature, stop=list(task.stop),
+                      batch_size=config.rollout_batch_size, seed=config.seed + 1)
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
                                   lr=config.learning_rate, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -237,11 +242,16 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     if checkpoint is not None:
         logger.truncate_after(start)
     max_loss_tokens = config.max_new_tokens * task.max_turns
+
+    def run_eval() -> dict[str, float]:
+        return evaluate(task.make, evaluator, episodes=config.eval_episodes, seed=config.seed,
+                        batch_size=config.rollout_batch_size)
+
     eval_metrics: dict[str, Any] = {}
 
     with logger:
         if start == 0:
-            eval_metrics = evaluate(task.make, greedy, config)
+            eval_metrics = run_eval()
             logger.log(0, eval_metrics, stage="eval")
         for step in range(start, config.steps):
             began = time.perf_counter()
@@ -255,7 +265,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             logger.log(step + 1, metrics)
             done = step + 1 == config.steps
             if done or (config.eval_every and (step + 1) % config.eval_every == 0):
-                eval_metrics = evaluate(task.make, greedy, config)
+                eval_metrics = run_eval()
                 logger.log(step + 1, eval_metrics, stage="eval")
             if done or (config.save_every and (step + 1) % config.save_every == 0):
                 save_checkpoint(out, step + 1, model=model, tokenizer=tokenizer, optimizer=optimizer,
@@ -433,22 +443,25 @@ def _rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     return metrics
 
 
-def evaluate(make_env: Callable[[], gym.Env], policy: HFPolicy, config: GRPOConfig) -> dict[str, float]:
-    """Greedy evaluation: win/draw/loss and invalid rates against the random and the optimal
+def evaluate(make_env: Callable[[], gym.Env], policy: HFPolicy, *, episodes: int, seed: int = 0,
+             batch_size: int = 64) -> dict[str, float]:
+    """Evaluate a policy: win/draw/loss and invalid rates against the random and the optimal
     opponent (``random_move_prob`` 1 and 0) for envs with an opponent, else mean return.
 
+    Evaluation seeds start at 10**9 + seed * 10**6, away from every training task.
+
     Returns:
-        ``{"random/win_rate": ..., "optimal/invalid_rate": ..., ...}`` or ``{"eval/return_mean": ...}``.
+        ``{"random/win_rate": ..., "optimal/invalid_rate": ..., ...}`` (rates in [0, 1]) or
+        ``{"eval/return_mean": ..., "eval/invalid_rate": ...}``.
     """
-    seeds = [_EVAL_SEED_OFFSET + config.seed * 10**6 + i for i in range(config.eval_episodes)]
+    seeds = [_EVAL_SEED_OFFSET + seed * 10**6 + i for i in range(episodes)]
     probe = make_env()
     opponents = {"random": 1.0, "optimal": 0.0} if _has_opponent(probe) else {"eval": None}
     probe.close()
     metrics: dict[str, float] = {}
     for name, prob in opponents.items():
         options = {"random_move_prob": prob} if prob is not None else None
-        summary = summarize(rollout(make_env, policy, seeds, batch_size=config.rollout_batch_size,
-                                    options=options, token_level=True))
+        summary = summarize(rollout(make_env, policy, seeds, batch_size=batch_size, options=options))
         metrics[f"{name}/return_mean"] = summary["mean_return"]
         metrics[f"{name}/invalid_rate"] = summary["invalid_action_rate"]
         if prob is not None:
