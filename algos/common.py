@@ -53,7 +53,9 @@ def resolve_device(device: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     resolved = torch.device(device)
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"Expected a CUDA device for device={device!r}, but CUDA is not available; use device='cpu'")
+        raise ValueError(
+            f"Expected a CUDA device for device={device!r}, but CUDA is not available; use device='cpu'"
+        )
     return resolved
 
 
@@ -149,7 +151,13 @@ class TokenBatch:
         return TokenBatch(*(t.to(device) for t in self._tensors()))
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.input_ids, self.attention_mask, self.targets, self.loss_mask, self.sampler_logprobs)
+        return (
+            self.input_ids,
+            self.attention_mask,
+            self.targets,
+            self.loss_mask,
+            self.sampler_logprobs,
+        )
 
 
 def make_token_batch(
@@ -170,10 +178,16 @@ def make_token_batch(
     Raises:
         ValueError: lengths disagree or a sequence is shorter than 2 tokens.
     """
-    if len(sequences) != len(loss_masks) or (logprobs is not None and len(logprobs) != len(sequences)):
+    if len(sequences) != len(loss_masks) or (
+        logprobs is not None and len(logprobs) != len(sequences)
+    ):
         raise ValueError("Expected one loss mask (and one log-prob list) per sequence")
     for i, (ids, mask) in enumerate(zip(sequences, loss_masks)):
-        if len(ids) < 2 or len(mask) != len(ids) or (logprobs is not None and len(logprobs[i]) != len(ids)):
+        if (
+            len(ids) < 2
+            or len(mask) != len(ids)
+            or (logprobs is not None and len(logprobs[i]) != len(ids))
+        ):
             raise ValueError(
                 f"Sequence {i}: expected >= 2 tokens and a mask (and log-probs) of the same "
                 f"length, got {len(ids)} tokens, {len(mask)} mask entries"
@@ -303,7 +317,9 @@ def save_checkpoint(
         },
         scratch / "trainer_state.pt",
     )
-    (scratch / "trainer_config.json").write_text(json.dumps(asdict(config), indent=2, default=str) + "\n")
+    (scratch / "trainer_config.json").write_text(
+        json.dumps(asdict(config), indent=2, default=str) + "\n"
+    )
     if final.exists():
         import shutil
 
@@ -335,7 +351,9 @@ def load_checkpoint(
     path = Path(path)
     state_file = path / "trainer_state.pt"
     if not state_file.exists():
-        raise FileNotFoundError(f"Expected a checkpoint directory with trainer_state.pt, got {path}")
+        raise FileNotFoundError(
+            f"Expected a checkpoint directory with trainer_state.pt, got {path}"
+        )
     _load_weights(model, path)
     state = torch.load(state_file, weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
@@ -357,4 +375,6 @@ def _load_weights(model: Any, path: Path) -> None:
     saved = AutoModelForCausalLM.from_pretrained(path, dtype=next(model.parameters()).dtype)
     missing, unexpected = model.load_state_dict(saved.state_dict(), strict=False)
     if unexpected or [m for m in missing if "lm_head" not in m]:
-        raise ValueError(f"Checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+        raise ValueError(
+            f"Checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}"
+        )

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import torch
@@ -165,8 +165,15 @@ class GRPOConfig:
     """M x G episodes per step."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "tasks_per_step", "rollout_batch_size", "micro_batch_size",
-                     "max_new_tokens", "num_iterations", "logprob_chunk_size"):
+        for name in (
+            "steps",
+            "tasks_per_step",
+            "rollout_batch_size",
+            "micro_batch_size",
+            "max_new_tokens",
+            "num_iterations",
+            "logprob_chunk_size",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
@@ -176,7 +183,9 @@ class GRPOConfig:
                 "no baseline, so every advantage would be 0"
             )
         if self.loss_type not in _DEFAULT_EPSILONS:
-            raise ValueError(f"Unknown loss_type {self.loss_type!r}; expected one of {', '.join(_DEFAULT_EPSILONS)}")
+            raise ValueError(
+                f"Unknown loss_type {self.loss_type!r}; expected one of {', '.join(_DEFAULT_EPSILONS)}"
+            )
         if self.scale_rewards is None:
             self.scale_rewards = "none" if self.loss_type == "dr_grpo" else "group"
         if self.loss_type == "dr_grpo" and self.scale_rewards != "none":
@@ -188,7 +197,9 @@ class GRPOConfig:
         self.epsilon_low = low if self.epsilon_low is None else self.epsilon_low
         self.epsilon_high = high if self.epsilon_high is None else self.epsilon_high
         if self.epsilon_low < 0 or self.epsilon_high < 0:
-            raise ValueError(f"Expected clip ranges >= 0, got {self.epsilon_low}, {self.epsilon_high}")
+            raise ValueError(
+                f"Expected clip ranges >= 0, got {self.epsilon_low}, {self.epsilon_high}"
+            )
         if self.eval_temperature < 0:
             raise ValueError(f"Expected eval_temperature >= 0, got {self.eval_temperature}")
         if self.temperature <= 0:
@@ -196,12 +207,21 @@ class GRPOConfig:
         if not 0 < self.top_p <= 1:
             raise ValueError(f"Expected top_p in (0, 1], got {self.top_p}")
         if self.beta < 0 or self.learning_rate <= 0:
-            raise ValueError(f"Expected beta >= 0 and learning_rate > 0, got {self.beta}, {self.learning_rate}")
+            raise ValueError(
+                f"Expected beta >= 0 and learning_rate > 0, got {self.beta}, {self.learning_rate}"
+            )
         unknown = [w for w in self.wrappers if w not in REWARD_WRAPPERS]
         if unknown:
-            raise ValueError(f"Unknown wrappers {unknown}; expected any of {', '.join(REWARD_WRAPPERS)}")
-        if self.opponent_skill is not None and not 0 <= self.opponent_skill[0] <= self.opponent_skill[1] <= 1:
-            raise ValueError(f"Expected opponent_skill (low, high) with 0 <= low <= high <= 1, got {self.opponent_skill}")
+            raise ValueError(
+                f"Unknown wrappers {unknown}; expected any of {', '.join(REWARD_WRAPPERS)}"
+            )
+        if (
+            self.opponent_skill is not None
+            and not 0 <= self.opponent_skill[0] <= self.opponent_skill[1] <= 1
+        ):
+            raise ValueError(
+                f"Expected opponent_skill (low, high) with 0 <= low <= high <= 1, got {self.opponent_skill}"
+            )
         self.batch_size = self.tasks_per_step * self.group_size
 
 
@@ -219,18 +239,39 @@ def train(config: GRPOConfig) -> dict[str, Any]:
 
     model, tokenizer = load_model(config.model, device=device)
     reference = copy.deepcopy(model).eval() if config.beta > 0 and config.lora_rank == 0 else None
-    model = prepare_model(model, gradient_checkpointing=config.gradient_checkpointing,
-                          lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
-    policy = HFPolicy(model, tokenizer, max_new_tokens=config.max_new_tokens,
-                      temperature=config.temperature, top_p=config.top_p, stop=list(task.stop),
-                      batch_size=config.rollout_batch_size, seed=config.seed)
-    evaluator = HFPolicy(model, tokenizer, max_new_tokens=config.max_new_tokens,
-                      temperature=config.eval_temperature, stop=list(task.stop),
-                      batch_size=config.rollout_batch_size, seed=config.seed + 1)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=config.learning_rate, weight_decay=config.weight_decay)
+    model = prepare_model(
+        model,
+        gradient_checkpointing=config.gradient_checkpointing,
+        lora_rank=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+    )
+    policy = HFPolicy(
+        model,
+        tokenizer,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        stop=list(task.stop),
+        batch_size=config.rollout_batch_size,
+        seed=config.seed,
+    )
+    evaluator = HFPolicy(
+        model,
+        tokenizer,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.eval_temperature,
+        stop=list(task.stop),
+        batch_size=config.rollout_batch_size,
+        seed=config.seed + 1,
+    )
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0)
+        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+    )
 
     start = 0
     checkpoint = latest_checkpoint(out) if config.resume else None
@@ -244,8 +285,13 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     max_loss_tokens = config.max_new_tokens * task.max_turns
 
     def run_eval() -> dict[str, float]:
-        return evaluate(task.make, evaluator, episodes=config.eval_episodes, seed=config.seed,
-                        batch_size=config.rollout_batch_size)
+        return evaluate(
+            task.make,
+            evaluator,
+            episodes=config.eval_episodes,
+            seed=config.seed,
+            batch_size=config.rollout_batch_size,
+        )
 
     eval_metrics: dict[str, Any] = {}
 
@@ -257,20 +303,40 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             began = time.perf_counter()
             trajectories = _rollout_step(task, policy, config, step)
             rolled = time.perf_counter()
-            metrics = _train_on(trajectories, model, reference, optimizer, scheduler, config,
-                                device, tokenizer.pad_token_id or 0, max_loss_tokens)
+            metrics = _train_on(
+                trajectories,
+                model,
+                reference,
+                optimizer,
+                scheduler,
+                config,
+                device,
+                tokenizer.pad_token_id or 0,
+                max_loss_tokens,
+            )
             metrics.update(_rollout_metrics(trajectories))
-            metrics.update(rollout_time_s=rolled - began, update_time_s=time.perf_counter() - rolled,
-                           step_time_s=time.perf_counter() - began, lr=scheduler.get_last_lr()[0])
+            metrics.update(
+                rollout_time_s=rolled - began,
+                update_time_s=time.perf_counter() - rolled,
+                step_time_s=time.perf_counter() - began,
+                lr=scheduler.get_last_lr()[0],
+            )
             logger.log(step + 1, metrics)
             done = step + 1 == config.steps
             if done or (config.eval_every and (step + 1) % config.eval_every == 0):
                 eval_metrics = run_eval()
                 logger.log(step + 1, eval_metrics, stage="eval")
             if done or (config.save_every and (step + 1) % config.save_every == 0):
-                save_checkpoint(out, step + 1, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                                scheduler=scheduler, config=config,
-                                extra={"sampling_state": policy.sampling_state()})
+                save_checkpoint(
+                    out,
+                    step + 1,
+                    model=model,
+                    tokenizer=tokenizer,
+                    optimizer=optimizer,
+                    scheduler=scheduler,
+                    config=config,
+                    extra={"sampling_state": policy.sampling_state()},
+                )
     plot_metrics(out / "metrics.jsonl", out / "plots")
     (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")
     return eval_metrics
@@ -301,8 +367,12 @@ def _env_factory(config: GRPOConfig) -> _Task:
 
     probe = make()
     steps = probe.spec.max_episode_steps if probe.spec is not None else None
-    task = _Task(make, tuple(getattr(probe.unwrapped, "stop_strings", ())), int(steps or 1),
-                 config.opponent_skill is not None and _has_opponent(probe))
+    task = _Task(
+        make,
+        tuple(getattr(probe.unwrapped, "stop_strings", ())),
+        int(steps or 1),
+        config.opponent_skill is not None and _has_opponent(probe),
+    )
     probe.close()
     return task
 
@@ -316,8 +386,14 @@ def _rollout_step(task: _Task, policy: HFPolicy, config: GRPOConfig, step: int) 
     first = config.seed * 10**6 + step * config.tasks_per_step
     seeds = [first + i // config.group_size for i in range(config.batch_size)]
     options = [{"episode_index": i // config.group_size} for i in range(config.batch_size)]
-    return rollout(task.make, policy, seeds, batch_size=config.rollout_batch_size,
-                   options=options if task.stratified else None, token_level=True)
+    return rollout(
+        task.make,
+        policy,
+        seeds,
+        batch_size=config.rollout_batch_size,
+        options=options if task.stratified else None,
+        token_level=True,
+    )
 
 
 def _train_on(
@@ -336,18 +412,42 @@ def _train_on(
     advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
-    metrics = {"zero_variance_fraction": float(flat.float().mean()), "advantage_abs_mean": float(advantages.abs().mean())}
-    if not keep.any():  # same keys every step (NaN is written as null), so plots have no gaps in kind
-        skipped = ("loss", "grad_norm", "clip_fraction", "ratio_mean", "kl", "entropy", "sampler_logprob_gap")
-        return metrics | dict.fromkeys(skipped, float("nan")) | {"loss_tokens": 0.0, "skipped_update": 1.0}
+    metrics = {
+        "zero_variance_fraction": float(flat.float().mean()),
+        "advantage_abs_mean": float(advantages.abs().mean()),
+    }
+    if (
+        not keep.any()
+    ):  # same keys every step (NaN is written as null), so plots have no gaps in kind
+        skipped = (
+            "loss",
+            "grad_norm",
+            "clip_fraction",
+            "ratio_mean",
+            "kl",
+            "entropy",
+            "sampler_logprob_gap",
+        )
+        return (
+            metrics
+            | dict.fromkeys(skipped, float("nan"))
+            | {"loss_tokens": 0.0, "skipped_update": 1.0}
+        )
 
     kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
     masks = [_loss_mask(t, config.mask_truncated) for t in kept]
-    batch = make_token_batch([t.token_ids for t in kept], masks, [t.token_logprobs for t in kept],
-                             pad_token_id=pad_token_id)
+    batch = make_token_batch(
+        [t.token_ids for t in kept],
+        masks,
+        [t.token_logprobs for t in kept],
+        pad_token_id=pad_token_id,
+    )
     normalizer = loss_normalizer(config.loss_type, batch.loss_mask, max_loss_tokens)
     micro = [
-        (batch.select(slice(i, i + config.micro_batch_size)).to(device), advantages[keep][i : i + config.micro_batch_size].to(device))
+        (
+            batch.select(slice(i, i + config.micro_batch_size)).to(device),
+            advantages[keep][i : i + config.micro_batch_size].to(device),
+        )
         for i in range(0, len(batch), config.micro_batch_size)
     ]
     old, ref = _fixed_log_probs(model, reference, micro, config, device)
@@ -369,8 +469,13 @@ def _loss_mask(traj: Trajectory, mask_truncated: bool) -> list[int]:
 
 
 @torch.no_grad()
-def _fixed_log_probs(model: Any, reference: Any, micro: list[tuple[TokenBatch, torch.Tensor]],
-                     config: GRPOConfig, device: torch.device) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
+def _fixed_log_probs(
+    model: Any,
+    reference: Any,
+    micro: list[tuple[TokenBatch, torch.Tensor]],
+    config: GRPOConfig,
+    device: torch.device,
+) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
     """Old log-probs (only when the batch is reused) and reference log-probs (only if beta > 0)."""
     old: list[torch.Tensor | None] = [None] * len(micro)
     ref: list[torch.Tensor | None] = [None] * len(micro)
@@ -383,51 +488,95 @@ def _fixed_log_probs(model: Any, reference: Any, micro: list[tuple[TokenBatch, t
     return old, ref
 
 
-def _log_probs(model: Any, mb: TokenBatch, config: GRPOConfig, with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return sequence_log_probs(model, mb, temperature=config.temperature,
-                              chunk_size=config.logprob_chunk_size, with_entropy=with_entropy)
+def _log_probs(
+    model: Any, mb: TokenBatch, config: GRPOConfig, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return sequence_log_probs(
+        model,
+        mb,
+        temperature=config.temperature,
+        chunk_size=config.logprob_chunk_size,
+        with_entropy=with_entropy,
+    )
 
 
-def _reference_log_probs(model: Any, reference: Any, mb: TokenBatch, config: GRPOConfig) -> torch.Tensor:
+def _reference_log_probs(
+    model: Any, reference: Any, mb: TokenBatch, config: GRPOConfig
+) -> torch.Tensor:
     if reference is not None:
         return _log_probs(reference, mb, config)[0]
     with model.disable_adapter():  # LoRA: the base weights are the reference policy
         return _log_probs(model, mb, config)[0]
 
 
-def _optimizer_step(model: Any, optimizer: torch.optim.Optimizer, micro: list[tuple[TokenBatch, torch.Tensor]],
-                    old: list[torch.Tensor | None], ref: list[torch.Tensor | None], normalizer: float,
-                    config: GRPOConfig, device: torch.device) -> dict[str, float]:
+def _optimizer_step(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    micro: list[tuple[TokenBatch, torch.Tensor]],
+    old: list[torch.Tensor | None],
+    ref: list[torch.Tensor | None],
+    normalizer: float,
+    config: GRPOConfig,
+    device: torch.device,
+) -> dict[str, float]:
     """One optimizer step, gradients accumulated over the micro-batches."""
     optimizer.zero_grad(set_to_none=True)
-    totals = {"loss": 0.0, "clipped_tokens": 0.0, "tokens": 0.0, "ratio_sum": 0.0, "kl_sum": 0.0,
-              "entropy_sum": 0.0}
+    totals = {
+        "loss": 0.0,
+        "clipped_tokens": 0.0,
+        "tokens": 0.0,
+        "ratio_sum": 0.0,
+        "kl_sum": 0.0,
+        "entropy_sum": 0.0,
+    }
     for (mb, adv), old_logp, ref_logp in zip(micro, old, ref):
         with autocast(device, config.bf16):
             logp, entropy = _log_probs(model, mb, config, with_entropy=True)  # [b, L-1] each
         old_logp = logp.detach() if old_logp is None else old_logp  # mu = 1: ratio is 1 in value
-        loss, stats = policy_loss(logp, old_logp, adv, mb.loss_mask, loss_type=config.loss_type,
-                                  normalizer=normalizer, epsilon_low=config.epsilon_low,
-                                  epsilon_high=config.epsilon_high, ref_logp=ref_logp, beta=config.beta)
+        loss, stats = policy_loss(
+            logp,
+            old_logp,
+            adv,
+            mb.loss_mask,
+            loss_type=config.loss_type,
+            normalizer=normalizer,
+            epsilon_low=config.epsilon_low,
+            epsilon_high=config.epsilon_high,
+            ref_logp=ref_logp,
+            beta=config.beta,
+        )
         loss.backward()
         totals["loss"] += float(loss.detach())
         totals["entropy_sum"] += float((entropy * mb.loss_mask).sum())
         for key in ("clipped_tokens", "tokens", "ratio_sum", "kl_sum"):
             totals[key] += float(stats[key])
     params = [p for p in model.parameters() if p.requires_grad]
-    norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm if config.max_grad_norm > 0 else float("inf"))
+    norm = torch.nn.utils.clip_grad_norm_(
+        params, config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
+    )
     optimizer.step()
     tokens = max(totals["tokens"], 1.0)
-    return {"loss": totals["loss"], "grad_norm": float(norm), "clip_fraction": totals["clipped_tokens"] / tokens,
-            "ratio_mean": totals["ratio_sum"] / tokens, "kl": totals["kl_sum"] / tokens,
-            "entropy": totals["entropy_sum"] / tokens, "loss_tokens": totals["tokens"]}
+    return {
+        "loss": totals["loss"],
+        "grad_norm": float(norm),
+        "clip_fraction": totals["clipped_tokens"] / tokens,
+        "ratio_mean": totals["ratio_sum"] / tokens,
+        "kl": totals["kl_sum"] / tokens,
+        "entropy": totals["entropy_sum"] / tokens,
+        "loss_tokens": totals["tokens"],
+    }
 
 
-def _sampler_gap(micro: list[tuple[TokenBatch, torch.Tensor]], old: list[torch.Tensor | None]) -> float:
+def _sampler_gap(
+    micro: list[tuple[TokenBatch, torch.Tensor]], old: list[torch.Tensor | None]
+) -> float:
     """Mean |sampling log-prob - training log-prob| on loss tokens (NaN when not recomputed)."""
     if old[0] is None:
         return float("nan")
-    gap = sum(float(((mb.sampler_logprobs - o).abs() * mb.loss_mask).sum()) for (mb, _), o in zip(micro, old))
+    gap = sum(
+        float(((mb.sampler_logprobs - o).abs() * mb.loss_mask).sum())
+        for (mb, _), o in zip(micro, old)
+    )
     tokens = sum(float(mb.loss_mask.sum()) for mb, _ in micro)
     return gap / max(tokens, 1.0)
 
@@ -435,16 +584,25 @@ def _sampler_gap(micro: list[tuple[TokenBatch, torch.Tensor]], old: list[torch.T
 def _rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """Reward, its components, outcomes and invalid rate of the training rollouts."""
     summary = summarize(trajectories)
-    metrics = {"reward_mean": summary["mean_return"], "invalid_rate": summary["invalid_action_rate"],
-               "length_truncated_rate": summary["length_truncated_rate"],
-               "completion_tokens_mean": sum(sum(t.loss_mask) for t in trajectories) / len(trajectories)}
+    metrics = {
+        "reward_mean": summary["mean_return"],
+        "invalid_rate": summary["invalid_action_rate"],
+        "length_truncated_rate": summary["length_truncated_rate"],
+        "completion_tokens_mean": sum(sum(t.loss_mask) for t in trajectories) / len(trajectories),
+    }
     metrics.update({f"reward/{k}": v for k, v in summary["reward_components"].items()})
     metrics.update({f"{k}_rate": v for k, v in summary["outcomes"].items()})
     return metrics
 
 
-def evaluate(make_env: Callable[[], gym.Env], policy: HFPolicy, *, episodes: int, seed: int = 0,
-             batch_size: int = 64) -> dict[str, float]:
+def evaluate(
+    make_env: Callable[[], gym.Env],
+    policy: HFPolicy,
+    *,
+    episodes: int,
+    seed: int = 0,
+    batch_size: int = 64,
+) -> dict[str, float]:
     """Evaluate a policy: win/draw/loss and invalid rates against the random and the optimal
     opponent (``random_move_prob`` 1 and 0) for envs with an opponent, else mean return.
 
@@ -461,7 +619,9 @@ def evaluate(make_env: Callable[[], gym.Env], policy: HFPolicy, *, episodes: int
     metrics: dict[str, float] = {}
     for name, prob in opponents.items():
         options = {"random_move_prob": prob} if prob is not None else None
-        summary = summarize(rollout(make_env, policy, seeds, batch_size=batch_size, options=options))
+        summary = summarize(
+            rollout(make_env, policy, seeds, batch_size=batch_size, options=options)
+        )
         metrics[f"{name}/return_mean"] = summary["mean_return"]
         metrics[f"{name}/invalid_rate"] = summary["invalid_action_rate"]
         if prob is not None:

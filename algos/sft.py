@@ -87,17 +87,28 @@ class SFTConfig:
     """Derived when the data is read."""
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "micro_batch_size", "max_length", "logprob_chunk_size", "log_every"):
+        for name in (
+            "epochs",
+            "batch_size",
+            "micro_batch_size",
+            "max_length",
+            "logprob_chunk_size",
+            "log_every",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
         if self.learning_rate <= 0:
             raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
         if not Path(self.data).is_file():
-            raise ValueError(f"Expected data to be a JSONL file, got {self.data!r} (not found); make one with `textgym collect`")
+            raise ValueError(
+                f"Expected data to be a JSONL file, got {self.data!r} (not found); make one with `textgym collect`"
+            )
 
 
-def conversation_tokens(chat: ChatTokenizer, messages: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+def conversation_tokens(
+    chat: ChatTokenizer, messages: list[dict[str, Any]]
+) -> tuple[list[int], list[int]]:
     """Token ids ``[L]`` and loss mask ``[L]`` of one conversation, assistant tokens masked in.
 
     Messages after the last assistant turn carry no loss and are dropped.
@@ -137,11 +148,17 @@ def train(config: SFTConfig) -> dict[str, Any]:
     model, tokenizer = load_model(config.model, device=device)
     chat = ChatTokenizer(tokenizer)
     sequences, dropped = _read_conversations(config, chat)
-    model = prepare_model(model, gradient_checkpointing=config.gradient_checkpointing, lora_rank=config.lora_rank)
-    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
-                                  lr=config.learning_rate, weight_decay=config.weight_decay)
+    model = prepare_model(
+        model, gradient_checkpointing=config.gradient_checkpointing, lora_rank=config.lora_rank
+    )
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0)
+        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0
+    )
     order = random.Random(config.seed)
     config.steps_per_epoch = -(-len(sequences) // config.batch_size)
     began, step, window = time.perf_counter(), 0, []
@@ -151,25 +168,42 @@ def train(config: SFTConfig) -> dict[str, Any]:
             order.shuffle(indices)
             for start in range(0, len(indices), config.batch_size):
                 batch = [sequences[i] for i in indices[start : start + config.batch_size]]
-                loss, tokens = _sft_step(model, optimizer, batch, config, device, tokenizer.pad_token_id or 0)
+                loss, tokens = _sft_step(
+                    model, optimizer, batch, config, device, tokenizer.pad_token_id or 0
+                )
                 scheduler.step()
                 step += 1
                 window.append(loss)
                 if step % config.log_every == 0 or step == config.steps_per_epoch * config.epochs:
-                    logger.log(step, {"loss": sum(window) / len(window), "epoch": epoch, "tokens": tokens,
-                                      "lr": scheduler.get_last_lr()[0], "elapsed_s": time.perf_counter() - began})
+                    logger.log(
+                        step,
+                        {
+                            "loss": sum(window) / len(window),
+                            "epoch": epoch,
+                            "tokens": tokens,
+                            "lr": scheduler.get_last_lr()[0],
+                            "elapsed_s": time.perf_counter() - began,
+                        },
+                    )
                     final_loss, window = sum(window) / len(window), []
     model = model.merge_and_unload() if config.lora_rank > 0 else model
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     plot_metrics(out / "metrics.jsonl", out / "plots")
-    summary = {"conversations": len(sequences), "dropped_too_long": dropped, "steps": step,
-               "final_loss": final_loss, "elapsed_s": time.perf_counter() - began}
+    summary = {
+        "conversations": len(sequences),
+        "dropped_too_long": dropped,
+        "steps": step,
+        "final_loss": final_loss,
+        "elapsed_s": time.perf_counter() - began,
+    }
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
 
-def _read_conversations(config: SFTConfig, chat: ChatTokenizer) -> tuple[list[tuple[list[int], list[int]]], int]:
+def _read_conversations(
+    config: SFTConfig, chat: ChatTokenizer
+) -> tuple[list[tuple[list[int], list[int]]], int]:
     """Tokenized ``(ids, mask)`` of every record, and how many were too long to keep."""
     sequences, dropped = [], 0
     for line, record in enumerate(read_jsonl(config.data), start=1):
@@ -182,21 +216,33 @@ def _read_conversations(config: SFTConfig, chat: ChatTokenizer) -> tuple[list[tu
             continue
         sequences.append((ids, mask))
     if not sequences:
-        raise ValueError(f"No conversation of {config.data} fits max_length={config.max_length} ({dropped} dropped)")
+        raise ValueError(
+            f"No conversation of {config.data} fits max_length={config.max_length} ({dropped} dropped)"
+        )
     return sequences, dropped
 
 
-def _sft_step(model: Any, optimizer: torch.optim.Optimizer, batch: list[tuple[list[int], list[int]]],
-              config: SFTConfig, device: torch.device, pad_token_id: int) -> tuple[float, float]:
+def _sft_step(
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    batch: list[tuple[list[int], list[int]]],
+    config: SFTConfig,
+    device: torch.device,
+    pad_token_id: int,
+) -> tuple[float, float]:
     """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count)."""
-    tokens = make_token_batch([ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=pad_token_id)
+    tokens = make_token_batch(
+        [ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=pad_token_id
+    )
     normalizer = max(float(tokens.loss_mask.sum()), 1.0)  # the whole batch: accumulation-invariant
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for start in range(0, len(tokens), config.micro_batch_size):
         micro = tokens.select(slice(start, start + config.micro_batch_size)).to(device)
         with autocast(device, config.bf16):
-            logp, _ = sequence_log_probs(model, micro, chunk_size=config.logprob_chunk_size)  # [b, L-1]
+            logp, _ = sequence_log_probs(
+                model, micro, chunk_size=config.logprob_chunk_size
+            )  # [b, L-1]
         loss = -(logp * micro.loss_mask).sum() / normalizer
         loss.backward()
         total += float(loss.detach())

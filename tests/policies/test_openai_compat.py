@@ -363,7 +363,7 @@ def server_url(tmp_path_factory):
             "--chat_format",
             "gemma",
             "--n_ctx",
-            "2048",
+            "8192",  # Workplace-v0's prompt with its 27 tool schemas is about 5k tokens
             "--host",
             "127.0.0.1",
             "--port",
@@ -428,6 +428,25 @@ def test_full_tictactoe_episodes_through_rollout(server_url):
         assistant = [m["content"] for m in traj.messages if m["role"] == "assistant"]
         assert len(assistant) == traj.num_steps and all(isinstance(a, str) for a in assistant)
     assert policy.tokens_generated > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("env_id", ["textgym/Workplace-v0", "textgym/EmailToolUse-v0"])
+def test_tool_use_episodes_through_rollout(server_url, env_id):
+    """Tools travel as the request's ``tools``; the episode ends with a verified outcome."""
+    policy = make_policy(
+        "openai", base_url=server_url, model=ALIAS, max_tokens=48, temperature=0.7, seed=0
+    )
+    make = lambda: gym.make(env_id)  # noqa: E731  (Workplace-v0: the bundled 8-task sample)
+    (traj,) = rollout(make, policy, seeds=[0], batch_size=1)
+    assert traj.terminated or traj.truncated
+    assert traj.num_steps >= 1 and traj.messages[0]["role"] == "system"
+    assert traj.reward_components[-1].keys() >= {"outcome"}
+    assert traj.rewards[-1] in (0.0, 1.0)
+    turns = list(zip(traj.messages[2::2], traj.messages[3::2]))
+    for reply, observation in turns[:-1]:  # every turn but the final answer called tools
+        calls = reply["content"].count("<tool_call>")
+        assert calls >= 1 and observation["content"].count("<tool_response>") == calls
 
 
 @pytest.mark.slow
