@@ -17,7 +17,7 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,10 @@ import torch
 from textgym.algos.losses import selected_log_probs
 
 __all__ = [
+    "OptimizationConfig",
     "TokenBatch",
+    "check_positive_ints",
+    "make_optimizer",
     "autocast",
     "latest_checkpoint",
     "load_checkpoint",
@@ -41,6 +44,69 @@ __all__ = [
 ]
 
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+@dataclass(kw_only=True)
+class OptimizationConfig:
+    """Arguments both trainers share: optimizer, memory and device settings."""
+
+    learning_rate: float = 1e-5
+    """AdamW learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, in optimizer steps."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (0 turns it off)."""
+    micro_batch_size: int = 16
+    """Sequences per forward/backward pass (gradient accumulation; the update does not depend
+    on it)."""
+    logprob_chunk_size: int = 1024
+    """Positions per LM-head chunk when computing log-probs (memory: chunk x vocab x 4 bytes)."""
+    device: str = "auto"
+    """``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``."""
+    bf16: bool = True
+    """bf16 autocast for training forward passes on CUDA (ignored on CPU)."""
+    gradient_checkpointing: bool = False
+    """Recompute decoder activations in the backward pass."""
+    lora_rank: int = 0
+    """0: full fine-tuning; > 0: LoRA adapters of this rank (peft)."""
+    lora_alpha: int = 16
+    """LoRA scaling numerator."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars."""
+
+    def __post_init__(self) -> None:
+        check_positive_ints(self, ("micro_batch_size", "logprob_chunk_size"))
+        if self.learning_rate <= 0:
+            raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
+        if self.warmup_steps < 0 or self.lora_rank < 0:
+            raise ValueError(
+                f"Expected warmup_steps >= 0 and lora_rank >= 0, got {self.warmup_steps}, "
+                f"{self.lora_rank}"
+            )
+
+
+def check_positive_ints(config: Any, names: Sequence[str]) -> None:
+    """Raise ValueError naming the first of ``config``'s fields ``names`` that is not an int >= 1."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
+
+
+def make_optimizer(model: Any, config: OptimizationConfig) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW over the trainable parameters and a linear warm-up schedule (then constant)."""
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad],
+        lr=config.learning_rate,
+        weight_decay=config.weight_decay,
+    )
+    warmup = config.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) if warmup else 1.0
+    )
+    return optimizer, scheduler
 
 
 def resolve_device(device: str) -> torch.device:

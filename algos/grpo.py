@@ -34,6 +34,9 @@ import torch
 
 import textgym  # noqa: F401  (registers the envs)
 from textgym.algos.common import (
+    OptimizationConfig,
+    check_positive_ints,
+    make_optimizer,
     TokenBatch,
     autocast,
     latest_checkpoint,
@@ -74,8 +77,8 @@ _DEFAULT_EPSILONS: dict[str, tuple[float, float]] = {
 _EVAL_SEED_OFFSET = 10**9  # evaluation seeds never collide with training tasks
 
 
-@dataclass
-class GRPOConfig:
+@dataclass(kw_only=True)
+class GRPOConfig(OptimizationConfig):
     """Arguments of :func:`train`; every field is a ``textgym train`` flag."""
 
     model: str = "tiny"
@@ -103,8 +106,6 @@ class GRPOConfig:
     """Episodes per task, G (>= 2: a group of one has no baseline)."""
     rollout_batch_size: int = 64
     """Largest number of episodes generated at once."""
-    micro_batch_size: int = 16
-    """Trajectories per forward/backward pass (gradient accumulation over the batch)."""
     max_new_tokens: int = 32
     """Most tokens per completion (per turn)."""
     temperature: float = 1.0
@@ -113,12 +114,9 @@ class GRPOConfig:
     """Nucleus sampling mass (1 turns it off; the surrogate assumes unmodified sampling)."""
     learning_rate: float = 1e-5
     """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    warmup_steps: int = 0
-    """Linear learning-rate warm-up, in optimizer steps."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping by global norm (0 turns it off)."""
+    micro_batch_size: int = 16
+    """Trajectories per forward/backward pass (gradient accumulation; the update does not
+    depend on it)."""
     num_iterations: int = 1
     """Optimizer steps per rollout batch (mu); > 1 reuses the batch with stored old log-probs."""
     loss_type: LossType = "dapo"
@@ -135,18 +133,6 @@ class GRPOConfig:
     mask_truncated: bool = False
     """Give no loss to episodes with a completion cut by ``max_new_tokens`` (DAPO's overlong
     filtering); they still count in their group's statistics."""
-    logprob_chunk_size: int = 1024
-    """Positions per LM-head chunk when computing log-probs (memory: chunk x vocab x 4 bytes)."""
-    device: str = "auto"
-    """``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``."""
-    bf16: bool = True
-    """bf16 autocast for training forward passes on CUDA (ignored on CPU)."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass."""
-    lora_rank: int = 0
-    """0: full fine-tuning; > 0: LoRA adapters of this rank (peft)."""
-    lora_alpha: int = 16
-    """LoRA scaling numerator."""
     eval_every: int = 10
     """Evaluate every this many steps (0: only at the end)."""
     eval_episodes: int = 100
@@ -157,26 +143,17 @@ class GRPOConfig:
     """Checkpoint every this many steps (0: only at the end)."""
     resume: bool = False
     """Continue from the latest checkpoint in ``output_dir``."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars."""
 
     # Derived in __post_init__.
     batch_size: int = field(init=False)
     """M x G episodes per step."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "steps",
-            "tasks_per_step",
-            "rollout_batch_size",
-            "micro_batch_size",
-            "max_new_tokens",
-            "num_iterations",
-            "logprob_chunk_size",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
+        super().__post_init__()
+        check_positive_ints(
+            self,
+            ("steps", "tasks_per_step", "rollout_batch_size", "max_new_tokens", "num_iterations"),
+        )
         if self.group_size < 2:
             raise ValueError(
                 f"Expected group_size >= 2, got {self.group_size}: a group of one episode has "
@@ -264,14 +241,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         batch_size=config.rollout_batch_size,
         seed=config.seed + 1,
     )
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=config.learning_rate,
-        weight_decay=config.weight_decay,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0
-    )
+    optimizer, scheduler = make_optimizer(model, config)
 
     start = 0
     checkpoint = latest_checkpoint(out) if config.resume else None

@@ -363,14 +363,21 @@ def _check_policy_shapes(
 
 
 def _check_policy_options(
-    loss_type: str, normalizer: float, epsilon_low: float, epsilon_high: float, beta: float,
+    loss_type: str,
+    normalizer: float,
+    epsilon_low: float,
+    epsilon_high: float,
+    beta: float,
     has_ref: bool,
 ) -> None:
     """Raise ``ValueError`` on an unknown variant or an out-of-range hyperparameter."""
     if loss_type not in _VARIANTS:
         raise ValueError(f"Expected loss_type in {list(LOSS_TYPES)}, got {loss_type!r}")
-    for name, value in (("epsilon_low", epsilon_low), ("epsilon_high", epsilon_high),
-                        ("beta", beta)):
+    for name, value in (
+        ("epsilon_low", epsilon_low),
+        ("epsilon_high", epsilon_high),
+        ("beta", beta),
+    ):
         if value < 0:
             raise ValueError(f"Expected {name} >= 0, got {value}")
     if beta > 0 and not has_ref:
@@ -443,8 +450,9 @@ def policy_loss(
         ValueError: unknown ``loss_type``; shapes other than ``[B, T]`` / ``[B]``; a negative
             epsilon or beta; ``beta > 0`` without ``ref_logp``; ``normalizer <= 0``.
     """
-    _check_policy_options(loss_type, normalizer, epsilon_low, epsilon_high, beta,
-                          ref_logp is not None)
+    _check_policy_options(
+        loss_type, normalizer, epsilon_low, epsilon_high, beta, ref_logp is not None
+    )
     _check_policy_shapes(logp, old_logp, advantages, mask, ref_logp)
     keep = mask != 0  # [B, T] bool
     weights = keep.to(logp.dtype)  # [B, T] float
@@ -573,8 +581,14 @@ def selected_log_probs(
     logp_chunks: list[Tensor] = []
     entropy_chunks: list[Tensor] = []
     for start in range(0, batch * length, chunk_size):
-        args = (flat_hidden[start:start + chunk_size], flat_targets[start:start + chunk_size],
-                lm_head, temperature, softcap, with_entropy)
+        args = (
+            flat_hidden[start : start + chunk_size],
+            flat_targets[start : start + chunk_size],
+            lm_head,
+            temperature,
+            softcap,
+            with_entropy,
+        )
         if use_checkpoint:
             chosen, entropy = checkpoint(_chunk_log_probs, *args, use_reentrant=False)
         else:

@@ -26,6 +26,9 @@ from typing import Any
 import torch
 
 from textgym.algos.common import (
+    OptimizationConfig,
+    check_positive_ints,
+    make_optimizer,
     autocast,
     make_token_batch,
     prepare_model,
@@ -40,8 +43,8 @@ from textgym.tokens import ChatTokenizer
 __all__ = ["SFTConfig", "conversation_tokens", "train"]
 
 
-@dataclass
-class SFTConfig:
+@dataclass(kw_only=True)
+class SFTConfig(OptimizationConfig):
     """Arguments of :func:`train`; every field is a ``textgym sft`` flag."""
 
     data: str
@@ -54,32 +57,12 @@ class SFTConfig:
     """Passes over the data."""
     batch_size: int = 16
     """Conversations per optimizer step."""
-    micro_batch_size: int = 16
-    """Conversations per forward/backward pass."""
     learning_rate: float = 1e-4
     """AdamW learning rate."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
-    warmup_steps: int = 0
-    """Linear learning-rate warm-up, in optimizer steps."""
-    max_grad_norm: float = 1.0
-    """Gradient clipping by global norm (0 turns it off)."""
     max_length: int = 4096
     """Longest token sequence; longer conversations are dropped (and counted), never cut."""
     seed: int = 0
     """Seed of the shuffling."""
-    logprob_chunk_size: int = 1024
-    """Positions per LM-head chunk (memory: chunk x vocab x 4 bytes)."""
-    device: str = "auto"
-    """``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``."""
-    bf16: bool = True
-    """bf16 autocast on CUDA (ignored on CPU)."""
-    gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass."""
-    lora_rank: int = 0
-    """0: full fine-tuning; > 0: LoRA of this rank, merged into the weights when saving."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars."""
     log_every: int = 10
     """Log every this many optimizer steps."""
 
@@ -87,19 +70,8 @@ class SFTConfig:
     """Derived when the data is read."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "epochs",
-            "batch_size",
-            "micro_batch_size",
-            "max_length",
-            "logprob_chunk_size",
-            "log_every",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
+        super().__post_init__()
+        check_positive_ints(self, ("epochs", "batch_size", "max_length", "log_every"))
         if not Path(self.data).is_file():
             raise ValueError(
                 f"Expected data to be a JSONL file, got {self.data!r} (not found); make one with `textgym collect`"
@@ -151,14 +123,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     model = prepare_model(
         model, gradient_checkpointing=config.gradient_checkpointing, lora_rank=config.lora_rank
     )
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=config.learning_rate,
-        weight_decay=config.weight_decay,
-    )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / config.warmup_steps) if config.warmup_steps else 1.0
-    )
+    optimizer, scheduler = make_optimizer(model, config)
     order = random.Random(config.seed)
     config.steps_per_epoch = -(-len(sequences) // config.batch_size)
     began, step, window = time.perf_counter(), 0, []

@@ -20,6 +20,7 @@ plots to ``benchmarks/results/tictactoe_pipeline_{model}_{device}/``.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shlex
 import shutil
@@ -45,13 +46,20 @@ STOP = ["</move>"]
 def evaluate_stage(model_name: str, args: argparse.Namespace, device) -> dict[str, float]:
     """Both opponents, ``args.eval_episodes`` games each."""
     model, tokenizer = load_model(model_name, device=device)
-    policy = HFPolicy(model, tokenizer, max_new_tokens=args.max_new_tokens,
-                      temperature=args.eval_temperature, stop=STOP, batch_size=args.batch_size,
-                      seed=args.seed)
+    policy = HFPolicy(
+        model,
+        tokenizer,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.eval_temperature,
+        stop=STOP,
+        batch_size=args.batch_size,
+        seed=args.seed,
+    )
     make = lambda: gym.make("textgym/TicTacToe-v0", prompt_style=args.prompt_style)  # noqa: E731
     start = time.perf_counter()
-    metrics = grpo.evaluate(make, policy, episodes=args.eval_episodes, seed=args.seed,
-                            batch_size=args.batch_size)
+    metrics = grpo.evaluate(
+        make, policy, episodes=args.eval_episodes, seed=args.seed, batch_size=args.batch_size
+    )
     return metrics | {"eval_seconds": time.perf_counter() - start}
 
 
@@ -85,20 +93,30 @@ def main() -> None:
     print("baseline", stages["baseline"])
 
     start = time.perf_counter()
-    make = lambda: gym.make("textgym/TicTacToe-v0", random_move_prob=0.5,  # noqa: E731
-                            prompt_style=args.prompt_style)
-    games = rollout(make, MinimaxPolicy(seed=args.seed, reasoning=False), list(range(args.games)),
-                    batch_size=64)
+    make = functools.partial(
+        gym.make, "textgym/TicTacToe-v0", random_move_prob=0.5, prompt_style=args.prompt_style
+    )
+    games = rollout(
+        make, MinimaxPolicy(seed=args.seed, reasoning=False), list(range(args.games)), batch_size=64
+    )
     data = work / "games.jsonl"
     data.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games))
     timings["collect_s"] = time.perf_counter() - start
 
     sft_dir = work / "sft"
     shutil.rmtree(sft_dir, ignore_errors=True)
-    sft_config = sft.SFTConfig(data=str(data), model=args.model, output_dir=str(sft_dir),
-                               epochs=args.sft_epochs, batch_size=16, micro_batch_size=16,
-                               learning_rate=args.sft_lr, warmup_steps=5, device=str(device),
-                               seed=args.seed)
+    sft_config = sft.SFTConfig(
+        data=str(data),
+        model=args.model,
+        output_dir=str(sft_dir),
+        epochs=args.sft_epochs,
+        batch_size=16,
+        micro_batch_size=16,
+        learning_rate=args.sft_lr,
+        warmup_steps=5,
+        device=str(device),
+        seed=args.seed,
+    )
     start = time.perf_counter()
     sft_summary = sft.train(sft_config)
     timings["sft_s"] = time.perf_counter() - start
@@ -108,10 +126,19 @@ def main() -> None:
     grpo_dir = work / "grpo"
     shutil.rmtree(grpo_dir, ignore_errors=True)
     grpo_config = grpo.GRPOConfig(
-        model=str(sft_dir), output_dir=str(grpo_dir), env_kwargs={"prompt_style": args.prompt_style},
-        opponent_skill=(0.5, 1.0), steps=args.grpo_steps, tasks_per_step=args.tasks_per_step,
-        group_size=args.group_size, max_new_tokens=args.max_new_tokens, learning_rate=args.grpo_lr,
-        eval_every=10, eval_episodes=64, eval_temperature=args.eval_temperature, seed=args.seed,
+        model=str(sft_dir),
+        output_dir=str(grpo_dir),
+        env_kwargs={"prompt_style": args.prompt_style},
+        opponent_skill=(0.5, 1.0),
+        steps=args.grpo_steps,
+        tasks_per_step=args.tasks_per_step,
+        group_size=args.group_size,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.grpo_lr,
+        eval_every=10,
+        eval_episodes=64,
+        eval_temperature=args.eval_temperature,
+        seed=args.seed,
         device=str(device),
     )
     start = time.perf_counter()
@@ -134,22 +161,25 @@ def main() -> None:
     print(f"{'stage':<10}" + "".join(f"{k:>22}" for k in table[0] if k != "stage"))
     for row in table:
         print(f"{row['stage']:<10}" + "".join(f"{v:>22}" for k, v in row.items() if k != "stage"))
-    write_result(REPO_ROOT / "benchmarks" / "results" / f"{name}.json", {
-        "benchmark": "tictactoe_pipeline",
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
-        "command": shlex.join(["python", "benchmarks/tictactoe_pipeline.py", *sys.argv[1:]]),
-        "settings": vars(args),
-        "device": str(device),
-        "machine": machine,
-        "table": table,
-        "stages": stages,
-        "sft_summary": sft_summary,
-        "timings": timings,
-        "eval_note": f"{args.eval_episodes} games per opponent; random = random_move_prob 1.0, "
-                     f"optimal = 0.0; sampling temperature {args.eval_temperature}",
-        "plots": str(plots.relative_to(REPO_ROOT)),
-    })
+    write_result(
+        REPO_ROOT / "benchmarks" / "results" / f"{name}.json",
+        {
+            "benchmark": "tictactoe_pipeline",
+            "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain")),
+            "command": shlex.join(["python", "benchmarks/tictactoe_pipeline.py", *sys.argv[1:]]),
+            "settings": vars(args),
+            "device": str(device),
+            "machine": machine,
+            "table": table,
+            "stages": stages,
+            "sft_summary": sft_summary,
+            "timings": timings,
+            "eval_note": f"{args.eval_episodes} games per opponent; random = random_move_prob 1.0, "
+            f"optimal = 0.0; sampling temperature {args.eval_temperature}",
+            "plots": str(plots.relative_to(REPO_ROOT)),
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -29,9 +29,19 @@ COMPACT = {"prompt_style": "compact"}
 def small(tmp_path, **overrides) -> GRPOConfig:
     """A configuration that trains the tiny model for a few seconds."""
     settings = dict(
-        model="tiny", output_dir=str(tmp_path / "run"), env_kwargs=COMPACT, steps=2,
-        tasks_per_step=2, group_size=4, rollout_batch_size=8, micro_batch_size=8,
-        max_new_tokens=8, learning_rate=1e-3, eval_every=0, eval_episodes=2, device="cpu",
+        model="tiny",
+        output_dir=str(tmp_path / "run"),
+        env_kwargs=COMPACT,
+        steps=2,
+        tasks_per_step=2,
+        group_size=4,
+        rollout_batch_size=8,
+        micro_batch_size=8,
+        max_new_tokens=8,
+        learning_rate=1e-3,
+        eval_every=0,
+        eval_episodes=2,
+        device="cpu",
         tensorboard=False,
     )
     settings.update(overrides)
@@ -85,8 +95,17 @@ def test_update_does_not_depend_on_micro_batch_size(tmp_path, batch_of_trajector
         trained = copy.deepcopy(model).train()
         optimizer = torch.optim.SGD(trained.parameters(), lr=1.0)  # SGD: params move by the grad
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-        metrics = grpo._train_on(trajs, trained, None, optimizer, scheduler, config,
-                                 torch.device("cpu"), 0, max_loss_tokens=80)
+        metrics = grpo._train_on(
+            trajs,
+            trained,
+            None,
+            optimizer,
+            scheduler,
+            config,
+            torch.device("cpu"),
+            0,
+            max_loss_tokens=80,
+        )
         assert metrics["skipped_update"] == 0.0 and metrics["loss_tokens"] > 0
         results.append(torch.cat([p.detach().flatten() for p in trained.parameters()]))
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -103,8 +122,17 @@ def test_all_equal_groups_skip_the_update(tmp_path, batch_of_trajectories):
     trained = copy.deepcopy(model)
     optimizer = torch.optim.SGD(trained.parameters(), lr=1.0)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    metrics = grpo._train_on(flat, trained, None, optimizer, scheduler, small(tmp_path),
-                             torch.device("cpu"), 0, max_loss_tokens=80)
+    metrics = grpo._train_on(
+        flat,
+        trained,
+        None,
+        optimizer,
+        scheduler,
+        small(tmp_path),
+        torch.device("cpu"),
+        0,
+        max_loss_tokens=80,
+    )
     assert metrics["skipped_update"] == 1.0 and metrics["zero_variance_fraction"] == 1.0
     for a, b in zip(trained.parameters(), model.parameters()):
         assert torch.equal(a, b)
@@ -143,6 +171,15 @@ def test_metrics_and_eval_are_written(tmp_path):
     rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert [r["stage"] for r in rows] == ["eval", "train", "eval"]
     train = rows[1]
-    for key in ("reward_mean", "invalid_rate", "clip_fraction", "entropy", "kl", "step_time_s",
-                "zero_variance_fraction", "reward/outcome", "reward/invalid_action"):
+    for key in (
+        "reward_mean",
+        "invalid_rate",
+        "clip_fraction",
+        "entropy",
+        "kl",
+        "step_time_s",
+        "zero_variance_fraction",
+        "reward/outcome",
+        "reward/invalid_action",
+    ):
         assert key in train, key

@@ -43,8 +43,9 @@ STOP = ["</move>"]
 
 def vs_random(model_dir: str, episodes: int = 64) -> dict[str, float]:
     model, tokenizer = load_model(model_dir)
-    policy = HFPolicy(model, tokenizer, max_new_tokens=16, temperature=1.0, stop=STOP,
-                      batch_size=64, seed=123)
+    policy = HFPolicy(
+        model, tokenizer, max_new_tokens=16, temperature=1.0, stop=STOP, batch_size=64, seed=123
+    )
     make = lambda: gym.make("textgym/TicTacToe-v0", **ENV_KWARGS)  # noqa: E731
     metrics = grpo.evaluate(make, policy, episodes=episodes, seed=7, batch_size=64)
     return {"win": metrics["random/win_rate"], "invalid": metrics["random/invalid_rate"]}
@@ -58,15 +59,38 @@ def test_sft_then_grpo_teaches_the_tiny_model_to_play(tmp_path):
     games = rollout(make, MinimaxPolicy(seed=0, reasoning=False), list(range(300)), batch_size=64)
     data = tmp_path / "games.jsonl"
     data.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games))
-    sft.train(sft.SFTConfig(data=str(data), model="tiny", output_dir=str(tmp_path / "sft"),
-                            epochs=4, batch_size=16, micro_batch_size=16, learning_rate=3e-3,
-                            warmup_steps=5, device="cpu", tensorboard=False))
-    grpo.train(grpo.GRPOConfig(
-        model=str(tmp_path / "sft"), output_dir=str(tmp_path / "grpo"), env_kwargs=ENV_KWARGS,
-        opponent_skill=(0.5, 1.0), steps=8, tasks_per_step=4, group_size=8, max_new_tokens=16,
-        learning_rate=5e-4, eval_every=0, eval_episodes=8, eval_temperature=1.0, device="cpu",
-        tensorboard=False,
-    ))
+    sft.train(
+        sft.SFTConfig(
+            data=str(data),
+            model="tiny",
+            output_dir=str(tmp_path / "sft"),
+            epochs=4,
+            batch_size=16,
+            micro_batch_size=16,
+            learning_rate=3e-3,
+            warmup_steps=5,
+            device="cpu",
+            tensorboard=False,
+        )
+    )
+    grpo.train(
+        grpo.GRPOConfig(
+            model=str(tmp_path / "sft"),
+            output_dir=str(tmp_path / "grpo"),
+            env_kwargs=ENV_KWARGS,
+            opponent_skill=(0.5, 1.0),
+            steps=8,
+            tasks_per_step=4,
+            group_size=8,
+            max_new_tokens=16,
+            learning_rate=5e-4,
+            eval_every=0,
+            eval_episodes=8,
+            eval_temperature=1.0,
+            device="cpu",
+            tensorboard=False,
+        )
+    )
     after = vs_random(str(tmp_path / "grpo" / "checkpoint-8"))
 
     assert before["win"] == 0.0 and before["invalid"] >= 0.95, before

@@ -71,9 +71,17 @@ def test_sequence_log_probs_equal_a_full_forward_on_loss_positions(tiny):
 def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, tiny):
     data = tmp_path / "games.jsonl"
     data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(8)))
-    config = SFTConfig(data=str(data), output_dir=str(tmp_path / "sft"), epochs=6, batch_size=4,
-                       micro_batch_size=2, learning_rate=3e-3, device="cpu", tensorboard=False,
-                       log_every=1)
+    config = SFTConfig(
+        data=str(data),
+        output_dir=str(tmp_path / "sft"),
+        epochs=6,
+        batch_size=4,
+        micro_batch_size=2,
+        learning_rate=3e-3,
+        device="cpu",
+        tensorboard=False,
+        log_every=1,
+    )
     summary = train(config)
     rows = [json.loads(line) for line in open(tmp_path / "sft" / "metrics.jsonl")]
     assert summary["steps"] == 12 and len(rows) == 12
