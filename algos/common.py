@@ -27,6 +27,8 @@ import torch
 from textgym.algos.losses import selected_log_probs
 
 __all__ = [
+    "shared_prefix_hidden",
+    "shared_prefix_length",
     "OptimizationConfig",
     "TokenBatch",
     "check_positive_ints",
@@ -289,6 +291,7 @@ def sequence_log_probs(
     temperature: float = 1.0,
     chunk_size: int = 1024,
     with_entropy: bool = False,
+    share_prefix: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the loss tokens under ``model``, without full-vocabulary logits.
 
@@ -304,15 +307,19 @@ def sequence_log_probs(
         temperature: Logits are divided by it, as when sampling (> 0).
         chunk_size: Positions per LM-head chunk.
         with_entropy: Also return the per-position entropy (detached).
+        share_prefix: Run the prompt that rows share once (:func:`shared_prefix_hidden`): the
+            same numbers up to float rounding, fewer FLOPs when rows come in GRPO groups.
 
     Returns:
         ``(logp, entropy)``: ``[B, L-1]`` float32 each, 0.0 where ``loss_mask`` is 0 (entropy
         ``None`` unless asked for).
     """
     decoder, head = _decoder_and_head(model)
-    hidden = decoder(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-    ).last_hidden_state  # [B, L-1, H]
+    hidden = shared_prefix_hidden(decoder, batch) if share_prefix else None
+    if hidden is None:
+        hidden = decoder(
+            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
+        ).last_hidden_state  # [B, L-1, H]
     scored = batch.loss_mask > 0  # [B, L-1] bool
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     picked, entropy = selected_log_probs(
@@ -329,6 +336,62 @@ def sequence_log_probs(
     if entropy is not None:
         entropy = torch.zeros_like(logp).masked_scatter(scored, entropy[0])  # [B, L-1]
     return logp, entropy
+
+
+def shared_prefix_length(batch: TokenBatch) -> int:
+    """Columns before the first loss target of any row: ``min_b`` of row b's first scored column.
+
+    Every row is all real tokens there (right padding), and no position there is scored, so a
+    prefix of this length can be run without its logits. Rows with no loss token count with
+    their length.
+    """
+    scored = batch.loss_mask > 0  # [B, L-1] bool
+    lengths = batch.attention_mask.sum(dim=1)  # [B] long
+    first = torch.where(scored.any(dim=1), scored.int().argmax(dim=1), lengths)  # [B] long
+    return int(first.min().item()) if len(batch) else 0
+
+
+def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor | None:
+    """Decoder hidden states with each distinct prompt prefix run once (prefix sharing).
+
+    The G rollouts of a GRPO group start with the same prompt (often most of the tokens), and
+    a plain forward pass runs it G times. Here the first :func:`shared_prefix_length` columns
+    are deduplicated across rows, run once per distinct prefix with a KV cache, the cache is
+    gathered back to every row (an index into the autograd graph, so gradients through the
+    prompt's keys and values are summed over the rows that share it), and the rest of each row
+    attends to it. The idea is that of Prefix Grouper (Liu et al., 2025, arXiv:2506.05433);
+    written here on the ``transformers`` cache API because no library offers it for training.
+
+    Args:
+        decoder: The decoder stack of a causal LM (``model.get_decoder()``).
+        batch: The right-padded token batch.
+
+    Returns:
+        ``[B, L-1, H]`` hidden states, zeros at the prefix columns (they carry no loss), or
+        ``None`` when nothing would be saved (no row shares its prefix, an empty prefix) or the
+        decoder returns no cache (e.g. gradient checkpointing is on); then run the plain pass.
+    """
+    if decoder.training and any(
+        getattr(m, "gradient_checkpointing", False) for m in decoder.modules()
+    ):
+        return None  # checkpointed layers do not fill a cache (transformers drops use_cache)
+    prefix = shared_prefix_length(batch)
+    if prefix < 1 or prefix >= batch.input_ids.shape[1]:
+        return None
+    unique, rows = torch.unique(batch.input_ids[:, :prefix], dim=0, return_inverse=True)
+    if unique.shape[0] == len(batch):  # [U, P] long; rows: [B] long, index into unique
+        return None
+    cache = decoder(input_ids=unique, use_cache=True).past_key_values  # keys [U, h, P, d]
+    if cache is None or cache.get_seq_length() != prefix:
+        return None
+    cache.batch_select_indices(rows)  # keys [B, h, P, d], still in the graph
+    suffix = decoder(
+        input_ids=batch.input_ids[:, prefix:],  # [B, L-1-P]
+        attention_mask=batch.attention_mask,  # [B, L-1]: prefix columns are all real tokens
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state  # [B, L-1-P, H]
+    return torch.nn.functional.pad(suffix, (0, 0, prefix, 0))  # [B, L-1, H]
 
 
 def rng_state() -> dict[str, Any]:

@@ -130,6 +130,10 @@ class GRPOConfig(OptimizationConfig):
     """Upper clip range; default per loss type (grpo 0.2, dapo 0.28, gspo 4e-4, cispo 5.0)."""
     beta: float = 0.0
     """Weight of the k3 KL penalty to the initial policy; 0 loads no reference model."""
+    share_prefix: bool = True
+    """Run the prompt a group's rows share once per micro-batch in the update's forward pass
+    (prefix sharing, :func:`textgym.algos.common.shared_prefix_hidden`): the same loss up to
+    float rounding, fewer FLOPs; ignored with gradient checkpointing."""
     mask_truncated: bool = False
     """Give no loss to episodes with a completion cut by ``max_new_tokens`` (DAPO's overlong
     filtering); they still count in their group's statistics."""
@@ -467,6 +471,7 @@ def _log_probs(
         temperature=config.temperature,
         chunk_size=config.logprob_chunk_size,
         with_entropy=with_entropy,
+        share_prefix=config.share_prefix,
     )
 
 

@@ -11,7 +11,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from textgym.algos.common import make_token_batch, sequence_log_probs  # noqa: E402
+from textgym.algos.common import (  # noqa: E402
+    make_token_batch,
+    sequence_log_probs,
+    shared_prefix_hidden,
+    shared_prefix_length,
+)
 from textgym.algos.sft import SFTConfig, conversation_tokens, train  # noqa: E402
 from textgym.models import build_tiny_model, load_model  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402
@@ -93,3 +98,63 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, tiny):
 def test_sft_config_explains_missing_data(tmp_path):
     with pytest.raises(ValueError, match="make one with `textgym collect`"):
         SFTConfig(data=str(tmp_path / "missing.jsonl"))
+
+
+def _grouped_batch(tokenizer):
+    """Two groups of three rows: each group shares its prompt, then the rows differ."""
+    chat = ChatTokenizer(tokenizer)
+    rows, masks = [], []
+    for board, moves in (("012\n345\n678", ("4", "0", "8")), ("X12\n345\n678", ("4", "5", "2"))):
+        for move in moves:
+            conversation = [
+                {"role": "system", "content": "Play."},
+                {"role": "user", "content": f"{board}\nfree ..."},
+                {"role": "assistant", "content": f"<move>{move}</move>"},
+            ]
+            if move == "0":  # a longer, multi-turn row
+                conversation += [
+                    {"role": "user", "content": "opp 4\nnext?"},
+                    {"role": "assistant", "content": "<move>8</move>"},
+                ]
+            ids, mask = conversation_tokens(chat, conversation)
+            rows.append(ids)
+            masks.append(mask)
+    masks[-1] = [0] * len(masks[-1])  # a row without loss (masked truncation) must not matter
+    return make_token_batch(rows, masks, pad_token_id=258)
+
+
+def test_shared_prefix_forward_matches_the_plain_forward(tiny):
+    model, tokenizer = tiny
+    batch = _grouped_batch(tokenizer)
+    assert shared_prefix_length(batch) > 10
+    assert shared_prefix_hidden(model.get_decoder(), batch) is not None  # the shared path runs
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        logp, entropy = sequence_log_probs(model, batch, with_entropy=True, share_prefix=share)
+        (-(logp * torch.arange(1, 7)[:, None]).sum()).backward()  # rows weighted differently
+        grads = torch.cat([p.grad.flatten() for p in model.parameters()])
+        results.append((logp.detach(), entropy, grads))
+    model.zero_grad()
+    for plain, shared in zip(*results):
+        torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-4)
+    assert results[0][2].abs().sum() > 0
+
+
+def test_shared_prefix_is_skipped_when_it_cannot_help(tiny):
+    model, tokenizer = tiny
+    chat = ChatTokenizer(tokenizer)
+    ids, mask = conversation_tokens(chat, CONVERSATION)
+    other, other_mask = conversation_tokens(
+        chat, [{"role": "user", "content": "hi"}, *CONVERSATION[2:3]]
+    )
+    distinct = make_token_batch([ids, other], [mask, other_mask], pad_token_id=258)
+    assert shared_prefix_hidden(model.get_decoder(), distinct) is None  # no row shares a prompt
+    batch = _grouped_batch(tokenizer)
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.train()
+    try:  # checkpointed layers fill no cache: the plain pass must run instead
+        assert shared_prefix_hidden(model.get_decoder(), batch) is None
+    finally:
+        model.gradient_checkpointing_disable()
+        model.eval()

@@ -311,3 +311,40 @@ def test_gemma_loads_caches_and_plays_tictactoe(tmp_path):
     assert completion.text.strip()
     assert len(completion.logprobs) == len(completion.completion_ids) <= 32
     assert completion.finish_reason in ("stop", "length")
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_shared_prefill_of_repeated_prompts_changes_nothing(sharp, temperature):
+    """A GRPO-style batch (each prompt G times, prompts of different lengths): prefilling each
+    distinct prompt once gives the same tokens and, up to rounding, the same log-probs."""
+    convs = [conv for conv in conversations(3) for _ in range(4)]  # [12], 3 distinct prompts
+    runs = {}
+    for share in (False, True):
+        p = policy(
+            sharp,
+            temperature=temperature,
+            max_new_tokens=12,
+            seed=5,
+            batch_size=12,
+            share_prefill=share,
+        )
+        runs[share] = act(p, convs)
+    assert [c.completion_ids for c in runs[True]] == [c.completion_ids for c in runs[False]]
+    for shared, plain in zip(runs[True], runs[False]):
+        assert shared.logprobs == pytest.approx(plain.logprobs, abs=1e-4)
+    if temperature > 0:  # copies of one prompt still draw different samples
+        assert len({tuple(c.completion_ids) for c in runs[True][:4]}) > 1
+
+
+def test_shared_prefill_builds_a_cache_only_for_repeated_prompts(sharp):
+    p = policy(sharp, batch_size=8)
+    ids = torch.tensor([[0, 5, 6, 7], [0, 5, 6, 7], [9, 8, 7, 6]])  # [3, 4] left-padded
+    mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]])
+    cache = p._shared_prefill(ids, mask)
+    assert cache is not None and cache.get_seq_length() == 3  # all tokens but the last
+    assert cache.layers[0].keys.shape[0] == 3  # gathered back to every row
+    assert p._shared_prefill(ids[1:], mask[1:]) is None  # all rows distinct: nothing to share
+    # Equal ids but different padding are different prompts.
+    pad = p._pad_token_id
+    twins = torch.tensor([[pad, 5, 6], [pad, 5, 6]])
+    assert p._shared_prefill(twins, torch.tensor([[0, 1, 1], [1, 1, 1]])) is None

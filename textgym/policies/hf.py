@@ -113,6 +113,7 @@ class HFPolicy:
         batch_size: int = 8,
         stop: list[str] | None = None,
         seed: int | None = None,
+        share_prefill: bool = True,
     ) -> None:
         """Wrap a model and its tokenizer.
 
@@ -127,6 +128,9 @@ class HFPolicy:
             batch_size: Conversations per ``generate`` call, >= 1.
             stop: Stop strings; the text is cut right after the first one, which is kept.
             seed: Seed of the sampling RNG; ``None`` uses torch's global RNG.
+            share_prefill: Run the prefill of a prompt that several rows of a micro-batch
+                share (a GRPO group's first turn) once, and give every row a copy of its KV
+                cache (:meth:`_shared_prefill`); the same distribution up to float rounding.
 
         Raises:
             ValueError: for an argument out of range.
@@ -135,6 +139,7 @@ class HFPolicy:
         check_sampling(temperature, top_p)
         check_int("top_k", top_k, 0)  # 0 turns it off
         check_int("batch_size", batch_size, 1)
+        self.share_prefill = bool(share_prefill)
         if isinstance(stop, str):
             raise ValueError(
                 f"Expected stop to be a list of strings, got the string {stop!r}; "
@@ -308,6 +313,10 @@ class HFPolicy:
             kwargs["stopping_criteria"] = StoppingCriteriaList(
                 [_StopOnText(self.tokenizer, self.stop, width)]
             )
+        if self.share_prefill:
+            cache = self._shared_prefill(input_ids, attention_mask)
+            if cache is not None:
+                kwargs["past_key_values"] = cache
 
         with torch.random.fork_rng(
             devices=self._rng_devices(device), enabled=self._seeds is not None
@@ -334,6 +343,38 @@ class HFPolicy:
                 prompts, generated.tolist(), logprobs.tolist(), strict=True
             )
         ]
+
+    @torch.no_grad()
+    def _shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+        """A KV cache of all prompt tokens but the last, each distinct prompt run once.
+
+        ``generate`` then feeds only the last prompt token, so every row samples from the same
+        distribution as without the cache (up to float rounding). Returns ``None`` when no
+        two rows are equal, a prompt has one token, or the model's cache cannot be gathered by
+        row (then ``generate`` prefills as usual).
+
+        Args:
+            input_ids: ``[B, P]`` long, left-padded prompts.
+            attention_mask: ``[B, P]`` long.
+        """
+        width = input_ids.shape[1]
+        if width < 2 or not hasattr(self.model, "get_decoder"):
+            return None
+        keyed = torch.cat([input_ids, attention_mask], dim=1)  # [B, 2P]: the mask tells pads apart
+        unique, rows = torch.unique(keyed, dim=0, return_inverse=True)  # [U, 2P], [B]
+        if unique.shape[0] == input_ids.shape[0]:
+            return None
+        ids, mask = unique[:, : width - 1], unique[:, width : 2 * width - 1]  # [U, P-1] each
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate derives them from the mask
+        cache = (
+            self.model.get_decoder()(
+                input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True
+            )
+        ).past_key_values  # the decoder only: no [U, P-1, V] logits
+        if cache is None or not hasattr(cache, "batch_select_indices"):
+            return None
+        cache.batch_select_indices(rows)  # [U, ...] -> [B, ...]
+        return cache
 
     def _completion(
         self, prompt_ids: list[int], ids: list[int], logprobs: list[float]
