@@ -131,9 +131,10 @@ class GRPOConfig(OptimizationConfig):
     beta: float = 0.0
     """Weight of the k3 KL penalty to the initial policy; 0 loads no reference model."""
     share_prefix: bool = True
-    """Run the prompt a group's rows share once per micro-batch in the update's forward pass
-    (prefix sharing, :func:`textgym.algos.common.shared_prefix_hidden`): the same loss up to
-    float rounding, fewer FLOPs; ignored with gradient checkpointing."""
+    """Run the prompt a group's rows share once: in the rollout's prefill
+    (``HFPolicy(share_prefill=...)``) and per micro-batch in the update's forward pass
+    (:func:`textgym.algos.common.shared_prefix_hidden`). The same samples and loss up to float
+    rounding, fewer FLOPs; the update ignores it under gradient checkpointing."""
     mask_truncated: bool = False
     """Give no loss to episodes with a completion cut by ``max_new_tokens`` (DAPO's overlong
     filtering); they still count in their group's statistics."""
@@ -235,6 +236,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         stop=list(task.stop),
         batch_size=config.rollout_batch_size,
         seed=config.seed,
+        share_prefill=config.share_prefix,
     )
     evaluator = HFPolicy(
         model,

@@ -13,7 +13,10 @@ steps of all runs are pooled. Step times: ours from ``step_time_s`` in ``metrics
 generation, rewards, the accumulated forward/backward passes and the optimizer step; logging
 excluded). Generated tokens are counted exactly: ours from the loss masks
 (``completion_tokens_mean`` x M x G), TRL's in the reward function from ``completion_ids``.
-Speedup = TRL's mean step time / ours. "Generation tokens/s" divides by ours' ``rollout_time_s``
+Speedup = TRL's mean step time / ours. A third runner, ``ours_no_sharing``, is our trainer with
+``share_prefix=False`` (each row's prompt prefilled in generation and forwarded in the update on
+its own, as TRL does), so the JSON also records what prefix sharing alone is worth
+(``speedup_from_prefix_sharing``). "Generation tokens/s" divides by ours' ``rollout_time_s``
 (generation, prompt rendering and env steps) and by the time of TRL's ``_generate_single_turn``
 (``model.generate`` only), so it slightly favours TRL.
 
@@ -96,7 +99,7 @@ from textgym.envs.reverse_text.rewards import lcs_similarity
 BASE_ENV_ID = "textgym/ReverseText-v0"
 DENSE_ENV_ID = "textgym-bench/ReverseTextDense-v0"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-TRAINERS = ("ours", "trl")
+TRAINERS = ("ours", "trl", "ours_no_sharing")  # the last: ours with share_prefix=False
 
 
 class DenseLCS(gym.Wrapper):
@@ -155,8 +158,12 @@ def _summary(step_times: list[float], tokens: list[float]) -> dict[str, Any]:
     }
 
 
-def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
-    """Train with :func:`textgym.algos.grpo.train`; time the steps after the warm-up."""
+def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> dict[str, Any]:
+    """Train with :func:`textgym.algos.grpo.train`; time the steps after the warm-up.
+
+    ``share_prefix=False`` is the ablation: every row's prompt prefilled and forwarded on its own,
+    as TRL does.
+    """
     from textgym.algos.grpo import GRPOConfig, train
 
     batch = args.tasks_per_step * args.group_size
@@ -168,7 +175,7 @@ def run_ours(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         temperature=1.0, top_p=1.0, learning_rate=args.learning_rate, loss_type="dapo",
         epsilon_low=0.2, epsilon_high=0.28, scale_rewards="group", beta=0.0, num_iterations=1,
         device=_device(), bf16=True, gradient_checkpointing=False, eval_every=0, eval_episodes=1,
-        save_every=0, tensorboard=False,
+        save_every=0, tensorboard=False, share_prefix=share_prefix,
     )
     train(config)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -387,7 +394,11 @@ def child(args: argparse.Namespace) -> None:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     with tempfile.TemporaryDirectory(prefix=f"grpo_vs_trl_{args.only}_") as scratch:
-        runner = {"ours": run_ours, "trl": run_trl}.get(args.only)
+        runner = {
+            "ours": run_ours,
+            "trl": run_trl,
+            "ours_no_sharing": lambda a, o: run_ours(a, o, share_prefix=False),
+        }.get(args.only)
         result = runner(args, Path(scratch)) if runner else decode_roofline(args)
     result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     result["cuda_max_memory_allocated_mib"] = (torch.cuda.max_memory_allocated() / 2**20
@@ -443,6 +454,8 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
     Console().print(table)
     speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
     print(f"speedup (TRL step time / ours): {speedup:.2f}x")
+    plain = results["ours_no_sharing"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
+    print(f"prefix sharing (ours without it / ours): {plain:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -485,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     roofline = _spawn(forwarded, "decode") if torch.cuda.is_available() else None
     _print_table(results)
     speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
+    sharing_speedup = (results["ours_no_sharing"]["step_time_mean_s"]
+                       / results["ours"]["step_time_mean_s"])
     status = git("status", "--porcelain", "--untracked-files=no")
     device = _device()
     record = {
@@ -509,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "results": results,
         "speedup_trl_over_ours": speedup,
+        "speedup_from_prefix_sharing": sharing_speedup,
         "load_avg_1m_at_end": os.getloadavg()[0],
         "decode_roofline": roofline,
         "decode_roofline_note": "CUDA only (torch.cuda.is_available()); this code path has only run where CUDA exists",
