@@ -27,12 +27,12 @@ import torch
 from textgym.algos.losses import selected_log_probs
 
 __all__ = [
-    "shared_prefix_hidden",
-    "shared_prefix_length",
     "OptimizationConfig",
     "TokenBatch",
     "check_positive_ints",
     "make_optimizer",
+    "shared_prefix_hidden",
+    "shared_prefix_length",
     "autocast",
     "latest_checkpoint",
     "load_checkpoint",
@@ -82,6 +82,11 @@ class OptimizationConfig:
         check_positive_ints(self, ("micro_batch_size", "logprob_chunk_size"))
         if self.learning_rate <= 0:
             raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
+        if self.weight_decay < 0 or self.max_grad_norm < 0:
+            raise ValueError(
+                f"Expected weight_decay >= 0 and max_grad_norm >= 0, got {self.weight_decay}, "
+                f"{self.max_grad_norm}"
+            )
         if self.warmup_steps < 0 or self.lora_rank < 0:
             raise ValueError(
                 f"Expected warmup_steps >= 0 and lora_rank >= 0, got {self.warmup_steps}, "
@@ -315,15 +320,18 @@ def sequence_log_probs(
         ``None`` unless asked for).
     """
     decoder, head = _decoder_and_head(model)
-    hidden = shared_prefix_hidden(decoder, batch) if share_prefix else None
-    if hidden is None:
+    shared = shared_prefix_hidden(decoder, batch) if share_prefix else None
+    if shared is None:
         hidden = decoder(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, L-1, H]
+        start = 0
+    else:
+        hidden, start = shared  # [B, L-1-start, H]: no loss position lies before start
     scored = batch.loss_mask > 0  # [B, L-1] bool
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     picked, entropy = selected_log_probs(
-        hidden[scored][None],  # [1, N, H], N = loss positions
+        hidden[scored[:, start:]][None],  # [1, N, H], N = loss positions
         head,
         batch.targets[scored][None],  # [1, N]
         temperature=temperature,
@@ -344,6 +352,9 @@ def shared_prefix_length(batch: TokenBatch) -> int:
     Every row is all real tokens there (right padding), and no position there is scored, so a
     prefix of this length can be run without its logits. Rows with no loss token count with
     their length.
+
+    Returns:
+        The number of columns ``P`` (``0 <= P <= L-1``; 0 for an empty batch).
     """
     scored = batch.loss_mask > 0  # [B, L-1] bool
     lengths = batch.attention_mask.sum(dim=1)  # [B] long
@@ -351,7 +362,7 @@ def shared_prefix_length(batch: TokenBatch) -> int:
     return int(first.min().item()) if len(batch) else 0
 
 
-def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor | None:
+def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor, int] | None:
     """Decoder hidden states with each distinct prompt prefix run once (prefix sharing).
 
     The G rollouts of a GRPO group start with the same prompt (often most of the tokens), and
@@ -367,9 +378,10 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor | None
         batch: The right-padded token batch.
 
     Returns:
-        ``[B, L-1, H]`` hidden states, zeros at the prefix columns (they carry no loss), or
-        ``None`` when nothing would be saved (no row shares its prefix, an empty prefix) or the
-        decoder returns no cache (e.g. gradient checkpointing is on); then run the plain pass.
+        ``(hidden, P)``: the hidden states ``[B, L-1-P, H]`` of columns ``P..L-2`` (the prefix
+        columns carry no loss, so they are not returned) and ``P``; or ``None`` when nothing
+        would be saved (no row shares its prefix, an empty prefix) or the decoder fills no cache
+        (gradient checkpointing); then run the plain pass.
     """
     if decoder.training and any(
         getattr(m, "gradient_checkpointing", False) for m in decoder.modules()
@@ -391,7 +403,7 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor | None
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state  # [B, L-1-P, H]
-    return torch.nn.functional.pad(suffix, (0, 0, prefix, 0))  # [B, L-1, H]
+    return suffix, prefix
 
 
 def rng_state() -> dict[str, Any]:

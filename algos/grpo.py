@@ -112,11 +112,6 @@ class GRPOConfig(OptimizationConfig):
     """Sampling temperature; training log-probs use the same temperature."""
     top_p: float = 1.0
     """Nucleus sampling mass (1 turns it off; the surrogate assumes unmodified sampling)."""
-    learning_rate: float = 1e-5
-    """AdamW learning rate."""
-    micro_batch_size: int = 16
-    """Trajectories per forward/backward pass (gradient accumulation; the update does not
-    depend on it)."""
     num_iterations: int = 1
     """Optimizer steps per rollout batch (mu); > 1 reuses the batch with stored old log-probs."""
     loss_type: LossType = "dapo"
@@ -188,10 +183,8 @@ class GRPOConfig(OptimizationConfig):
             raise ValueError(f"Expected temperature > 0 for GRPO sampling, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"Expected top_p in (0, 1], got {self.top_p}")
-        if self.beta < 0 or self.learning_rate <= 0:
-            raise ValueError(
-                f"Expected beta >= 0 and learning_rate > 0, got {self.beta}, {self.learning_rate}"
-            )
+        if self.beta < 0:
+            raise ValueError(f"Expected beta >= 0, got {self.beta}")
         unknown = [w for w in self.wrappers if w not in REWARD_WRAPPERS]
         if unknown:
             raise ValueError(

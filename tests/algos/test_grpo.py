@@ -58,6 +58,9 @@ def small(tmp_path, **overrides) -> GRPOConfig:
         ({"opponent_skill": (0.8, 0.2)}, "0 <= low <= high <= 1"),
         ({"temperature": 0.0}, "temperature > 0"),
         ({"micro_batch_size": 0}, "micro_batch_size to be an int >= 1"),
+        ({"learning_rate": 0.0}, "learning_rate > 0"),
+        ({"max_grad_norm": -1.0}, "max_grad_norm >= 0"),
+        ({"beta": -0.1}, "beta >= 0"),
     ],
 )
 def test_config_explains_bad_settings(tmp_path, overrides, message):
