@@ -19,6 +19,7 @@ import gymnasium as gym
 
 import textgym
 from textgym.evaluation import summarize
+from textgym.models import DTYPE_NAMES
 from textgym.policies import POLICY_NAMES, Policy, make_policy
 from textgym.rollout import Trajectory, rollout
 from textgym.wrappers import REWARD_WRAPPERS
@@ -83,6 +84,7 @@ def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, A
         return {
             "stop": list(stop),
             "model": args.model,
+            "dtype": args.dtype,
             "max_new_tokens": args.max_new_tokens,
             "temperature": args.temperature,
             "top_p": args.top_p,
@@ -282,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--base-url", action="append", default=None,
                        help="for --policy openai: endpoint URL (default http://127.0.0.1:8000/v1); "
                             "repeat or separate with commas to spread requests over several")
+        p.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
+                       help="weights of an hf model; auto: bfloat16 where the CPU/GPU computes it "
+                       "natively, else float32")
         p.add_argument("--episodes", type=int, default=100)
         p.add_argument("--seed", type=int, default=0,
                        help="group g of episodes is reset with seed + g (one group per episode by default)")

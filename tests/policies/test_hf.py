@@ -185,9 +185,10 @@ def test_top_k_1_is_greedy(sharp):
     assert all(lp == 0.0 for c in top1 for lp in c.logprobs)  # the only token left has p = 1
 
 
-def test_stop_string_cuts_text_and_ends_generation(sharp):
+@pytest.mark.parametrize("decoder", ["textgym", "transformers"])
+def test_stop_string_cuts_text_and_ends_generation(sharp, decoder):
     convs = conversations(4)
-    greedy = act(policy(sharp, temperature=0, max_new_tokens=24), convs)
+    greedy = act(policy(sharp, temperature=0, max_new_tokens=24, decoder=decoder), convs)
     # A two-character stop string taken from the middle of the first greedy output, so it is
     # matched across two tokens; the other rows may or may not contain it.
     ids = greedy[0].completion_ids
@@ -195,21 +196,28 @@ def test_stop_string_cuts_text_and_ends_generation(sharp):
     stop = chr(ids[start]) + chr(ids[start + 1])
 
     model = sharp[0]
-    lengths = []
-    generate = model.generate
-
-    def spy(*args, **kwargs):
-        output = generate(*args, **kwargs)
-        lengths.append(output.sequences.shape[1] - kwargs["input_ids"].shape[1])
-        return output
-
-    model.generate = spy
+    forwards = []  # one forward pass per generated token (prefill included)
+    hook = model.register_forward_hook(lambda *_: forwards.append(1))
     try:
         stopped = act(
-            policy(sharp, temperature=0, max_new_tokens=24, stop=[stop], batch_size=1), convs
+            policy(
+                sharp,
+                temperature=0,
+                max_new_tokens=24,
+                stop=[stop],
+                batch_size=1,
+                decoder=decoder,
+                prefix_cache_tokens=0,
+            ),
+            convs[:1],
+        )
+        first_row_forwards = len(forwards)
+        stopped += act(
+            policy(sharp, temperature=0, max_new_tokens=24, stop=[stop], decoder=decoder),
+            convs[1:],
         )
     finally:
-        del model.generate
+        hook.remove()
     for g, s in zip(greedy, stopped, strict=True):
         expected_text, found = cut_at_stop(g.text, [stop])
         assert s.text == expected_text
@@ -220,7 +228,7 @@ def test_stop_string_cuts_text_and_ends_generation(sharp):
         else:
             assert s.completion_ids == g.completion_ids and s.finish_reason == g.finish_reason
     assert stopped[0].text.endswith(stop) and stopped[0].completion_ids[-1] == ord(stop[-1])
-    assert lengths[0] == len(stopped[0].completion_ids) < 24, (
+    assert first_row_forwards == len(stopped[0].completion_ids) < 24, (
         "generation should halt at the stop string"
     )
 
