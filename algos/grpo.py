@@ -254,13 +254,15 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     max_loss_tokens = config.max_new_tokens * task.max_turns
 
     def run_eval() -> dict[str, float]:
-        return evaluate(
+        metrics = evaluate(
             task.make,
             evaluator,
             episodes=config.eval_episodes,
             seed=config.seed,
             batch_size=config.rollout_batch_size,
         )
+        evaluator.clear_cache()
+        return metrics
 
     eval_metrics: dict[str, Any] = {}
 
@@ -271,6 +273,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         for step in range(start, config.steps):
             began = time.perf_counter()
             trajectories = _rollout_step(task, policy, config, step)
+            policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
             rolled = time.perf_counter()
             metrics = _train_on(
                 trajectories,

