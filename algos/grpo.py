@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -143,6 +144,10 @@ class GRPOConfig(OptimizationConfig):
     """Checkpoint every this many steps (0: only at the end)."""
     resume: bool = False
     """Continue from the latest checkpoint in ``output_dir``."""
+    time_limit_minutes: float | None = None
+    """Wall-clock budget of this invocation: after the step that crosses it, save a checkpoint
+    and return (a later run with ``resume`` goes on). For preemptible jobs and the GPU suite's
+    parts of under 9 minutes. ``None``: no limit."""
 
     # Derived in __post_init__.
     batch_size: int = field(init=False)
@@ -183,6 +188,10 @@ class GRPOConfig(OptimizationConfig):
             raise ValueError(f"Expected temperature > 0 for GRPO sampling, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"Expected top_p in (0, 1], got {self.top_p}")
+        if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
+            raise ValueError(
+                f"Expected time_limit_minutes > 0 or None, got {self.time_limit_minutes}"
+            )
         if self.beta < 0:
             raise ValueError(f"Expected beta >= 0, got {self.beta}")
         unknown = [w for w in self.wrappers if w not in REWARD_WRAPPERS]
@@ -266,6 +275,11 @@ def train(config: GRPOConfig) -> dict[str, Any]:
 
     eval_metrics: dict[str, Any] = {}
 
+    deadline = (
+        time.perf_counter() + 60 * config.time_limit_minutes
+        if config.time_limit_minutes is not None
+        else math.inf
+    )
     with logger:
         if start == 0:
             eval_metrics = run_eval()
@@ -293,12 +307,15 @@ def train(config: GRPOConfig) -> dict[str, Any]:
                 step_time_s=time.perf_counter() - began,
                 lr=scheduler.get_last_lr()[0],
             )
+            if device.type == "cuda":
+                metrics["cuda_max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
             logger.log(step + 1, metrics)
             done = step + 1 == config.steps
             if done or (config.eval_every and (step + 1) % config.eval_every == 0):
                 eval_metrics = run_eval()
                 logger.log(step + 1, eval_metrics, stage="eval")
-            if done or (config.save_every and (step + 1) % config.save_every == 0):
+            out_of_time = time.perf_counter() > deadline
+            if done or out_of_time or (config.save_every and (step + 1) % config.save_every == 0):
                 save_checkpoint(
                     out,
                     step + 1,
@@ -309,6 +326,10 @@ def train(config: GRPOConfig) -> dict[str, Any]:
                     config=config,
                     extra={"sampling_state": policy.sampling_state()},
                 )
+            if out_of_time and not done:
+                print(f"time limit of {config.time_limit_minutes} min reached after step "
+                      f"{step + 1}; resume to go on")
+                break
     plot_metrics(out / "metrics.jsonl", out / "plots")
     (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")
     return eval_metrics

@@ -1,0 +1,60 @@
+"""CUDA-only checks of the LLM path: bf16 resolution, device placement, the decode loop against
+``generate`` on the GPU, the sampler's device RNG and CUDA memory reporting of a GRPO step.
+
+They skip without CUDA (CI's CPU); ``benchmarks/gpu_suite.py`` runs them first on a GPU.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+pytestmark = [
+    pytest.mark.llm,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def test_auto_dtype_is_bf16_on_cuda_and_the_model_lands_there():
+    from textgym.models import load_model, resolve_dtype
+
+    assert resolve_dtype("auto", "cuda") == torch.bfloat16
+    model, _ = load_model("tiny", dtype="auto", device="cuda")
+    assert model.device.type == "cuda" and model.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_decode_loop_matches_generate_on_cuda(dtype):
+    from textgym.models import load_model
+    from textgym.policies.hf import HFPolicy
+
+    model, tokenizer = load_model("tiny", dtype=dtype, device="cuda")
+    prompts = [[256, *range(40, 40 + 5 * i), 257] for i in range(1, 5)]
+    outputs = {
+        decoder: HFPolicy(model, tokenizer, max_new_tokens=16, temperature=0,
+                          decoder=decoder).generate(prompts)
+        for decoder in ("textgym", "transformers")
+    }
+    if dtype == "float32":
+        for ours, reference in zip(outputs["textgym"], outputs["transformers"], strict=True):
+            assert ours.completion_ids == reference.completion_ids
+    sampled = HFPolicy(model, tokenizer, max_new_tokens=16, seed=0).generate(prompts)
+    again = HFPolicy(model, tokenizer, max_new_tokens=16, seed=0).generate(prompts)
+    assert [c.completion_ids for c in sampled] == [c.completion_ids for c in again]
+
+
+def test_grpo_step_on_cuda_reports_memory(tmp_path):
+    from textgym.algos import grpo
+
+    config = grpo.GRPOConfig(
+        model="tiny", output_dir=str(tmp_path), steps=1, tasks_per_step=2, group_size=2,
+        max_new_tokens=8, eval_every=0, eval_episodes=2, device="cuda",
+        env_kwargs={"prompt_style": "compact"},
+    )
+    grpo.train(config)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert any(row.get("cuda_max_memory_gib", 0) > 0 for row in rows)
