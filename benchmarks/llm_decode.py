@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto", help="weights of 'now'")
     parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes, no llama.cpp")
     parser.add_argument("--output", default=None)
+    parser.add_argument("--note", default="", help="free text kept in the JSON (e.g. build flags)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)

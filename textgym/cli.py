@@ -208,9 +208,30 @@ def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory],
     return trajectories, summary
 
 
+def verdict(summary: dict[str, Any]) -> str:
+    """One plain sentence on how the policy did, and for a local model what to run next."""
+    legal = 1.0 - summary["invalid_action_rate"]
+    parts = [f"{summary['policy']}"
+             + (f" ({summary['model']})" if summary.get("model") else "")
+             + f" made a legal, parsable move/answer in {legal:.0%} of its turns"]
+    outcomes = summary["outcomes"]
+    if any(v for v in outcomes.values()):
+        plural = {"win": "wins", "draw": "draws", "loss": "losses"}
+        parts.append(", ".join(f"{rate:.0%} {plural.get(name, name)}"
+                               for name, rate in outcomes.items() if rate == rate))
+    else:
+        parts.append(f"mean return {summary['mean_return']:.3f}")
+    text = "; ".join(parts) + f" over {summary['episodes']} episodes."
+    if summary["policy"] == "hf":
+        text += (" To train it: collect expert games with `textgym collect --policy minimax`, then"
+                 " `textgym sft` and `textgym train` (README, 'Training').")
+    return text
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     trajectories, summary = _play(args, "eval")
     _print_summary(summary)
+    print(verdict(summary))
     if args.output:
         _write_outputs(Path(args.output), summary, trajectories)
     return 0
