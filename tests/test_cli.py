@@ -37,8 +37,8 @@ def test_eval_minimax_draws_every_game(tmp_path):
     assert record["seed"] == 0 and record["outcome"] == "draw" and record["messages"][0]["role"] == "system"
     assert len(record["rewards"]) == len(record["reward_components"]) == 5
     assert proc.stdout.strip().splitlines()[-2] == (
-        "minimax made a legal, parsable move/answer in 100% of its turns; 0% wins, 100% draws, "
-        "0% losses over 1000 episodes."
+        "minimax over 1000 episodes: legal, parsable actions in 100% of turns; 0% wins, "
+        "100% draws, 0% losses."
     )
 
 

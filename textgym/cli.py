@@ -210,10 +210,8 @@ def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory],
 
 def verdict(summary: dict[str, Any]) -> str:
     """One plain sentence on how the policy did, and for a local model what to run next."""
-    legal = 1.0 - summary["invalid_action_rate"]
-    parts = [f"{summary['policy']}"
-             + (f" ({summary['model']})" if summary.get("model") else "")
-             + f" made a legal, parsable move/answer in {legal:.0%} of its turns"]
+    who = summary["policy"] + (f" ({summary['model']})" if summary.get("model") else "")
+    parts = [f"legal, parsable actions in {1.0 - summary['invalid_action_rate']:.0%} of turns"]
     outcomes = summary["outcomes"]
     if any(v for v in outcomes.values()):
         plural = {"win": "wins", "draw": "draws", "loss": "losses"}
@@ -221,7 +219,9 @@ def verdict(summary: dict[str, Any]) -> str:
                                for name, rate in outcomes.items() if rate == rate))
     else:
         parts.append(f"mean return {summary['mean_return']:.3f}")
-    text = "; ".join(parts) + f" over {summary['episodes']} episodes."
+    if summary["truncated_rate"] > 0:
+        parts.append(f"{summary['truncated_rate']:.0%} of episodes hit the turn limit")
+    text = f"{who} over {summary['episodes']} episodes: " + "; ".join(parts) + "."
     if summary["policy"] == "hf":
         text += (" To train it: collect expert games with `textgym collect --policy minimax`, then"
                  " `textgym sft` and `textgym train` (README, 'Training').")
