@@ -56,7 +56,7 @@ from textgym.algos.losses import (
     policy_loss,
     zero_variance_groups,
 )
-from textgym.algos.metrics import MetricsLogger, plot_metrics
+from textgym.algos.metrics import MetricsLogger, plot_metrics, write_run_record
 from textgym.evaluation import summarize
 from textgym.models import load_model
 from textgym.policies.hf import HFPolicy
@@ -219,6 +219,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     device = resolve_device(config.device)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    write_run_record(out, config)
     task = _env_factory(config)
 
     model, tokenizer = load_model(config.model, device=device)

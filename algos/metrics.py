@@ -30,8 +30,10 @@ __all__ = [
     "METRICS_FILENAME",
     "TENSORBOARD_DIRNAME",
     "MetricsLogger",
+    "compare_runs",
     "plot_metrics",
     "read_metrics",
+    "write_run_record",
 ]
 
 #: Name of the JSON Lines file inside a run directory.
@@ -472,3 +474,98 @@ def plot_metrics(
     out.mkdir(parents=True, exist_ok=True)
     written = [_plot_panel(rows, panel, out) for panel in _PANELS] + [_plot_eval(rows, out)]
     return [path for path in written if path is not None]
+
+
+def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
+    """Write ``run.json`` into a run directory: how to reproduce the run.
+
+    Holds the command line (``sys.argv``), the config (a dataclass, as plain data), the seed, the
+    textgym version and git commit of the source tree when it is a checkout, the machine
+    (platform, Python, CPU count, CUDA device name if any) and the start time (UTC, ISO 8601).
+
+    Returns:
+        The path written.
+    """
+    import dataclasses
+    import platform
+    import subprocess
+    import sys
+    from datetime import datetime, timezone
+
+    import textgym
+
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(textgym.__file__).resolve().parent,
+            capture_output=True, text=True, timeout=10,
+        ).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    device = None
+    try:
+        import torch
+
+        device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        pass
+    values = dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+    record = {
+        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
+        "config": values,
+        "seed": values.get("seed"),
+        "textgym_version": textgym.__version__,
+        "commit": commit,
+        "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                    "cpu_count": os.cpu_count(), "device": device},
+        "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    path = Path(out_dir) / "run.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path
+
+
+def compare_runs(
+    run_dirs: Iterable[str | os.PathLike[str]], out_dir: str | os.PathLike[str] | None = None
+) -> tuple[list[dict[str, Any]], list[Path]]:
+    """Compare run directories: their last train and eval metrics side by side, and overlaid plots.
+
+    Args:
+        run_dirs: Two or more directories holding a ``metrics.jsonl``.
+        out_dir: Where to write the overlaid panels (the panels of :func:`plot_metrics`, each
+            series labelled ``<run>: <metric>``); ``None`` writes no plots.
+
+    Returns:
+        ``(rows, paths)``: one row per metric, ``{"metric": name, <run>: last value, ...}``
+        (train metrics as ``train/<name>``, eval metrics as ``eval/<name>``; the last step that
+        logged each), and the PNG paths written.
+
+    Raises:
+        FileNotFoundError: a directory has no ``metrics.jsonl``.
+        ValueError: fewer than two directories, or two with the same name.
+    """
+    dirs = [Path(d) for d in run_dirs]
+    names = [d.name or str(d) for d in dirs]
+    if len(dirs) < 2 or len(set(names)) != len(names):
+        raise ValueError(f"Expected two or more run directories with distinct names, got {names}")
+    runs = {name: read_metrics(d / METRICS_FILENAME) for name, d in zip(names, dirs, strict=True)}
+    table: dict[str, dict[str, Any]] = {}
+    for name, rows in runs.items():
+        for stage in ("train", "eval"):
+            for row in _stage(rows, stage):
+                for key in _keys([row], lambda _key: True):
+                    value = row[key]
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        table.setdefault(f"{stage}/{key}", {"metric": f"{stage}/{key}"})[name] = value
+    paths: list[Path] = []
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for panel in _PANELS:
+            series = [(f"{name}: {label}", steps, values) for name, rows in runs.items()
+                      for label, steps, values in panel.series(rows) if steps]
+            if series:
+                figure, (ax,) = _new_figure()
+                _draw(ax, series, panel.title, panel.ylabel)
+                paths.append(_save(figure, out / panel.filename))
+    return list(table.values()), paths

@@ -35,7 +35,7 @@ from textgym.algos.common import (
     resolve_device,
     sequence_log_probs,
 )
-from textgym.algos.metrics import MetricsLogger, plot_metrics
+from textgym.algos.metrics import MetricsLogger, plot_metrics, write_run_record
 from textgym.data import read_jsonl
 from textgym.models import load_model
 from textgym.tokens import ChatTokenizer
@@ -117,6 +117,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     """
     device = resolve_device(config.device)
     out = Path(config.output_dir)
+    write_run_record(out, config)
     model, tokenizer = load_model(config.model, device=device)
     chat = ChatTokenizer(tokenizer)
     sequences, dropped = _read_conversations(config, chat)

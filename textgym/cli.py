@@ -348,7 +348,37 @@ def build_parser() -> argparse.ArgumentParser:
     p_play.add_argument("--env-kwargs", default="{}")
     p_play.add_argument("--repeat", action="store_true", help="start a new episode after each one")
     p_play.set_defaults(func=cmd_play)
+
+    p_compare = sub.add_parser("compare", help="compare training runs: last metrics and overlaid plots")
+    p_compare.add_argument("runs", nargs="+", help="two or more run directories (with metrics.jsonl)")
+    p_compare.add_argument("--plots", default=None, help="directory for the overlaid PNG plots")
+    p_compare.set_defaults(func=cmd_compare)
     return parser
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    try:
+        from textgym.algos.metrics import compare_runs
+
+        rows, paths = compare_runs(args.runs, args.plots)
+    except ImportError as exc:
+        _fail(f"textgym compare needs the training extras ({exc}); pip install \"textgym[train]\"")
+    except (FileNotFoundError, ValueError) as exc:
+        raise UsageError(f"compare: {exc}") from None
+    from rich.console import Console
+    from rich.table import Table
+
+    names = [Path(run).name for run in args.runs]
+    table = Table(title="last value of each metric (train: last step; eval: last evaluation)")
+    table.add_column("metric")
+    for name in names:
+        table.add_column(name, justify="right")
+    for row in rows:
+        table.add_row(row["metric"], *(f"{row[n]:.4g}" if n in row else "-" for n in names))
+    Console(width=200).print(table)
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
 
 
 def _run_trainer(command: str, argv: Sequence[str]) -> int:

@@ -315,3 +315,38 @@ def test_missing_tensorboard_raises_import_error_with_fix(
     with pytest.raises(ImportError, match="pip install tensorboard"):
         MetricsLogger(tmp_path)
     _log_rows(tmp_path, [(0, "train", {"kl": 0.1})])  # tensorboard=False needs no package
+
+
+def _run(run_dir, rewards, win_rate):
+    with MetricsLogger(run_dir, tensorboard=False) as logger:
+        for step, reward in enumerate(rewards, start=1):
+            logger.log(step, {"reward_mean": reward, "invalid_rate": 0.1, "step_time_s": 2.0})
+        logger.log(len(rewards), {"random/win_rate": win_rate}, stage="eval")
+
+
+def test_compare_runs_tables_last_values_and_overlays_plots(tmp_path):
+    from textgym.algos.metrics import compare_runs
+    from textgym.cli import main
+
+    _run(tmp_path / "sft", [0.1, 0.2], 0.6)
+    _run(tmp_path / "grpo", [0.3, 0.5, 0.7], 0.9)
+    rows, paths = compare_runs([tmp_path / "sft", tmp_path / "grpo"], tmp_path / "plots")
+    by_metric = {row["metric"]: row for row in rows}
+    assert by_metric["train/reward_mean"] == {"metric": "train/reward_mean", "sft": 0.2, "grpo": 0.7}
+    assert by_metric["eval/random/win_rate"]["grpo"] == 0.9
+    assert {p.name for p in paths} >= {"reward.png", "invalid_rate.png", "step_time.png"}
+    assert main(["compare", str(tmp_path / "sft"), str(tmp_path / "grpo")]) == 0
+    with pytest.raises(ValueError, match="two or more"):
+        compare_runs([tmp_path / "sft"])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", str(tmp_path / "sft"), str(tmp_path / "missing")])
+    assert exit_info.value.code == 2
+
+
+def test_write_run_record_has_command_config_seed_and_machine(tmp_path):
+    from textgym.algos.metrics import write_run_record
+
+    path = write_run_record(tmp_path, {"seed": 3, "learning_rate": 1e-4})
+    record = json.loads(path.read_text())
+    assert record["seed"] == 3 and record["config"]["learning_rate"] == 1e-4
+    assert record["command"] and record["machine"]["cpu_count"] and record["started_utc"]
