@@ -27,7 +27,9 @@ def kv_bytes_per_row(model_config: Any, context: float, dtype_bytes: int) -> flo
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
     types = getattr(text, "layer_types", None) or ["full_attention"] * layers
     window = getattr(text, "sliding_window", None)
-    positions = sum(min(context, window) if t == "sliding_attention" and window else context for t in types)
+    positions = sum(
+        min(context, window) if t == "sliding_attention" and window else context for t in types
+    )
     return 2 * kv_heads * head_dim * dtype_bytes * positions
 
 

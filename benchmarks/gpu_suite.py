@@ -56,23 +56,66 @@ class Part:
 
 
 def _pipeline_args(results: Path, smoke: bool) -> list[str]:
-    work = ["--work-dir", str(results / "pipeline-work"),
-            "--output", str(results / "tictactoe_pipeline.json")]
+    work = [
+        "--work-dir",
+        str(results / "pipeline-work"),
+        "--output",
+        str(results / "tictactoe_pipeline.json"),
+    ]
     if smoke:
         return [*work, "--smoke"]
-    return [*work, "--model", "gemma-3-270m", "--prompt-style", "compact", "--games", "500",
-            "--sft-epochs", "2", "--sft-lr", "5e-5", "--grpo-steps", "40", "--grpo-lr", "2e-6",
-            "--tasks-per-step", "32", "--group-size", "8", "--micro-batch-size", "32",
-            "--opponent-skill", "0.2", "0.7", "--max-new-tokens", "32", "--batch-size", "256",
-            "--eval-episodes", "500", "--eval-every", "10", "--eval-every-episodes", "128",
-            "--eval-dtype", "bfloat16", "--grpo-time-limit", "7.5"]
+    return [
+        *work,
+        "--model",
+        "gemma-3-270m",
+        "--prompt-style",
+        "compact",
+        "--games",
+        "500",
+        "--sft-epochs",
+        "2",
+        "--sft-lr",
+        "5e-5",
+        "--grpo-steps",
+        "40",
+        "--grpo-lr",
+        "2e-6",
+        "--tasks-per-step",
+        "32",
+        "--group-size",
+        "8",
+        "--micro-batch-size",
+        "32",
+        "--opponent-skill",
+        "0.2",
+        "0.7",
+        "--max-new-tokens",
+        "32",
+        "--batch-size",
+        "256",
+        "--eval-episodes",
+        "500",
+        "--eval-every",
+        "10",
+        "--eval-every-episodes",
+        "128",
+        "--eval-dtype",
+        "bfloat16",
+        "--grpo-time-limit",
+        "7.5",
+    ]
 
 
 def _pipeline(stage: str) -> Part:
     return Part(
         f"pipeline-{stage}",
-        lambda results, smoke: [PY, str(BENCH / "tictactoe_pipeline.py"), "--stage", stage,
-                                *_pipeline_args(results, smoke)],
+        lambda results, smoke: [
+            PY,
+            str(BENCH / "tictactoe_pipeline.py"),
+            "--stage",
+            stage,
+            *_pipeline_args(results, smoke),
+        ],
         lambda results: (results / "pipeline-work" / f"{stage}.json").exists(),
     )
 
@@ -81,23 +124,77 @@ def _decode(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "llm_decode.json")]
     if smoke:
         return [PY, str(BENCH / "llm_decode.py"), "--smoke", *out]
-    return [PY, str(BENCH / "llm_decode.py"), "--engines", "before", "now", "--batches", "1", "8",
-            "32", "256", "--turns", "4", "--new-tokens", "64", *out]
+    return [
+        PY,
+        str(BENCH / "llm_decode.py"),
+        "--engines",
+        "before",
+        "now",
+        "--batches",
+        "1",
+        "8",
+        "32",
+        "256",
+        "--turns",
+        "4",
+        "--new-tokens",
+        "64",
+        *out,
+    ]
 
 
 def _grpo_vs_trl(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "grpo_vs_trl.json")]
     if smoke:
-        return [PY, str(BENCH / "grpo_vs_trl.py"), "--steps", "1", "--warmup", "0", "--rounds",
-                "1", "--tasks-per-step", "2", "--group-size", "2", "--max-new-tokens", "8", *out]
-    return [PY, str(BENCH / "grpo_vs_trl.py"), "--model", "gemma-3-270m", "--tasks-per-step",
-            "8", "--group-size", "8", "--max-new-tokens", "128", "--steps", "3", "--rounds", "1",
-            *out]
+        return [
+            PY,
+            str(BENCH / "grpo_vs_trl.py"),
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--rounds",
+            "1",
+            "--tasks-per-step",
+            "2",
+            "--group-size",
+            "2",
+            "--max-new-tokens",
+            "8",
+            *out,
+        ]
+    return [
+        PY,
+        str(BENCH / "grpo_vs_trl.py"),
+        "--model",
+        "gemma-3-270m",
+        "--tasks-per-step",
+        "8",
+        "--group-size",
+        "8",
+        "--max-new-tokens",
+        "128",
+        "--steps",
+        "3",
+        "--rounds",
+        "1",
+        *out,
+    ]
 
 
 PARTS = [
-    Part("tests", lambda results, smoke: [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                          str(REPO_ROOT / "tests" / "test_cuda.py")]),
+    Part(
+        "tests",
+        lambda results, smoke: [
+            PY,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            str(REPO_ROOT / "tests" / "test_cuda.py"),
+        ],
+    ),
     Part("decode", _decode),
     Part("grpo-vs-trl", _grpo_vs_trl),
     *(_pipeline(stage) for stage in ("baseline", "sft", "eval-sft", "grpo", "eval-grpo", "report")),
@@ -126,7 +223,7 @@ def run_part(part: Part, results: Path, smoke: bool) -> int:
     command = part.command(results, smoke)
     print(f"== {part.name}: {shlex.join(command)}", flush=True)
     began = time.perf_counter()
-    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
+    completed = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - began
     output = completed.stdout + completed.stderr
     print(output[-4000:])
@@ -135,8 +232,15 @@ def run_part(part: Part, results: Path, smoke: bool) -> int:
     return completed.returncode
 
 
-def _write_record(results: Path, part: Part, command: list[str], returncode: int,
-                  seconds: float, output: str, skipped: str | None = None) -> None:
+def _write_record(
+    results: Path,
+    part: Part,
+    command: list[str],
+    returncode: int,
+    seconds: float,
+    output: str,
+    skipped: str | None = None,
+) -> None:
     record = {
         "part": part.name,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
@@ -157,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=[p.name for p in PARTS], help="run only this part")
     parser.add_argument("--list", action="store_true", help="show the parts and their state")
     parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes (CI, CPU)")
-    parser.add_argument("--results", default=None,
-                        help="folder of the records (default benchmarks/results/gpu_suite[_smoke])")
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="folder of the records (default benchmarks/results/gpu_suite[_smoke])",
+    )
     args = parser.parse_args(argv)
     default = "gpu_suite_smoke" if args.smoke else "gpu_suite"
     results = Path(args.results) if args.results else BENCH / "results" / default

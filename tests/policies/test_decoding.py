@@ -11,32 +11,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import gymnasium as gym  # noqa: E402
+import gymnasium as gym
 
-import textgym  # noqa: E402, F401  (registers the envs)
-from textgym.models import build_tiny_model  # noqa: E402
-from textgym.policies.decoding import (  # noqa: E402
+import textgym  # noqa: F401  (registers the envs)
+from textgym.models import build_tiny_model
+from textgym.policies.decoding import (
     PrefixCache,
     decode,
     process_logits,
     sample_categorical,
 )
-from textgym.policies.hf import HFPolicy  # noqa: E402
-from textgym.rollout import rollout  # noqa: E402
+from textgym.policies.hf import HFPolicy
+from textgym.rollout import rollout
 
 pytestmark = pytest.mark.llm
-
-
-@pytest.fixture(scope="module")
-def sharp():
-    """The tiny model with weights ~N(0, 0.5), so that outputs depend on the prompt."""
-    model, tokenizer = build_tiny_model(seed=0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() > 1:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    return model, tokenizer
 
 
 class ForwardCounter:
@@ -91,8 +79,9 @@ def test_sampler_is_seeded():
     assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize(("temperature", "top_k", "top_p"), [(0.7, 0, 1.0), (1.0, 5, 1.0),
-                                                             (1.3, 0, 0.8), (0.9, 20, 0.5)])
+@pytest.mark.parametrize(
+    ("temperature", "top_k", "top_p"), [(0.7, 0, 1.0), (1.0, 5, 1.0), (1.3, 0, 0.8), (0.9, 20, 0.5)]
+)
 def test_process_logits_matches_transformers_warpers(temperature, top_k, top_p):
     from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
@@ -168,8 +157,13 @@ def test_the_cache_changes_no_token_and_no_logprob(sharp, temperature):
     runs = {}
     for tokens in (32768, 0):
         policy = HFPolicy(
-            model, tokenizer, max_new_tokens=10, temperature=temperature, seed=4,
-            batch_size=3, prefix_cache_tokens=tokens,
+            model,
+            tokenizer,
+            max_new_tokens=10,
+            temperature=temperature,
+            seed=4,
+            batch_size=3,
+            prefix_cache_tokens=tokens,
         )
         runs[tokens] = tictactoe_rollout(policy, list(range(5)), batch_size=3)
     for cached, plain in zip(runs[32768], runs[0], strict=True):
@@ -213,13 +207,20 @@ def test_sliding_window_layers_agree_with_an_uncached_pass():
     """A tiny Gemma 3 with a 6-token sliding window: a conversation three times longer than the
     window, extended over turns through the cache, gives the greedy tokens and log-probs of
     decoding every prompt from scratch."""
-    from transformers import Gemma3TextConfig, Gemma3ForCausalLM
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     config = Gemma3TextConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, sliding_window=6,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        sliding_window=6,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-        max_position_embeddings=256, pad_token_id=0,
+        max_position_embeddings=256,
+        pad_token_id=0,
     )
     torch.manual_seed(0)
     model = Gemma3ForCausalLM(config).eval()
@@ -232,8 +233,15 @@ def test_sliding_window_layers_agree_with_an_uncached_pass():
         prompts = [[2, 5, 7], [2, 9]]
         turns = []
         for turn in range(3):
-            rows = decode(model, prompts, max_new_tokens=5, end_ids=[], pad_id=0, process=None,
-                          prefix_cache=cache)
+            rows = decode(
+                model,
+                prompts,
+                max_new_tokens=5,
+                end_ids=[],
+                pad_id=0,
+                process=None,
+                prefix_cache=cache,
+            )
             turns.append([(row.ids, row.logprobs) for row in rows])
             prompts = [p + row.ids + [10 + turn, 11 + turn] for p, row in zip(prompts, rows)]
         runs[cache is None] = turns

@@ -33,22 +33,6 @@ def conversations(n: int) -> list[list[dict]]:
     ]
 
 
-@pytest.fixture(scope="module")
-def sharp():
-    """The tiny model with weights ~N(0, 0.5): greedy outputs depend on the prompt.
-
-    With the default init (std 0.02) every prompt greedily yields the same token, which would
-    make batched-vs-single comparisons vacuous.
-    """
-    model, tokenizer = build_tiny_model(seed=0)
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for parameter in model.parameters():
-            if parameter.dim() > 1:
-                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.5)
-    return model, tokenizer
-
-
 def policy(model_and_tokenizer, **kwargs) -> HFPolicy:
     model, tokenizer = model_and_tokenizer
     return HFPolicy(model, tokenizer, **kwargs)

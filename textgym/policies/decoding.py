@@ -134,7 +134,9 @@ def sample_categorical(
     last_positive = torch.where(inner > 0, positions, -1).max(dim=-1, keepdim=True).values
     offset = torch.where(inner.gather(1, offset) > 0, offset, last_positive)
     tokens = (chosen * block + offset).squeeze(1)  # [B]
-    log_probs = logits.gather(1, tokens[:, None]).squeeze(1) - top.squeeze(1) - total.squeeze(1).log()
+    log_probs = (
+        logits.gather(1, tokens[:, None]).squeeze(1) - top.squeeze(1) - total.squeeze(1).log()
+    )
     return tokens, log_probs
 
 
@@ -378,7 +380,11 @@ def decode(
         if len(keep) < len(live):
             index_tensor = torch.tensor(keep, dtype=torch.long, device=device)
             cache.batch_select_indices(index_tensor)
-            mask, positions, tokens = mask[index_tensor], positions[index_tensor], tokens[index_tensor]
+            mask, positions, tokens = (
+                mask[index_tensor],
+                positions[index_tensor],
+                tokens[index_tensor],
+            )
             live = [live[a] for a in keep]
         mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)  # [A, S + 1]
         output = model(

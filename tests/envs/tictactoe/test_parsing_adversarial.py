@@ -10,9 +10,9 @@ import gymnasium as gym
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from textgym.envs.tictactoe.parsing import extract_move_text, is_well_formed, parse_move
 
 import textgym  # noqa: F401
-from textgym.envs.tictactoe.parsing import extract_move_text, is_well_formed, parse_move
 
 # The previous implementation, kept here as the reference semantics.
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -54,8 +54,16 @@ def test_parsers_take_linear_time_on_a_million_adversarial_characters(text):
 
 @pytest.mark.parametrize(
     ("digits", "expected"),
-    [("4", 4), ("0004", 4), ("-3", -3), ("+7", 7), ("9" * 18, int("9" * 18)),
-     ("1" + "0" * 4300, 10**18), ("-" + "5" * 5000, -(10**18)), ("0" * 5000, 0)],
+    [
+        ("4", 4),
+        ("0004", 4),
+        ("-3", -3),
+        ("+7", 7),
+        ("9" * 18, int("9" * 18)),
+        ("1" + "0" * 4300, 10**18),
+        ("-" + "5" * 5000, -(10**18)),
+        ("0" * 5000, 0),
+    ],
 )
 def test_parse_move_of_any_length(digits, expected):
     assert parse_move(f"<move>{digits}</move>") == expected
@@ -65,8 +73,8 @@ def test_parse_move_of_any_length(digits, expected):
 def test_a_4300_digit_move_is_an_explained_invalid_action(style):
     env = gym.make("textgym/TicTacToe-v0", prompt_style=style)
     env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step("<move>" + "0" * 4300 + "4</move>")
+    obs, _, _, _, info = env.step("<move>" + "0" * 4300 + "4</move>")
     assert obs and info["invalid_action"] is False and info["agent_move"] == 4
-    obs, reward, terminated, truncated, info = env.step("<move>" + "9" * 5000 + "</move>")
+    obs, _, _, _, info = env.step("<move>" + "9" * 5000 + "</move>")
     assert info["invalid_action"] is True and info["invalid_reason"] == "out_of_range"
     assert len(obs) <= env.observation_space.max_length
