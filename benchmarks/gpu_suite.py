@@ -56,66 +56,27 @@ class Part:
 
 
 def _pipeline_args(results: Path, smoke: bool) -> list[str]:
-    work = [
-        "--work-dir",
-        str(results / "pipeline-work"),
-        "--output",
-        str(results / "tictactoe_pipeline.json"),
-    ]
+    work = ["--work-dir", str(results / "pipeline-work")]
+    work += ["--output", str(results / "tictactoe_pipeline.json")]
     if smoke:
         return [*work, "--smoke"]
-    return [
-        *work,
-        "--model",
-        "gemma-3-270m",
-        "--prompt-style",
-        "compact",
-        "--games",
-        "500",
-        "--sft-epochs",
-        "2",
-        "--sft-lr",
-        "5e-5",
-        "--grpo-steps",
-        "40",
-        "--grpo-lr",
-        "2e-6",
-        "--tasks-per-step",
-        "32",
-        "--group-size",
-        "8",
-        "--micro-batch-size",
-        "32",
-        "--opponent-skill",
-        "0.2",
-        "0.7",
-        "--max-new-tokens",
-        "32",
-        "--batch-size",
-        "256",
-        "--eval-episodes",
-        "500",
-        "--eval-every",
-        "10",
-        "--eval-every-episodes",
-        "128",
-        "--eval-dtype",
-        "bfloat16",
-        "--grpo-time-limit",
-        "7.5",
-    ]
+    return [*work, *shlex.split(
+        "--model gemma-3-270m --prompt-style compact --games 500 --sft-epochs 2 --sft-lr 5e-5 "
+        "--grpo-steps 40 --grpo-lr 2e-6 --tasks-per-step 32 --group-size 8 "
+        "--micro-batch-size 32 --opponent-skill 0.2 0.7 --max-new-tokens 32 --batch-size 256 "
+        "--eval-episodes 500 --eval-every 10 --eval-every-episodes 128 --eval-dtype bfloat16 "
+        "--grpo-time-limit 7.5"
+    )]
 
 
 def _pipeline(stage: str) -> Part:
+    def command(results: Path, smoke: bool) -> list[str]:
+        script = str(BENCH / "tictactoe_pipeline.py")
+        return [PY, script, "--stage", stage, *_pipeline_args(results, smoke)]
+
     return Part(
         f"pipeline-{stage}",
-        lambda results, smoke: [
-            PY,
-            str(BENCH / "tictactoe_pipeline.py"),
-            "--stage",
-            stage,
-            *_pipeline_args(results, smoke),
-        ],
+        command,
         lambda results: (results / "pipeline-work" / f"{stage}.json").exists(),
     )
 
@@ -124,62 +85,19 @@ def _decode(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "llm_decode.json")]
     if smoke:
         return [PY, str(BENCH / "llm_decode.py"), "--smoke", *out]
-    return [
-        PY,
-        str(BENCH / "llm_decode.py"),
-        "--engines",
-        "before",
-        "now",
-        "--batches",
-        "1",
-        "8",
-        "32",
-        "256",
-        "--turns",
-        "4",
-        "--new-tokens",
-        "64",
-        *out,
-    ]
+    sizes = shlex.split("--engines before now --batches 1 8 32 256 --turns 4 --new-tokens 64")
+    return [PY, str(BENCH / "llm_decode.py"), *sizes, *out]
 
 
 def _grpo_vs_trl(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "grpo_vs_trl.json")]
     if smoke:
-        return [
-            PY,
-            str(BENCH / "grpo_vs_trl.py"),
-            "--steps",
-            "1",
-            "--warmup",
-            "0",
-            "--rounds",
-            "1",
-            "--tasks-per-step",
-            "2",
-            "--group-size",
-            "2",
-            "--max-new-tokens",
-            "8",
-            *out,
-        ]
-    return [
-        PY,
-        str(BENCH / "grpo_vs_trl.py"),
-        "--model",
-        "gemma-3-270m",
-        "--tasks-per-step",
-        "8",
-        "--group-size",
-        "8",
-        "--max-new-tokens",
-        "128",
-        "--steps",
-        "3",
-        "--rounds",
-        "1",
-        *out,
-    ]
+        sizes = "--steps 1 --warmup 0 --rounds 1 --tasks-per-step 2 --group-size 2"
+        sizes += " --micro-batch-size 2 --max-new-tokens 8"
+    else:
+        sizes = "--model gemma-3-270m --tasks-per-step 8 --group-size 8 --max-new-tokens 128"
+        sizes += " --steps 3 --rounds 1"
+    return [PY, str(BENCH / "grpo_vs_trl.py"), *shlex.split(sizes), *out]
 
 
 PARTS = [
