@@ -19,7 +19,7 @@ import gymnasium as gym
 
 import textgym
 from textgym.evaluation import summarize
-from textgym.models import DTYPE_NAMES
+from textgym.models import DTYPE_NAMES, MODEL_NAMES
 from textgym.policies import POLICY_NAMES, Policy, make_policy
 from textgym.rollout import Trajectory, rollout
 from textgym.wrappers import REWARD_WRAPPERS
@@ -209,7 +209,7 @@ def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory],
 
 
 def verdict(summary: dict[str, Any]) -> str:
-    """One plain sentence on how the policy did, and for a local model what to run next."""
+    """One plain sentence on how the policy did, and for a built-in base model what to run next."""
     who = summary["policy"] + (f" ({summary['model']})" if summary.get("model") else "")
     parts = [f"legal, parsable actions in {1.0 - summary['invalid_action_rate']:.0%} of turns"]
     outcomes = summary["outcomes"]
@@ -222,7 +222,7 @@ def verdict(summary: dict[str, Any]) -> str:
     if summary["truncated_rate"] > 0:
         parts.append(f"{summary['truncated_rate']:.0%} of episodes hit the turn limit")
     text = f"{who} over {summary['episodes']} episodes: " + "; ".join(parts) + "."
-    if summary["policy"] == "hf":
+    if summary["policy"] == "hf" and summary.get("model") in MODEL_NAMES:  # a base model
         text += (" To train it: collect expert games with `textgym collect --policy minimax`, then"
                  " `textgym sft` and `textgym train` (README, 'Training').")
     return text
