@@ -366,8 +366,8 @@ def resolve_dtype(dtype: Any, device: Any = None) -> Any:
     """Turn a dtype name into a torch dtype; ``"auto"`` picks the fastest safe one for inference.
 
     ``"auto"`` gives bfloat16 on CUDA devices that support it and on CPUs with native bfloat16
-    arithmetic (AVX512-BF16 or AMX; Gemma 3 270M decodes 2.2x faster than in float32 on such a
-    2-core CPU, issue 16), else float32. ``None`` and torch dtypes pass through.
+    arithmetic (AVX512-BF16 or AMX; Gemma 3 270M decoded 1.5-2.2x faster than in float32 on such
+    a 2-core CPU at batch 8-32, ``benchmarks/results/llm_decode_cpu.json``), else float32. ``None`` and torch dtypes pass through.
 
     Args:
         dtype: ``None``, a torch dtype, or one of :data:`DTYPE_NAMES`.

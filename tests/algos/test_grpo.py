@@ -186,3 +186,21 @@ def test_metrics_and_eval_are_written(tmp_path):
         "reward/invalid_action",
     ):
         assert key in train, key
+
+
+def test_time_limit_checkpoints_and_a_resumed_run_finishes_the_same(tmp_path):
+    """A run that hits its time limit after step 1 saves checkpoint-1 and returns; resuming it
+    reaches the weights of an uninterrupted run."""
+    whole = small(tmp_path / "a", steps=2)
+    grpo.train(whole)
+    grpo.train(small(tmp_path / "b", steps=2, time_limit_minutes=1e-9))
+    run = tmp_path / "b" / "run"
+    assert sorted(p.name for p in run.glob("checkpoint-*")) == ["checkpoint-1"]
+    grpo.train(small(tmp_path / "b", steps=2, resume=True))
+    a = final_weights(tmp_path / "a" / "run" / "checkpoint-2")
+    b = final_weights(run / "checkpoint-2")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    assert (run / "run.json").exists()
+    with pytest.raises(ValueError, match="time_limit_minutes"):
+        small(tmp_path, time_limit_minutes=0)
