@@ -391,6 +391,11 @@ def server_url(tmp_path_factory):
                 )
             time.sleep(0.5)
         yield url
+        if process.poll() is not None:  # it died while the tests ran: say how, not just "refused"
+            tail = Path(log.name).read_text(errors="replace")[-2000:]
+            pytest.fail(
+                f"llama_cpp.server died during the tests (code {process.returncode}):\n{tail}"
+            )
     finally:
         process.terminate()
         try:
