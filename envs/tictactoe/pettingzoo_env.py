@@ -1,7 +1,7 @@
 """Two-seat text tic-tac-toe as a PettingZoo AEC env (the PettingZoo twin of ``TicTacToe-v0``).
 
-Both seats see the prompts of :class:`~textgym.envs.tictactoe.TicTacToeEnv` and answer with
-whole completions; moves are read by the same parser and invalid actions are handled the same
+Both seats see the prompts of :class:`~textgym.envs.tictactoe.TicTacToeEnv` (each seat in its
+own ``prompt_style``, ``"full"`` or ``"compact"``) and answer with whole completions; moves are read by the same parser and invalid actions are handled the same
 way (an explanatory observation, the board unchanged, the same seat to move again). The rules
 come from :mod:`.board`; this module only keeps turns, seats and texts. PettingZoo is an
 optional dependency (``pip install "textgym[multiagent]"``).
@@ -9,6 +9,7 @@ optional dependency (``pip install "textgym[multiagent]"``).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -16,9 +17,11 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.env import OUTCOME_REWARD
+from textgym.envs.tictactoe.env import OUTCOME_REWARD, PROMPT_STYLES
 from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so prompts stay identical
+    COMPACT_SYSTEM_PROMPT,
     SYSTEM_PROMPT,
+    compact_status_text,
     explain_invalid,
     read_move,
     render_board,
@@ -32,6 +35,21 @@ __all__ = ["SEATS", "TicTacToeTextAEC", "env", "read_move"]
 #: Seat names; which seat plays X is decided at each reset (``first_player``).
 SEATS = ("player_0", "player_1")
 FIRST_PLAYERS = (*SEATS, "random")
+_SYSTEM_PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
+_RESULT_SENTENCES = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}
+
+
+def _check_prompt_style(value: Any) -> dict[str, str]:
+    """``prompt_style`` as ``{seat: style}``: one style for both seats, or one per seat."""
+    if isinstance(value, str) and value in PROMPT_STYLES:
+        return dict.fromkeys(SEATS, value)
+    if isinstance(value, Mapping) and set(value) == set(SEATS) \
+            and all(isinstance(v, str) and v in PROMPT_STYLES for v in value.values()):
+        return {seat: value[seat] for seat in SEATS}
+    raise ValueError(
+        f"Expected prompt_style in {PROMPT_STYLES} or a mapping of both seats to one of them "
+        f"(e.g. {{'player_0': 'full', 'player_1': 'compact'}}), got {value!r}"
+    )
 
 
 class TicTacToeTextAEC(AECEnv):
@@ -41,7 +59,9 @@ class TicTacToeTextAEC(AECEnv):
         Two agents, ``"player_0"`` and ``"player_1"``, play one game. Which seat plays X (and
         moves first) is set by ``first_player``. Each seat sees exactly what a
         ``TicTacToeEnv`` agent of its mark would see against an opponent that made the other
-        seat's moves, so a policy written for ``TicTacToe-v0`` plays here unchanged.
+        seat's moves, in that seat's ``prompt_style``, so a policy written (or trained) for
+        ``TicTacToe-v0`` plays here unchanged. Seats may use different styles, e.g. a person
+        reading the full board against a model that sees the compact prompt it was trained on.
 
     Action Space:
         ``UnicodeText(65536)`` per seat: the whole completion, read like ``TicTacToe-v0``
@@ -52,7 +72,11 @@ class TicTacToeTextAEC(AECEnv):
         ``UnicodeText(2048)`` per seat. For the seat to move: what happened since it last
         acted, the board with free cells shown as indices, the available positions and "Your
         turn"; after an invalid action, why it was invalid. The other seat's observation ends
-        with "Waiting for the opponent". At the end both see the result.
+        with "Waiting for the opponent". At the end both see the result. A seat in compact
+        style sees ``TicTacToe-v0``'s compact texts instead: ``opp N`` (the other seat's move
+        since this seat last acted), the board as three rows of ``X``/``O``/free-cell digits
+        and ``free ...``; ``invalid REASON`` and the board after an invalid action;
+        ``over OUTCOME`` at the end; while waiting, the three rows and ``waiting``.
 
     Starting State:
         An empty board, X to move.
@@ -93,6 +117,10 @@ class TicTacToeTextAEC(AECEnv):
           from the env's RNG at each reset); that seat plays X. ``reset(options=...)`` accepts
           the same key for one game.
         - ``max_actions_per_seat``: int >= 5, default 10.
+        - ``prompt_style``: ``"full"`` (default) or ``"compact"`` for both seats, or a mapping
+          ``{"player_0": style, "player_1": style}`` giving each seat its own. Sets the seat's
+          system prompt and observations exactly as ``TicTacToeEnv(prompt_style=...)`` does;
+          rules, rewards and info are the same in both styles.
         - ``render_mode``: ``None``, ``"ansi"`` (returns the board) or ``"human"`` (prints it).
 
     Raises:
@@ -120,6 +148,7 @@ class TicTacToeTextAEC(AECEnv):
         first_player: str = "player_0",
         max_actions_per_seat: int = 10,
         render_mode: str | None = None,
+        prompt_style: str | Mapping[str, str] = "full",
     ):
         super().__init__()
         if first_player not in FIRST_PLAYERS:
@@ -135,6 +164,8 @@ class TicTacToeTextAEC(AECEnv):
                 f"Expected render_mode in {self.metadata['render_modes']} or None, "
                 f"got {render_mode!r}"
             )
+        self._styles = _check_prompt_style(prompt_style)
+        self.prompt_style = prompt_style if isinstance(prompt_style, str) else dict(self._styles)
         self.first_player = first_player
         self.max_actions_per_seat = max_actions_per_seat
         self.render_mode = render_mode
@@ -146,6 +177,8 @@ class TicTacToeTextAEC(AECEnv):
         self._board = B.EMPTY_BOARD
         self._marks = {"player_0": "X", "player_1": "O"}
         self._news: dict[str, list[str]] = {seat: [] for seat in SEATS}
+        # The other seat's move since this seat last acted (the compact style's ``opp N``).
+        self._opponent_moves: dict[str, int | None] = dict.fromkeys(SEATS)
         self._observations: dict[str, str] = {seat: "" for seat in SEATS}
         self._actions_taken = dict.fromkeys(SEATS, 0)
         self.rewards = dict.fromkeys(SEATS, 0.0)
@@ -196,12 +229,15 @@ class TicTacToeTextAEC(AECEnv):
             first: ["A new game begins. You play X and move first."],
             second: ["A new game begins. You play O."],
         }
+        self._opponent_moves = dict.fromkeys(SEATS)
         self.agent_selection = first
         self.infos = {}
         for seat in SEATS:
             mark = self._marks[seat]
             self.infos[seat] = {
-                "system_prompt": SYSTEM_PROMPT.format(mark=mark, other=B.other(mark)),
+                "system_prompt": _SYSTEM_PROMPTS[self._styles[seat]].format(
+                    mark=mark, other=B.other(mark)
+                ),
                 "tools": [],
                 **self._info(seat, None),
             }
@@ -227,16 +263,21 @@ class TicTacToeTextAEC(AECEnv):
         if reason is not None:
             # As in TicTacToe-v0: the board is unchanged and the same seat answers again.
             self._news[seat] = []
-            self._observations[seat] = (
-                f"Invalid move: {explain_invalid(reason, self._board, action, move)} The board is "
-                f"unchanged.\n\n{status_text(self._board, self._marks[seat])}"
-            )
+            self._opponent_moves[seat] = None
+            if self._styles[seat] == "compact":
+                self._observations[seat] = f"invalid {reason}\n{compact_status_text(self._board)}"
+            else:
+                self._observations[seat] = (
+                    f"Invalid move: {explain_invalid(reason, self._board, action, move)} The "
+                    f"board is unchanged.\n\n{status_text(self._board, self._marks[seat])}"
+                )
             self.infos[seat] = {**self._info(seat, None), "agent_move": None, "opponent_move": None,
                                 "invalid_action": True, "invalid_reason": reason}
         else:
             self._board = B.apply_move(self._board, move)
             self._news[seat] = [f"You played position {move}."]
             self._news[other].append(f"Opponent ({self._marks[seat]}) played position {move}.")
+            self._opponent_moves[seat], self._opponent_moves[other] = None, move
             outcome = self._outcome_of("X")
             if outcome is None:
                 self.agent_selection = other
@@ -305,23 +346,33 @@ class TicTacToeTextAEC(AECEnv):
         }
 
     def _refresh_observations(self, outcome: str | None) -> None:
-        """Rebuild both seats' observations after a reset or a legal move."""
+        """Rebuild both seats' observations, each in its style, after a reset or a legal move."""
+        observe = {"full": self._full_observation, "compact": self._compact_observation}
         for seat in SEATS:
-            news = " ".join(self._news[seat])
-            mark = self._marks[seat]
-            if outcome is not None:
-                result = self._seat_outcome(seat, outcome)
-                text = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}[result]
-                self._observations[seat] = (
-                    f"{news} {text}\n\n{render_board(self._board)}\n\nGame over: {result}."
-                )
-            elif seat == self.agent_selection:
-                self._observations[seat] = f"{news}\n\n{status_text(self._board, mark)}"
-            else:
-                self._observations[seat] = (
-                    f"{news}\n\n{render_board(self._board)}\n\n"
-                    f"Waiting for the opponent ({B.other(mark)})."
-                )
+            result = None if outcome is None else self._seat_outcome(seat, outcome)
+            self._observations[seat] = observe[self._styles[seat]](seat, result)
+
+    def _full_observation(self, seat: str, result: str | None) -> str:
+        """``TicTacToe-v0``'s full text: news sentences, then the board and the turn or result."""
+        news = " ".join(self._news[seat])
+        if result is not None:
+            return (f"{news} {_RESULT_SENTENCES[result]}\n\n{render_board(self._board)}\n\n"
+                    f"Game over: {result}.")
+        if seat == self.agent_selection:
+            return f"{news}\n\n{status_text(self._board, self._marks[seat])}"
+        return (f"{news}\n\n{render_board(self._board)}\n\n"
+                f"Waiting for the opponent ({B.other(self._marks[seat])}).")
+
+    def _compact_observation(self, seat: str, result: str | None) -> str:
+        """``TicTacToe-v0``'s compact text: ``opp N``, then the board and free cells or ``over``."""
+        move = self._opponent_moves[seat]
+        news = f"opp {move}\n" if move is not None else ""
+        if result is not None:
+            return f"{news}over {result}"
+        status = compact_status_text(self._board)
+        if seat == self.agent_selection:
+            return news + status
+        return news + status.rsplit("\n", 1)[0] + "\nwaiting"  # the rows, not the free cells
 
 
 def env(**kwargs: Any) -> AECEnv:

@@ -17,6 +17,7 @@ from textgym.envs.tictactoe import board as B  # noqa: E402
 from textgym.envs.tictactoe import tictactoe_text_v0  # noqa: E402
 from textgym.envs.tictactoe.env import TicTacToeEnv  # noqa: E402
 from textgym.envs.tictactoe.pettingzoo_env import TicTacToeTextAEC  # noqa: E402
+from textgym.policies import Completion, conversation_start  # noqa: E402
 
 PZ_API = importlib.import_module("pettingzoo.test.api_test")
 
@@ -63,11 +64,12 @@ def random_game(rng):
 
 
 # -- PettingZoo's own checks --------------------------------------------------------------------
-def test_api_test_text_aware(monkeypatch):
+@pytest.mark.parametrize("prompt_style", ["full", "compact", {"player_0": "full", "player_1": "compact"}])
+def test_api_test_text_aware(monkeypatch, prompt_style):
     monkeypatch.setattr(PZ_API, "_test_observation_space_compatibility",
                         _text_aware_compatibility(PZ_API._test_observation_space_compatibility))
     with pytest.warns(UserWarning):  # "Observation is not a NumPy array" and similar advice
-        api_test(tictactoe_text_v0.env(), num_cycles=1000)
+        api_test(tictactoe_text_v0.env(prompt_style=prompt_style), num_cycles=1000)
 
 
 def test_unpatched_api_test_fails_only_on_the_array_dtype_assumption():
@@ -146,14 +148,17 @@ ACTIONS = ["hello", "<move>4</move>", "<move>4</move>", "<move>nine</move>", "<m
            "<move>8</move>", "<move>1</move>", "<move>3</move>", "<move>5</move>", "<move>7</move>"]
 
 
+@pytest.mark.parametrize(("style", "other_style"),
+                         [("full", "full"), ("compact", "compact"), ("compact", "full")])
 @pytest.mark.parametrize("agent_mark", ["X", "O"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed):
+def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed, style, other_style):
     """One seat replays the agent's actions, the other the single-agent env's opponent."""
-    single = TicTacToeEnv(agent_mark=agent_mark, random_move_prob=0.3)
+    single = TicTacToeEnv(agent_mark=agent_mark, random_move_prob=0.3, prompt_style=style)
     obs, info = single.reset(seed=seed)
     first = "player_0" if agent_mark == "X" else "player_1"
-    aec = tictactoe_text_v0.env(first_player=first, max_actions_per_seat=20)
+    aec = tictactoe_text_v0.env(first_player=first, max_actions_per_seat=20,
+                                prompt_style={"player_0": style, "player_1": other_style})
     aec.reset(seed=seed)
     agent, opponent = "player_0", "player_1"
     if agent_mark == "O":
@@ -177,6 +182,86 @@ def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed):
             break
     else:
         pytest.fail("the scripted actions should finish the game")
+
+
+class Replay:
+    """A policy that answers with the given completions, in order."""
+
+    def __init__(self, texts):
+        self.texts = list(texts)
+
+    def act(self, conversations, infos):
+        return [Completion(self.texts.pop(0)) for _ in conversations]
+
+
+def single_agent_conversation(agent_mark, seed, style):
+    """The chat of a TicTacToe-v0 agent playing ACTIONS until the game ends, and the
+    opponent's moves (as completions of the other seat)."""
+    single = TicTacToeEnv(agent_mark=agent_mark, random_move_prob=0.3, prompt_style=style)
+    obs, info = single.reset(seed=seed)
+    messages = conversation_start(obs, info)
+    opponent = [] if info["opponent_move"] is None else [info["opponent_move"]]
+    for action in ACTIONS:
+        obs, _, terminated, _, info = single.step(action)
+        messages += [{"role": "assistant", "content": action}, {"role": "user", "content": obs}]
+        if info["opponent_move"] is not None:
+            opponent.append(info["opponent_move"])
+        if terminated:
+            return messages, [f"<move>{m}</move>" for m in opponent], info["outcome"]
+    pytest.fail("the scripted actions should finish the game")
+
+
+@pytest.mark.parametrize("other_style", ["full", "compact"])
+@pytest.mark.parametrize("style", ["full", "compact"])
+@pytest.mark.parametrize("agent_mark", ["X", "O"])
+@pytest.mark.parametrize("seed", [0, 2, 4])  # the game ends on the agent's move or the opponent's
+def test_selfplay_conversation_equals_the_single_agent_conversation(agent_mark, seed, style,
+                                                                    other_style):
+    """The conversation selfplay records for a seat (system prompt, every observation it acts
+    on, invalid actions, the final result) is byte-identical to the TicTacToe-v0 agent's chat."""
+    from textgym.selfplay import selfplay
+
+    expected, opponent_moves, outcome = single_agent_conversation(agent_mark, seed, style)
+    assert any(m["content"].startswith(("invalid ", "Invalid move:")) for m in expected)
+    styles = {"player_0": style, "player_1": other_style}
+    (game,) = selfplay(
+        [Replay(ACTIONS), Replay(opponent_moves)], [seed],
+        first_player="player_0" if agent_mark == "X" else "player_1",
+        make_env=lambda: tictactoe_text_v0.env(max_actions_per_seat=20, prompt_style=styles),
+    )
+    assert game.trajectories["player_0"].messages == expected
+    assert game.outcomes["player_0"] == outcome and game.terminated
+
+
+def test_compact_texts():
+    env = tictactoe_text_v0.env(prompt_style={"player_0": "compact", "player_1": "full"})
+    env.reset(seed=0)
+    assert env.unwrapped.infos["player_0"]["system_prompt"] == (
+        "Tic-tac-toe. You are X. Reply <move>N</move>, N a free cell 0-8.")
+    assert env.unwrapped.infos["player_1"]["system_prompt"].startswith("You are playing")
+    assert env.observe("player_0") == "012\n345\n678\nfree 0 1 2 3 4 5 6 7 8"
+    env.step("<move>4</move>")
+    assert env.observe("player_0") == "012\n3X5\n678\nwaiting"
+    assert env.observe("player_1").startswith("A new game begins. You play O. Opponent (X)")
+    env.step("<move>0</move>")
+    assert env.observe("player_0") == "opp 0\nO12\n3X5\n678\nfree 1 2 3 5 6 7 8"
+    env.step("<move>0</move>")
+    assert env.observe("player_0") == "invalid occupied\nO12\n3X5\n678\nfree 1 2 3 5 6 7 8"
+    for move in [8, 1, 2, 5, 6]:  # X: 4 8 2 6 wins on the 2-4-6 diagonal
+        env.step(f"<move>{move}</move>")
+    assert env.unwrapped.infos["player_0"]["outcome"] == "win"
+    assert env.observe("player_0") == "over win"
+    assert env.observe("player_1").endswith("Game over: loss.")
+
+
+@pytest.mark.parametrize(
+    "prompt_style",
+    ["short", None, {"player_0": "full"}, {"player_0": "full", "player_1": "tiny"},
+     {"player_0": "full", "player_1": "full", "player_2": "full"}],
+)
+def test_prompt_style_errors(prompt_style):
+    with pytest.raises(ValueError, match="Expected prompt_style in \\('full', 'compact'\\)"):
+        TicTacToeTextAEC(prompt_style=prompt_style)
 
 
 # -- rewards, termination, truncation, errors ----------------------------------------------------
