@@ -64,7 +64,8 @@ def random_game(rng):
 
 
 # -- PettingZoo's own checks --------------------------------------------------------------------
-@pytest.mark.parametrize("prompt_style", ["full", "compact", {"player_0": "full", "player_1": "compact"}])
+@pytest.mark.parametrize("prompt_style",
+                         ["full", "compact", {"player_0": "full", "player_1": "compact"}])
 def test_api_test_text_aware(monkeypatch, prompt_style):
     monkeypatch.setattr(PZ_API, "_test_observation_space_compatibility",
                         _text_aware_compatibility(PZ_API._test_observation_space_compatibility))
