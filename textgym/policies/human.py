@@ -18,7 +18,9 @@ class HumanPolicy:
         action_template: Format string applied to a reply that is a bare integer, e.g.
             ``"<move>{}</move>"`` so that typing ``4`` plays cell 4. Other replies are sent as
             typed. ``None`` sends every reply as typed.
-        input_fn: Reads one line (default :func:`input`); raises ``EOFError`` at end of input.
+        input_fn: Reads one line (default: the builtin :func:`input`, looked up when the
+            policy is built, so a test can replace ``builtins.input``); raises ``EOFError`` at
+            end of input.
         output: Where observations are written (default ``sys.stdout``).
 
     Raises:
@@ -30,11 +32,11 @@ class HumanPolicy:
     def __init__(
         self,
         action_template: str | None = None,
-        input_fn: Callable[[str], str] = input,
+        input_fn: Callable[[str], str] | None = None,
         output: TextIO | None = None,
     ):
         self.action_template = action_template
-        self.input_fn = input_fn
+        self.input_fn = input_fn if input_fn is not None else input
         self.output = output if output is not None else sys.stdout
 
     def act(
