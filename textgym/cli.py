@@ -7,6 +7,7 @@ with ``textgym: error:`` and exit with code 2, like any argparse usage error.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import sys
@@ -267,8 +268,15 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
+    """``textgym play``: the single-agent env against its built-in opponent, or with
+    ``--against`` the two-seat tic-tac-toe against a policy (:func:`_play_against`)."""
     from textgym.policies.human import HumanPolicy
 
+    given = [flag for flag, value in _play_against_flags(args).items() if value is not None]
+    if args.against is None and given:
+        raise UsageError(f"{', '.join(given)} can only be used with --against POLICY")
+    if args.against is not None:
+        return _play_against(args)
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
     make_env, probe = _env_factory(args.env_id, env_kwargs, [])
     template = getattr(probe.unwrapped, "action_template", None)
@@ -280,6 +288,114 @@ def cmd_play(args: argparse.Namespace) -> int:
             (traj,) = rollout(make_env, policy, [args.seed], batch_size=1)
             print(f"\n{traj.messages[-1]['content']}\n\nreturn {traj.episode_return:.2f}"
                   + (f", outcome {traj.outcome}" if traj.outcome else ""))
+            args.seed = None if args.seed is None else args.seed + 1
+            if not args.repeat:
+                return 0
+    except (EOFError, KeyboardInterrupt):
+        print("\nbye")
+        return 0
+
+
+_TWO_SEAT_ENV_ID = "textgym/TicTacToe-v0"
+_PLAY_AGAINST = ("hf", "openai", "minimax", "random")
+#: Defaults of the options that only apply with ``--against`` (None in the parser, so that
+#: giving one without ``--against`` can be reported).
+_PLAY_AGAINST_DEFAULTS: dict[str, Any] = {
+    "model": _DEFAULT_MODEL, "dtype": "auto", "max_new_tokens": 256, "temperature": 0.0,
+    "top_p": 1.0, "mark": "X", "prompt_style": "compact",
+}
+
+
+def _play_against_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """``{flag: value}`` of the options that only apply with ``--against``."""
+    names = [*_PLAY_AGAINST_DEFAULTS, "base_url"]
+    flags = {f"--{name.replace('_', '-')}": getattr(args, name) for name in names}
+    flags["--show-completions"] = args.show_completions or None
+    return flags
+
+
+class _ShowCompletions:
+    """Wraps a policy and prints each completion it returns (``play --show-completions``)."""
+
+    def __init__(self, policy: Policy, label: str):
+        self.policy, self.label = policy, label
+        self.name = getattr(policy, "name", type(policy).__name__)
+
+    def act(self, conversations: Any, infos: Any) -> list[Any]:
+        completions = self.policy.act(conversations, infos)
+        for completion in completions:
+            print(f"[{self.label}] {completion.text!r}", flush=True)
+        return completions
+
+
+def _play_against(args: argparse.Namespace) -> int:
+    """``textgym play textgym/TicTacToe-v0 --against POLICY``: a person against a policy.
+
+    The person sits in seat ``player_0`` and reads the full prompts; the policy sits in
+    ``player_1`` and gets the ``--prompt-style`` prompts (compact by default, the style the
+    trained tic-tac-toe models saw). Games are played with :func:`textgym.selfplay.selfplay` on
+    the two-seat env, one at a time; ``--mark`` picks the person's mark (``random``: drawn
+    from the game's seed).
+
+    Raises:
+        UsageError: for another env id, ``--env-kwargs``, or a policy that cannot be built.
+        SystemExit: (code 2) when PettingZoo or the policy's extras are not installed.
+    """
+    if args.env_id != _TWO_SEAT_ENV_ID:
+        raise UsageError(f"--against plays two-seat tic-tac-toe only; use {_TWO_SEAT_ENV_ID}, "
+                         f"got {args.env_id!r}")
+    if _parse_env_kwargs(args.env_kwargs):
+        raise UsageError("--env-kwargs does not apply with --against; "
+                         "use --mark and --prompt-style")
+    for name, default in _PLAY_AGAINST_DEFAULTS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+    try:
+        pettingzoo_env = importlib.import_module("textgym.envs.tictactoe.pettingzoo_env")
+    except ImportError as exc:
+        _fail(f"textgym play --against needs PettingZoo ({exc}); "
+              "pip install \"textgym[multiagent]\"")
+    from textgym.envs.tictactoe.env import TicTacToeEnv
+    from textgym.policies.human import HumanPolicy
+
+    policy_args = argparse.Namespace(**vars(args), policy=args.against, batch_size=1,
+                                     no_reasoning=False)
+    stop = TicTacToeEnv.stop_strings  # the answer ends at </move>
+    model: Policy = _build_policy(args.against, _policy_kwargs(policy_args, stop))
+    if args.show_completions:
+        model = _ShowCompletions(model, args.against)
+    human = HumanPolicy(action_template=TicTacToeEnv.action_template)
+    styles = {"player_0": "full", "player_1": args.prompt_style}
+
+    def make_env() -> Any:
+        return pettingzoo_env.env(prompt_style=styles)
+
+    served = getattr(model, "model", None) if args.against == "openai" else None
+    who = {"hf": f"hf {args.model}", "openai": f"openai {served or '(first model served)'}"}
+    print(f"Playing {args.env_id} against {who.get(args.against, args.against)}, which sees the "
+          f"{args.prompt_style} prompt. Type a cell number 0-8 and press Enter; Ctrl-D quits.")
+    first = {"X": "player_0", "O": "player_1", "random": "random"}[args.mark]
+    return _play_games(args, [human, model], make_env, first)
+
+
+def _play_games(args: argparse.Namespace, policies: list[Any], make_env: Callable[[], Any],
+                first: str) -> int:
+    """Play games of ``policies[0]`` (the person) against ``policies[1]`` until done."""
+    from textgym.selfplay import selfplay
+
+    try:
+        while True:
+            (game,) = selfplay(policies, [args.seed], batch_size=1, first_player=first,
+                               make_env=make_env)
+            mine = game.trajectories["player_0"]
+            outcome = game.outcomes["player_0"]
+            print(f"\n{mine.messages[-1]['content']}\n")
+            if outcome is None:
+                print(f"Result: no result, the game hit the limit of actions per seat "
+                      f"(you played {game.marks['player_0']}).")
+            else:
+                said = {"win": "you win", "draw": "a draw", "loss": "you lose"}[outcome]
+                print(f"Result: {said} (you played {game.marks['player_0']}).")
             args.seed = None if args.seed is None else args.seed + 1
             if not args.repeat:
                 return 0
@@ -344,9 +460,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_play = sub.add_parser("play", help="play an environment yourself in the terminal")
     p_play.add_argument("env_id")
-    p_play.add_argument("--seed", type=int, default=None)
+    p_play.add_argument("--seed", type=int, default=None,
+                        help="seed of the first episode (then +1 each); with --against, also the "
+                             "policy's seed")
     p_play.add_argument("--env-kwargs", default="{}")
     p_play.add_argument("--repeat", action="store_true", help="start a new episode after each one")
+    p_play.add_argument("--against", choices=_PLAY_AGAINST, default=None,
+                        help=f"play {_TWO_SEAT_ENV_ID} against this policy instead of the env's "
+                             "built-in opponent (needs PettingZoo)")
+    p_play.add_argument("--mark", choices=("X", "O", "random"), default=None,
+                        help="with --against: your mark (default X; X moves first)")
+    p_play.add_argument("--prompt-style", choices=("compact", "full"), default=None,
+                        help="with --against: the prompts the policy sees (default compact, the "
+                             "style of the trained tic-tac-toe models); you see the full ones")
+    p_play.add_argument("--model", default=None,
+                        help=f"with --against hf: 'tiny', '{_DEFAULT_MODEL}' (default), a HF "
+                             "id, or a local model or LoRA adapter directory; with --against "
+                             "openai: a served model name (default: the first one served)")
+    p_play.add_argument("--base-url", action="append", default=None,
+                        help="with --against openai: endpoint URL "
+                             "(default http://127.0.0.1:8000/v1)")
+    p_play.add_argument("--dtype", choices=DTYPE_NAMES, default=None,
+                        help="with --against hf: weights' dtype (default auto)")
+    p_play.add_argument("--max-new-tokens", type=int, default=None,
+                        help="with --against hf|openai: tokens per answer (default 256)")
+    p_play.add_argument("--temperature", type=float, default=None,
+                        help="with --against hf|openai: sampling temperature (default 0, greedy)")
+    p_play.add_argument("--top-p", type=float, default=None,
+                        help="with --against hf|openai: nucleus sampling (default 1.0)")
+    p_play.add_argument("--show-completions", action="store_true",
+                        help="with --against: print each raw answer of the policy")
     p_play.set_defaults(func=cmd_play)
 
     p_compare = sub.add_parser("compare", help="compare training runs: last metrics and overlaid plots")
