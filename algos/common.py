@@ -41,6 +41,7 @@ __all__ = [
     "resolve_device",
     "rng_state",
     "save_checkpoint",
+    "save_model",
     "sequence_log_probs",
     "set_rng_state",
 ]
@@ -68,7 +69,12 @@ class OptimizationConfig:
     device: str = "auto"
     """``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``."""
     bf16: bool = True
-    """bf16 autocast for training forward passes on CUDA (ignored on CPU)."""
+    """bf16 autocast for training forward passes on CUDA (see ``cpu_bf16`` for the CPU)."""
+    cpu_bf16: bool = False
+    """bf16 autocast on CPUs that compute bf16 natively (AMX or AVX512-BF16; ignored elsewhere).
+    Off by default so CPU runs stay float32. On a 2-core AMX Xeon, one Gemma-3-270M step of 8
+    sequences x 150 tokens took 6.5 s instead of 9 s (full fine-tuning) and 3.5 s instead of
+    5.1 s (LoRA rank 16); master weights, gradients and optimizer state stay float32."""
     gradient_checkpointing: bool = False
     """Recompute decoder activations in the backward pass."""
     lora_rank: int = 0
@@ -132,10 +138,16 @@ def resolve_device(device: str) -> torch.device:
     return resolved
 
 
-def autocast(device: torch.device, bf16: bool) -> Any:
-    """bf16 autocast on CUDA when asked for; a no-op context otherwise (CPU trains in fp32)."""
+def autocast(device: torch.device, bf16: bool, *, cpu_bf16: bool = False) -> Any:
+    """bf16 autocast on CUDA when ``bf16``, on a CPU with native bf16 when ``cpu_bf16``; else a
+    no-op context (float32)."""
     if bf16 and device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
+    if cpu_bf16 and device.type == "cpu":
+        from textgym.models import cpu_has_fast_bf16
+
+        if cpu_has_fast_bf16():
+            return torch.autocast("cpu", dtype=torch.bfloat16)
     return nullcontext()
 
 
@@ -427,6 +439,31 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def save_model(
+    model: Any, tokenizer: Any, path: str | Path, *, base: str, final_dir: str | Path | None = None
+) -> None:
+    """``save_pretrained`` of the model and tokenizer; a LoRA model saves only its adapter.
+
+    The adapter's ``base_model_name_or_path`` is set to ``base`` (the name or directory the run
+    started from, as :func:`textgym.models.adapter_base` writes it relative to ``final_dir``,
+    default ``path``), so :func:`textgym.models.load_model` can load the adapter directory alone
+    and stack it on the right base: a few MB instead of the full weights.
+    """
+    from textgym.models import adapter_base
+
+    peft_config = getattr(model, "peft_config", None)
+    if peft_config:
+        recorded = adapter_base(base, final_dir if final_dir is not None else path)
+        for adapter in peft_config.values():
+            adapter.base_model_name_or_path = recorded
+        # No embedding layer is adapted ("all-linear"), and peft would look for the base's
+        # config.json relative to the working directory to decide.
+        model.save_pretrained(path, save_embedding_layers=False)
+    else:
+        model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
 def save_checkpoint(
     output_dir: str | Path,
     step: int,
@@ -446,8 +483,7 @@ def save_checkpoint(
     final = Path(output_dir) / f"checkpoint-{step}"
     scratch = Path(output_dir) / f".checkpoint-{step}.tmp"
     scratch.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(scratch)
-    tokenizer.save_pretrained(scratch)
+    save_model(model, tokenizer, scratch, base=config.model, final_dir=final)
     torch.save(
         {
             "step": step,

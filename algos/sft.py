@@ -33,6 +33,7 @@ from textgym.algos.common import (
     make_token_batch,
     prepare_model,
     resolve_device,
+    save_model,
     sequence_log_probs,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, write_run_record
@@ -52,7 +53,8 @@ class SFTConfig(OptimizationConfig):
     model: str = "tiny"
     """Model to fine-tune: ``tiny``, ``gemma-3-270m``, a local directory or a Hugging Face id."""
     output_dir: str = "runs/sft"
-    """Where the fine-tuned model (``save_pretrained``), metrics and plots go."""
+    """Where the fine-tuned model (``save_pretrained``: full weights, or with ``lora_rank`` > 0
+    only the LoRA adapter, which ``load_model`` stacks on its base), metrics and plots go."""
     epochs: int = 1
     """Passes over the data."""
     batch_size: int = 16
@@ -152,9 +154,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
                         },
                     )
                     final_loss, window = sum(window) / len(window), []
-    model = model.merge_and_unload() if config.lora_rank > 0 else model
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    save_model(model, tokenizer, out, base=config.model)
     plot_metrics(out / "metrics.jsonl", out / "plots")
     summary = {
         "conversations": len(sequences),
@@ -205,7 +205,7 @@ def _sft_step(
     total = 0.0
     for start in range(0, len(tokens), config.micro_batch_size):
         micro = tokens.select(slice(start, start + config.micro_batch_size)).to(device)
-        with autocast(device, config.bf16):
+        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, _ = sequence_log_probs(
                 model, micro, chunk_size=config.logprob_chunk_size
             )  # [b, L-1]

