@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["extract_move_text", "is_well_formed", "parse_move"]
+__all__ = ["extract_move_text", "is_answer", "is_well_formed", "parse_move"]
 
 _INTEGER = re.compile(r"[+-]?\d+")
 #: Moves with more significant digits than this are reported as +-10**18: out of range either
@@ -38,6 +38,10 @@ def _blocks(text: str, opening: str, closing: str) -> list[tuple[int, int]]:
 
 _WELL_FORMED = re.compile(
     r"\s*<think>(?:(?!</?think>).)*</think>\s*<move>\s*\d\s*</move>\s*", re.DOTALL
+)
+#: An answer in the format the prompts ask for: an optional ``<think>`` block, then one move.
+_ANSWER = re.compile(
+    r"\s*(?:<think>(?:(?!</?think>).)*</think>)?\s*<move>\s*\d\s*</move>\s*", re.DOTALL
 )
 
 
@@ -82,3 +86,14 @@ def is_well_formed(completion: str) -> bool:
     ``FormatReward`` wrapper rewards by default.
     """
     return _WELL_FORMED.fullmatch(completion) is not None
+
+
+def is_answer(completion: str) -> bool:
+    """True iff the completion is exactly what the prompts ask for and nothing else.
+
+    That is one ``<move>D</move>`` (``D`` a single digit), optionally after one
+    ``<think>...</think>`` block, with whitespace around the blocks allowed. Both prompt styles
+    accept this: the full prompt says "you may reason inside <think>...</think>", the compact one
+    "Reply <move>N</move>". :func:`is_well_formed` is the stricter check that requires reasoning.
+    """
+    return _ANSWER.fullmatch(completion) is not None

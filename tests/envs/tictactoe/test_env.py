@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import textgym  # noqa: F401
 from textgym.envs.tictactoe import TicTacToeEnv
-from textgym.envs.tictactoe.parsing import is_well_formed, parse_move
+from textgym.envs.tictactoe.parsing import is_answer, is_well_formed, parse_move
 from textgym.wrappers import FormatReward, InvalidActionPenalty, OpponentSkill
 
 
@@ -121,6 +121,23 @@ def test_parsers():
     assert not is_well_formed("<move>4</move>")
     assert not is_well_formed("<think>a</think><move>4</move> extra")
     assert not is_well_formed("<think>a<think>b</think><move>4</move>")
+
+
+@pytest.mark.parametrize(
+    ("completion", "expected"),
+    [
+        ("<move>4</move>", True),  # what the compact prompt asks for
+        (" <think>centre</think>\n<move>4</move>\n", True),  # the full prompt's example
+        ("<move>4</move> and more", False),
+        ("I play <move>4</move>", False),
+        ("<move>44</move>", False),
+        ("<move>4</move><move>5</move>", False),
+        ("<think>a</think><think>b</think><move>1</move>", False),
+        ("<think>no move</think>", False),
+    ],
+)
+def test_is_answer_accepts_exactly_one_move_after_optional_reasoning(completion, expected):
+    assert is_answer(completion) is expected
 
 
 def wrapped_env():
