@@ -474,7 +474,7 @@ def _fixed_log_probs(
     old: list[torch.Tensor | None] = [None] * len(micro)
     ref: list[torch.Tensor | None] = [None] * len(micro)
     for i, (mb, _adv) in enumerate(micro):
-        with autocast(device, config.bf16):
+        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
             if config.num_iterations > 1:
                 old[i] = _log_probs(model, mb, config)[0]  # [b, L-1]
             if config.beta > 0:
@@ -525,7 +525,7 @@ def _optimizer_step(
         "entropy_sum": 0.0,
     }
     for (mb, adv), old_logp, ref_logp in zip(micro, old, ref):
-        with autocast(device, config.bf16):
+        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, entropy = _log_probs(model, mb, config, with_entropy=True)  # [b, L-1] each
         old_logp = logp.detach() if old_logp is None else old_logp  # mu = 1: ratio is 1 in value
         loss, stats = policy_loss(

@@ -60,7 +60,7 @@ def _pipeline_args(results: Path, smoke: bool) -> list[str]:
     work = ["--work-dir", str(results / "pipeline-work")]
     work += ["--output", str(results / "tictactoe_pipeline.json")]
     if smoke:
-        return [*work, "--smoke"]
+        return [*work, "--smoke", "--mastery-steps", "1"]
     return [*work, *shlex.split(
         "--model gemma-3-270m --prompt-style compact --games 500 --sft-epochs 2 --sft-lr 5e-5 "
         "--grpo-steps 40 --grpo-lr 2e-6 --tasks-per-step 32 --group-size 8 "
