@@ -6,7 +6,7 @@ import pytest
 import textgym  # noqa: F401
 from textgym.evaluation import summarize
 from textgym.policies import Completion, MinimaxPolicy, RandomPolicy
-from textgym.rollout import rollout
+from textgym.rollout import iter_rollout, rollout
 
 
 class FirstLegalMove:
@@ -83,3 +83,37 @@ def test_minimax_beats_random_opponent_mostly():
 
     stats = summarize(rollout(easy, MinimaxPolicy(seed=1), list(range(300)), batch_size=32))
     assert stats["outcomes"]["loss"] == 0.0 and stats["outcomes"]["win"] > 0.9
+
+
+def test_seeds_are_read_as_episodes_start():
+    # A trillion seeds as a lazy sequence: nothing may build a list (or a result slot) per seed
+    # up front. The run is stopped after a few episodes by the callback.
+    class Stop(Exception):
+        pass
+
+    finished = []
+
+    def stop_after_five(traj):
+        finished.append(traj.seed)
+        if len(finished) == 5:
+            raise Stop
+
+    with pytest.raises(Stop):
+        rollout(make, FirstLegalMove(), range(10**12), batch_size=4, on_episode_end=stop_after_five)
+    assert len(finished) == 5 and set(finished) <= set(range(8))
+
+
+def test_iter_rollout_yields_each_episode_as_it_finishes():
+    seeds = [5, 6, 7, 8, 9]
+    streamed = list(iter_rollout(make, FirstLegalMove(), seeds, batch_size=3))
+    assert sorted(i for i, _ in streamed) == list(range(5))
+    assert [t.seed for i, t in streamed] == [seeds[i] for i, _ in streamed]
+    by_index = [t.to_dict() for _, t in sorted(streamed, key=lambda pair: pair[0])]
+    assert by_index == [t.to_dict() for t in rollout(make, FirstLegalMove(), seeds, batch_size=3)]
+
+
+def test_iter_rollout_checks_arguments_when_called():
+    with pytest.raises(ValueError, match="batch_size >= 1"):
+        iter_rollout(make, FirstLegalMove(), [0], batch_size=0)
+    with pytest.raises(ValueError, match="one options mapping per seed"):
+        iter_rollout(make, FirstLegalMove(), [0, 1], options=[{}])

@@ -4,7 +4,8 @@
 conversation of every live episode, makes **one** batched ``policy.act`` call, and steps each
 env with its completion. Episodes end at different turns; a finished slot starts the next
 queued episode at once (continuous batching), so the policy always sees full batches until
-the queue runs dry.
+the queue runs dry. :func:`iter_rollout` is the same loop as a stream: it yields each episode as
+it finishes, so a caller can save results as they come in and keep them when interrupted.
 
 With a local model (a :class:`~textgym.policies.base.TokenPolicy` such as
 :class:`~textgym.policies.hf.HFPolicy`) the rollout is token-in / token-out: each episode keeps
@@ -16,8 +17,9 @@ only: what a policy-gradient trainer needs, with no re-tokenization.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +27,7 @@ import gymnasium as gym
 
 from textgym.policies.base import Completion, Message, Policy, TokenPolicy, conversation_start
 
-__all__ = ["Trajectory", "rollout"]
+__all__ = ["Trajectory", "iter_rollout", "rollout"]
 
 
 @dataclass
@@ -143,11 +145,13 @@ def rollout(
             ``min(batch_size, len(seeds))`` times, and each env is reused across episodes.
         policy: Any :class:`~textgym.policies.Policy`.
         seeds: One ``reset`` seed per episode. Equal seeds (and equal options) give a GRPO-style
-            group: the same task and the same opponent.
+            group: the same task and the same opponent. Read one at a time as episodes start,
+            so a lazy sequence (e.g. a ``range``) of any length costs no memory up front.
         batch_size: Largest number of live episodes (conversations per policy call), >= 1.
         options: ``reset`` options: one mapping for every episode, or one per seed (e.g.
             ``{"episode_index": g}`` for :class:`~textgym.wrappers.OpponentSkill`'s strata).
-        on_episode_end: Called with each finished trajectory (e.g. to advance a progress bar).
+        on_episode_end: Called with each trajectory as it finishes, in the order they finish
+            (e.g. to advance a progress bar).
         token_level: Token-in / token-out (see the module docstring); ``None`` chooses it
             whenever the policy is a :class:`~textgym.policies.base.TokenPolicy`.
 
@@ -159,9 +163,45 @@ def rollout(
             policy returns the wrong number of completions, or ``token_level=True`` for a policy
             that is not a ``TokenPolicy``.
     """
+    results: dict[int, Trajectory] = {}
+    episodes = iter_rollout(make_env, policy, seeds, batch_size=batch_size, options=options,
+                            token_level=token_level)
+    with contextlib.closing(episodes):
+        for index, traj in episodes:
+            results[index] = traj
+            if on_episode_end is not None:
+                on_episode_end(traj)
+    return [results[i] for i in sorted(results)]
+
+
+def iter_rollout(
+    make_env: Callable[[], gym.Env],
+    policy: Policy,
+    seeds: Sequence[int | None],
+    *,
+    batch_size: int = 8,
+    options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+    token_level: bool | None = None,
+) -> Iterator[tuple[int, Trajectory]]:
+    """:func:`rollout` as a stream: yield ``(i, trajectory)`` as each episode finishes.
+
+    ``i`` is the episode's index in ``seeds``; episodes come in the order they finish, which
+    is not seed order. Nothing is kept once yielded, so a caller that saves each trajectory as
+    it comes (``textgym eval --output``) holds only the live episodes, and one that stops early
+    (Ctrl-C) has every finished episode. Close the iterator (``contextlib.closing``) or exhaust
+    it to close the envs.
+
+    Args: as :func:`rollout` (without ``on_episode_end``).
+
+    Raises:
+        ValueError: as :func:`rollout`: the argument checks when called, the policy's wrong
+            number of completions while iterating.
+    """
     if batch_size < 1:
         raise ValueError(f"Expected batch_size >= 1, got {batch_size}")
-    per_episode = _options_per_episode(options, len(seeds))
+    if options is not None and not isinstance(options, (Mapping, Sequence)):
+        options = list(options)  # any iterable of mappings, read once
+    _check_options(options, len(seeds))
     if token_level is None:
         token_level = isinstance(policy, TokenPolicy)
     elif token_level and not isinstance(policy, TokenPolicy):
@@ -169,14 +209,27 @@ def rollout(
             f"token_level=True needs a TokenPolicy (prompt_ids, continuation_ids, generate); "
             f"{type(policy).__name__} is not one"
         )
-    queue = list(range(len(seeds)))[::-1]
-    results: list[Trajectory | None] = [None] * len(seeds)
-    envs = [make_env() for _ in range(min(batch_size, len(seeds)))]
+    return _episodes(make_env, policy, seeds, batch_size, options, token_level)
+
+
+def _episodes(
+    make_env: Callable[[], gym.Env],
+    policy: Policy,
+    seeds: Sequence[int | None],
+    batch_size: int,
+    options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
+    token_level: bool,
+) -> Iterator[tuple[int, Trajectory]]:
+    """The loop of :func:`iter_rollout` (arguments already checked)."""
+    # Nothing here grows with len(seeds): the next episode's index is a counter.
+    count, next_index = len(seeds), 0
+    envs = [make_env() for _ in range(min(batch_size, count))]
     slots: list[_Slot] = []
 
     def start(env: gym.Env) -> None:
-        index = queue.pop()
-        obs, info = env.reset(seed=seeds[index], options=per_episode[index])
+        nonlocal next_index
+        index, next_index = next_index, next_index + 1
+        obs, info = env.reset(seed=seeds[index], options=_episode_options(options, index))
         spec_id = env.spec.id if env.spec is not None else None
         traj = Trajectory(env_id=spec_id, seed=seeds[index], task_id=info.get("task_id"))
         traj.messages = conversation_start(obs, info)
@@ -207,35 +260,38 @@ def rollout(
                 if done:
                     traj.terminated, traj.truncated = bool(terminated), bool(truncated)
                     traj.outcome = info.get("outcome")
-                    results[slot.index] = traj
-                    if on_episode_end is not None:
-                        on_episode_end(traj)
+                    yield slot.index, traj
                     finished_envs.append(slot.env)
                 else:
                     still_live.append(slot)
             slots = still_live
             for env in finished_envs:
-                if queue:
+                if next_index < count:
                     start(env)
     finally:
         for env in envs:
             env.close()
-    return [t for t in results if t is not None]
 
 
-def _options_per_episode(
+def _check_options(
     options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None, count: int
-) -> list[dict[str, Any] | None]:
-    """One fresh ``reset`` options dict (or ``None``) per episode."""
+) -> None:
+    """Raise ValueError unless ``options`` is one mapping, ``None`` or one entry per seed."""
     if options is None or isinstance(options, Mapping):
-        return [dict(options) if options else None for _ in range(count)]
-    options = list(options)
+        return
     if len(options) != count:
         raise ValueError(
             f"Expected one options mapping per seed ({count}), got {len(options)}; pass a "
             "single mapping to use the same options for every episode"
         )
-    return [dict(o) if o else None for o in options]
+
+
+def _episode_options(
+    options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None, index: int
+) -> dict[str, Any] | None:
+    """A fresh ``reset`` options dict (or ``None``) for episode ``index``."""
+    chosen = options if options is None or isinstance(options, Mapping) else options[index]
+    return dict(chosen) if chosen else None
 
 
 def _act(policy: Policy, slots: list[_Slot], token_level: bool) -> list[Completion]:
