@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from textgym.rollout import Trajectory
 
-__all__ = ["OUTCOMES", "summarize"]
+__all__ = ["OUTCOMES", "RunningSummary", "summarize"]
 
 OUTCOMES = ("win", "draw", "loss")
 
@@ -24,7 +25,58 @@ def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
+class RunningSummary:
+    """The statistics of :func:`summarize`, gathered one finished episode at a time.
+
+    Keeps counts and sums, and one float per episode (its return, for the two-pass variance),
+    never the trajectories: an evaluation that streams its episodes to disk holds no more.
+    """
+
+    def __init__(self) -> None:
+        self.returns = array("d")
+        self.component_sums: dict[str, float] = {}
+        self.outcomes = dict.fromkeys(OUTCOMES, 0)
+        self.truncated = 0
+        self.actions = 0
+        self.invalid = 0
+        self.invalid_episodes = 0
+        self.length_cut = 0
+
+    def add(self, trajectory: Trajectory) -> None:
+        """Count one finished episode."""
+        t = trajectory
+        self.returns.append(t.episode_return)
+        for name, total in t.component_totals().items():
+            self.component_sums[name] = self.component_sums.get(name, 0.0) + total
+        if t.outcome in self.outcomes:
+            self.outcomes[t.outcome] += 1
+        # A step can be both (a time limit landing on the final move): the game still ended.
+        self.truncated += bool(t.truncated and not t.terminated)
+        self.actions += t.num_steps
+        self.invalid += sum(t.invalid_actions)
+        self.invalid_episodes += any(t.invalid_actions)
+        self.length_cut += sum(r == "length" for r in t.finish_reasons)
+
+    def result(self) -> dict[str, Any]:
+        """The summary of the episodes added so far (see :func:`summarize`)."""
+        n = len(self.returns)
+        mean_return, stderr_return = _mean_stderr(self.returns)
+        names = sorted(self.component_sums)
+        return {
+            "episodes": n,
+            "mean_return": mean_return,
+            "stderr_return": stderr_return,
+            "reward_components": {name: self.component_sums[name] / n for name in names} if n else {},
+            "outcomes": {o: (self.outcomes[o] / n if n else math.nan) for o in OUTCOMES},
+            "truncated_rate": self.truncated / n if n else math.nan,
+            "invalid_action_rate": self.invalid / self.actions if self.actions else 0.0,
+            "invalid_episode_rate": self.invalid_episodes / n if n else math.nan,
+            "mean_turns": self.actions / n if n else math.nan,
+            "length_truncated_rate": self.length_cut / self.actions if self.actions else 0.0,
+        }
+
+
+def summarize(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
     """Aggregate finished episodes.
 
     Returns:
@@ -36,24 +88,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         ``invalid_episode_rate`` (episodes with any invalid action); ``mean_turns`` (agent
         actions per episode); ``length_truncated_rate`` (completions that hit the token limit).
     """
-    n = len(trajectories)
-    mean_return, stderr_return = _mean_stderr([t.episode_return for t in trajectories])
-    names = sorted({name for t in trajectories for comps in t.reward_components for name in comps})
-    totals = [t.component_totals() for t in trajectories]
-    components = {name: sum(tot.get(name, 0.0) for tot in totals) / n for name in names} if n else {}
-    actions = sum(t.num_steps for t in trajectories)
-    invalid = sum(sum(t.invalid_actions) for t in trajectories)
-    length_cut = sum(r == "length" for t in trajectories for r in t.finish_reasons)
-    return {
-        "episodes": n,
-        "mean_return": mean_return,
-        "stderr_return": stderr_return,
-        "reward_components": components,
-        "outcomes": {o: (sum(t.outcome == o for t in trajectories) / n if n else math.nan) for o in OUTCOMES},
-        # A step can be both (a time limit landing on the final move): the game still ended.
-        "truncated_rate": sum(t.truncated and not t.terminated for t in trajectories) / n if n else math.nan,
-        "invalid_action_rate": invalid / actions if actions else 0.0,
-        "invalid_episode_rate": sum(any(t.invalid_actions) for t in trajectories) / n if n else math.nan,
-        "mean_turns": actions / n if n else math.nan,
-        "length_truncated_rate": length_cut / actions if actions else 0.0,
-    }
+    running = RunningSummary()
+    for trajectory in trajectories:
+        running.add(trajectory)
+    return running.result()
