@@ -1,6 +1,8 @@
 """``textgym collect``: SFT records, the filter language and GRPO groups from the CLI."""
 
 import json
+import re
+import time
 
 import gymnasium as gym
 import pytest
@@ -39,6 +41,46 @@ def test_filter_matches_an_independent_predicate(expression, expected):
 def test_bad_filters_are_rejected(expression):
     with pytest.raises(ValueError):
         parse_filter(expression)
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        # Each of these used to be read as a string literal ("win or outcome == draw", "win and",
+        # "5 5", ...) that no episode matches: 0 episodes kept, no error.
+        ("outcome == win or outcome == draw", "expected 'and' or the end of the filter at char 15, got 'or'"),
+        ("outcome == win and", "expected a field name at char 18, got the end"),
+        ("num_steps == 5 5", "expected 'and' or the end of the filter at char 15, got '5'"),
+        ("outcome == == win", "expected a value at char 11, got '=='"),
+        ("outcome in win,", "expected a value at char 15, got the end"),
+        ("outcome in win,,draw", "expected a value at char 15, got ','"),
+        ("outcome == 'win", "expected a closing quote at char 11"),
+        ("outcome = win", "expected a field, operator or value at char 8, got '= win'"),
+        ("outcome < 1", "expected ==, != or in after the text field outcome at char 8, got '<'"),
+        ("and == 1", "expected a field name at char 0, got 'and'"),
+    ],
+)
+def test_malformed_filters_name_the_position_of_the_error(expression, message):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        parse_filter(expression)
+
+
+def test_quoted_values_and_spacing():
+    trajectories = games()
+    keep = parse_filter("outcome in 'win', \"draw\" and return>=0.5")
+    assert [keep(t) for t in trajectories] == [t.outcome in ("win", "draw") for t in trajectories]
+
+
+def test_filter_parsing_is_linear():
+    # The old clause regex ("(.+?)\\s*$") backtracked over every run of spaces: quadratic, about
+    # 30 s for this expression. A quoted value may hold the spaces.
+    spaces = " " * 100_000
+    start = time.perf_counter()
+    keep = parse_filter(f"outcome == 'a{spaces}b' and " + " and ".join(["return >= 0"] * 5_000))
+    with pytest.raises(ValueError, match="got 'b'"):
+        parse_filter(f"outcome == a{spaces}b")
+    assert time.perf_counter() - start < 2.0
+    assert not any(keep(t) for t in games(4))
 
 
 def test_sft_record_drops_only_the_final_observation():

@@ -9,8 +9,11 @@ as ``final_observation``: no assistant turn follows it, so it would only cost to
 Filters are a tiny, safe language (no ``eval`` of user text): clauses ``FIELD OP VALUE`` joined
 by ``and``. Fields: ``return``, ``outcome``, ``num_steps``, ``invalid_actions`` (count),
 ``truncated``, ``terminated``, ``component.NAME`` (episode total of a reward component).
-Operators: ``== != >= <= > <`` and ``in`` with a comma-separated list. Examples:
-``"outcome in win,draw"``, ``"return >= 0.5 and invalid_actions == 0"``.
+Operators: ``== != >= <= > <`` and ``in`` with a comma-separated list. A value is one word
+(``win``, ``0.5``, ``true``, ``none``) or a quoted string (``'a b'``). Examples:
+``"outcome in win,draw"``, ``"return >= 0.5 and invalid_actions == 0"``. Anything else (``or``,
+a dangling ``and``, a value of two words, an unclosed quote) is refused with the position of
+the first error, never read as a string that matches nothing.
 """
 
 from __future__ import annotations
@@ -18,13 +21,12 @@ from __future__ import annotations
 import operator
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from textgym.rollout import Trajectory
 
 __all__ = ["parse_filter", "sft_record"]
 
-_CLAUSE = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(==|!=|>=|<=|>|<|\bin\b)\s*(.+?)\s*$")
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
     ">": operator.gt, "<": operator.lt,
@@ -50,42 +52,130 @@ def _field(name: str) -> Callable[[Trajectory], Any]:
     return _FIELDS[name]
 
 
-def _literal(text: str) -> Any:
-    lowered = text.lower()
+def _literal(word: str) -> Any:
+    """An unquoted value: a bool, ``None``, a number, else the word itself."""
+    lowered = word.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
     if lowered == "none":
         return None
     try:
-        return float(text)
+        return float(word)
     except ValueError:
-        return text.strip("'\"")
+        return word
+
+
+# One token at a time, each read by a single left-to-right match: the parser is linear in the
+# length of the expression (no pattern here can backtrack over what an earlier one consumed).
+_TOKEN = re.compile(
+    r"""(?P<op>==|!=|>=|<=|>|<)
+      | (?P<comma>,)
+      | (?P<quoted>'[^']*'|"[^"]*")
+      | (?P<word>[^\s,'"=!<>]+)""",
+    re.VERBOSE,
+)
+def _excerpt(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+
+
+_TEXT_FIELDS = frozenset({"outcome"})  # compared as text: an order (< >) would be a TypeError
+_FIELD_NAME = re.compile(r"[A-Za-z_][\w.]*")
+_KEYWORDS = ("and", "in")
+
+
+class _Tokens:
+    """The tokens of a filter expression, read front to back; errors give the position."""
+
+    def __init__(self, expression: str):
+        self.expression = expression
+        self.tokens: list[tuple[str, str, int]] = []  # (kind, text, position)
+        pos, end = 0, len(expression)
+        while True:
+            while pos < end and expression[pos].isspace():
+                pos += 1
+            if pos == end:
+                break
+            match = _TOKEN.match(expression, pos)
+            if match is None:
+                what = "a closing quote" if expression[pos] in "'\"" else "a field, operator or value"
+                self.fail(what, pos, repr(expression[pos:]))
+            kind = match.lastgroup or ""
+            self.tokens.append((kind, match.group(kind), match.start(kind)))
+            pos = match.end()
+        self.tokens.reverse()  # pop() from the end takes the next token
+
+    def fail(self, expected: str, pos: int, got: str) -> NoReturn:
+        raise ValueError(
+            f"expected {expected} at char {pos}, got {_excerpt(got)} "
+            f"(in {_excerpt(repr(self.expression))})"
+        )
+
+    def peek(self) -> tuple[str, str, int] | None:
+        return self.tokens[-1] if self.tokens else None
+
+    def accept(self, kind: str, keyword: str | None = None) -> bool:
+        """Take the next token if it is of ``kind`` (and is ``keyword``, if given)."""
+        token = self.peek()
+        if token is None or token[0] != kind or (keyword and token[1].lower() != keyword):
+            return False
+        self.tokens.pop()
+        return True
+
+    def take(self, expected: str, *kinds: str) -> tuple[str, int]:
+        """The next token's text and position; it must be one of ``kinds`` (and no keyword)."""
+        token = self.peek()
+        if token is None:
+            self.fail(expected, len(self.expression), "the end")
+        kind, text, pos = token
+        if kind not in kinds or (kind == "word" and text.lower() in _KEYWORDS):
+            self.fail(expected, pos, repr(text))
+        self.tokens.pop()
+        return text, pos
+
+    def value(self) -> tuple[Any, str, int]:
+        """The next value: ``(parsed, text, position)``; a quoted value is always a string."""
+        text, pos = self.take("a value", "word", "quoted")
+        parsed = text[1:-1] if text[0] in "'\"" else _literal(text)
+        return parsed, text, pos
 
 
 def parse_filter(expression: str) -> Callable[[Trajectory], bool]:
     """Compile a filter expression (see the module docstring) into a predicate.
 
+    Parsing is linear in the length of the expression.
+
     Raises:
-        ValueError: for a clause that is not ``FIELD OP VALUE`` or an unknown field.
+        ValueError: for anything that is not ``FIELD OP VALUE`` clauses joined by ``and`` (the
+            message gives the 0-based character position of the first error), an unknown
+            field, or a comparison ``> >= < <=`` of the text field ``outcome`` or with a value
+            that is not a number.
     """
+    tokens = _Tokens(expression)
     clauses = []
-    for clause in re.split(r"\s+and\s+", expression.strip()):
-        match = _CLAUSE.match(clause)
-        if not match:
-            raise ValueError(
-                f"Cannot read filter clause {clause!r}; expected FIELD OP VALUE, e.g. 'outcome in win,draw'"
-            )
-        name, op, raw = match.groups()
+    while True:
+        name, pos = tokens.take("a field name", "word")
+        if not _FIELD_NAME.fullmatch(name):
+            tokens.fail("a field name", pos, repr(name))
         get = _field(name)
-        if op == "in":
-            allowed = {_literal(v.strip()) for v in raw.split(",")}
+        if tokens.accept("word", "in"):
+            allowed = {tokens.value()[0]}
+            while tokens.accept("comma"):
+                allowed.add(tokens.value()[0])
             clauses.append(lambda t, get=get, allowed=allowed: get(t) in allowed)
         else:
-            value, compare = _literal(raw), _COMPARE[op]
+            op, op_pos = tokens.take("an operator (== != >= <= > < in)", "op")
+            if op not in ("==", "!=") and name in _TEXT_FIELDS:
+                tokens.fail(f"==, != or in after the text field {name}", op_pos, repr(op))
+            value, text, pos = tokens.value()
             if op not in ("==", "!=") and not isinstance(value, float):
-                raise ValueError(f"Operator {op} needs a number, got {raw!r} in {clause!r}")
+                tokens.fail(f"a number after {op}", pos, repr(text))
+            compare = _COMPARE[op]
             clauses.append(lambda t, get=get, value=value, compare=compare: compare(get(t), value))
-    return lambda t: all(clause(t) for clause in clauses)
+        if tokens.peek() is None:
+            return lambda t: all(clause(t) for clause in clauses)
+        if not tokens.accept("word", "and"):
+            _, text, pos = tokens.peek()  # type: ignore[misc]
+            tokens.fail("'and' or the end of the filter", pos, repr(text))
 
 
 def sft_record(trajectory: Trajectory) -> dict[str, Any]:
