@@ -28,7 +28,10 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
         name: Name of the component in ``info["reward_components"]``. Default ``"format"``.
 
     Raises:
-        ValueError: if ``weight`` is negative.
+        ValueError: if ``weight`` is negative, or if the env already pays a component of this
+            ``name``: ``textgym/GSM8K-v0`` and ``textgym/ReverseText-v0`` pay their own
+            ``format`` component (their ``format_weight`` argument sets it), so a second one
+            would pay the format twice. Raised here rather than at the first step.
         TypeError: if no check is given and the env has no ``is_well_formed`` method.
 
     Example:
@@ -50,6 +53,14 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
         super().__init__(env)
         if weight < 0:
             raise ValueError(f"Expected weight >= 0, got {weight}")
+        own_weight = getattr(env.unwrapped, "format_weight", None)
+        if name == "format" and own_weight is not None:
+            raise ValueError(
+                f"{type(env.unwrapped).__name__} already pays a 'format' reward component "
+                f"(format_weight={own_weight}), so FormatReward would pay the format twice; set "
+                "the env's format_weight instead (e.g. gymnasium.make(..., format_weight=0.2), "
+                "or --env-kwargs '{\"format_weight\": 0.2}'), or give FormatReward another name=..."
+            )
         if is_well_formed is None:
             is_well_formed = getattr(env.unwrapped, "is_well_formed", None)
             if not callable(is_well_formed):
