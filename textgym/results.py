@@ -1,0 +1,163 @@
+"""Result files that survive an interrupted run (``textgym eval --output``, ``textgym collect``).
+
+Records are written as episodes finish: :func:`open_jsonl` gives a :class:`JsonlWriter` that
+appends one JSON line per record and flushes it, and on leaving cuts off a line that an error
+left half written, so the file always holds whole records (:attr:`JsonlWriter.count` of
+them). :func:`hold_interrupts` holds a Ctrl-C back while a record is written and counted, so
+the file and the count of what is in it agree. :func:`write_json` replaces a file in one step
+(a temporary file, then ``os.replace``): a reader sees the old summary or the new one, never
+half of one. :func:`check_dir` and :func:`check_file` find a bad output location (a file where
+a directory is wanted, a path under a file, a read-only place) before a run starts, not after.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+__all__ = ["JsonlWriter", "check_dir", "check_file", "hold_interrupts", "open_jsonl", "write_json"]
+
+
+def _reason(exc: OSError) -> str:
+    """``"Not a directory: '/etc/hostname/x'"``: what failed, and where (not always the path given)."""
+    return f"{exc.strerror}: {exc.filename!r}" if exc.strerror and exc.filename else str(exc)
+
+
+def _file_above(path: Path) -> Path | None:
+    """The nearest existing ancestor of ``path`` if it is a file (nothing can be made under it)."""
+    for parent in path.parents:
+        if parent.exists():
+            return None if parent.is_dir() else parent
+    return None
+
+
+def check_dir(path: Path, flag: str) -> None:
+    """Create the directory ``path`` (with its parents) now, and check that files can be made in it.
+
+    Args:
+        path: The output directory.
+        flag: The option that named it (``"--output"``), for the message.
+
+    Raises:
+        ValueError: ``path`` is an existing file, cannot be created, or is not writable; the
+            message names ``flag``, the path and the operating system's reason.
+    """
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file; expected a directory (or a path to create one)")
+    if (blocker := _file_above(path)) is not None:
+        raise ValueError(f"cannot write to {flag} {path}: {blocker} is a file, not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot write to {flag} {path}: {_reason(exc)}") from None
+
+
+def check_file(path: Path, flag: str) -> None:
+    """Check now that the file ``path`` can be written: create its folder, leave the file as it is.
+
+    Args:
+        path: The output file. An existing file is not changed; a new one is created and removed.
+        flag: The option that named it, for the message.
+
+    Raises:
+        ValueError: ``path`` is a directory, its folder cannot be created (e.g. it lies under a
+            file), or the file cannot be opened for writing.
+    """
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a directory; expected a file, e.g. {path / 'sft.jsonl'}")
+    if (blocker := _file_above(path)) is not None:
+        raise ValueError(f"cannot write {flag} {path}: {blocker} is a file, not a directory")
+    existed = path.exists()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab"):  # append mode: an existing file keeps its bytes
+            pass
+    except OSError as exc:
+        raise ValueError(f"cannot write {flag} {path}: {_reason(exc)}") from None
+    if not existed:
+        path.unlink()
+
+
+@contextlib.contextmanager
+def hold_interrupts() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) back until the block ends, then raise it as usual.
+
+    For short blocks that must not stop half way: writing one record and counting it. Outside
+    the main thread (where signal handlers cannot be set) the block runs unprotected.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held and callable(previous):
+            previous(*held[0])  # the default handler raises KeyboardInterrupt
+
+
+def write_json(path: Path, value: Any) -> None:
+    """Write ``value`` as indented JSON to ``path`` in one step (temporary file, then replace)."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(value, indent=2) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+class JsonlWriter:
+    """A JSONL file written one record at a time, each flushed as it is written.
+
+    Made by :func:`open_jsonl`, which truncates the file back to the end of the last whole
+    record when its block ends (also on Ctrl-C or an error), so the file always holds valid
+    JSONL: exactly :attr:`count` records.
+    """
+
+    def __init__(self, fh: BinaryIO):
+        self._fh = fh
+        # (bytes of whole records, records): one attribute, so a Ctrl-C leaves both old or both new.
+        self._written = (0, 0)
+
+    @property
+    def count(self) -> int:
+        """Records written in full."""
+        return self._written[1]
+
+    def write(self, line: str) -> None:
+        """Append one record: ``line`` is its JSON text, without a newline."""
+        self._fh.write(line.encode("utf-8") + b"\n")
+        self._fh.flush()
+        self._written = (self._fh.tell(), self._written[1] + 1)
+
+    def cut(self) -> None:
+        """Drop a half-written last line, if any."""
+        self._fh.truncate(self._written[0])  # flushes first, then cuts
+
+
+@contextlib.contextmanager
+def open_jsonl(path: Path) -> Iterator[JsonlWriter]:
+    """Open ``path`` (truncated) for :class:`JsonlWriter`; on leaving, cut any half-written line.
+
+    Raises:
+        OSError: the file cannot be opened for writing.
+    """
+    with open(path, "wb") as fh:
+        writer = JsonlWriter(fh)
+        try:
+            yield writer
+        finally:
+            writer.cut()
