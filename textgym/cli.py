@@ -1,12 +1,18 @@
 """The ``textgym`` command line: ``list``, ``eval``, ``collect`` and ``play``.
 
-Bad arguments (unknown env id, malformed JSON, out-of-range values) print one line starting
-with ``textgym: error:`` and exit with code 2, like any argparse usage error.
+Bad arguments (unknown env id, malformed JSON, out-of-range values, a policy that cannot play
+the env, an output path that cannot be written) print one line starting with
+``textgym: error:`` and exit with code 2, like any argparse usage error; they are found before
+anything is played. ``eval --output`` and ``collect`` write each episode as it finishes; a
+Ctrl-C stops the run, keeps what was written (marked incomplete), prints one line and exits
+with code 130.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib
 import json
 import math
@@ -19,10 +25,12 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 import textgym
-from textgym.evaluation import summarize
+from textgym.evaluation import RunningSummary
 from textgym.models import DTYPE_NAMES, MODEL_NAMES
 from textgym.policies import POLICY_NAMES, Policy, make_policy
-from textgym.rollout import Trajectory, rollout
+from textgym.policies.gold import GOLD_INFO_KEY
+from textgym.results import check_dir, check_file, hold_interrupts, open_jsonl, write_json
+from textgym.rollout import Trajectory, iter_rollout, rollout
 from textgym.wrappers import REWARD_WRAPPERS
 
 __all__ = ["main"]
@@ -47,6 +55,9 @@ def _parse_env_kwargs(text: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(f"--env-kwargs is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}") from None
+    except RecursionError:
+        raise UsageError(f"--env-kwargs is nested too deeply to read ({len(text)} characters); "
+                         "expected a JSON object of the env's keyword arguments") from None
     if not isinstance(value, dict):
         raise UsageError(f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}")
     return value
@@ -73,11 +84,29 @@ def _env_factory(
             env = _WRAPPERS[name](env)
         return env
 
-    try:  # build one env now so that bad kwargs fail here, with the env's own message
+    try:  # build one env now so that bad kwargs or data fail here, with the env's own message
         probe = make()
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"cannot make {env_id} with {env_kwargs}: {exc}") from None
+    except (ValueError, TypeError, OSError, ImportError, RecursionError) as exc:
+        # OSError: a data file that is missing, a hub dataset that cannot be reached.
+        raise UsageError(f"cannot make {env_id} with {_shown(env_kwargs)}"
+                         + (f" and --wrappers {','.join(wrappers)}" if wrappers else "")
+                         + f": {_one_line(exc)}") from None
     return make, probe
+
+
+def _shown(env_kwargs: dict[str, Any]) -> str:
+    """The kwargs as JSON for a message, or ``--env-kwargs`` when too long or deep to show."""
+    try:
+        text = json.dumps(env_kwargs)
+    except (RecursionError, ValueError, TypeError):
+        return "--env-kwargs"
+    return text if len(text) <= 200 else "--env-kwargs"
+
+
+def _one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception's message on one line, cut to ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, Any]:
@@ -137,7 +166,7 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     ret, err = summary["mean_return"], summary["stderr_return"]
     table.add_row("episodes", str(summary["episodes"]))
-    table.add_row("mean return", f"{ret:.4f} ± {err:.4f}" if err == err else f"{ret:.4f}")
+    table.add_row("mean return", f"{ret:.4f}" if math.isnan(err) else f"{ret:.4f} ± {err:.4f}")
     for name, value in summary["reward_components"].items():
         table.add_row(f"  component {name}", f"{value:.4f}")
     if any(v for v in summary["outcomes"].values()):
@@ -161,10 +190,52 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Shared by ``eval`` and ``collect``: validate, build env and policy, play, summarize."""
-    if args.episodes < 1:
-        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+class _GroupSeeds(Sequence[int]):
+    """Episode ``i``'s seed, ``first + i // group_size`` (GRPO-style groups of copies sharing
+    one seed), computed when asked: no list of seeds, however many episodes."""
+
+    def __init__(self, first: int, episodes: int, group_size: int):
+        self.first, self.episodes, self.group_size = first, episodes, group_size
+
+    def __len__(self) -> int:
+        return self.episodes
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.episodes))]
+        if not -self.episodes <= index < self.episodes:
+            raise IndexError(f"episode {index} of {self.episodes}")
+        return self.first + (index % self.episodes) // self.group_size
+
+
+@dataclasses.dataclass
+class _Setup:
+    """What ``eval`` and ``collect`` play, checked before anything is played."""
+
+    make_env: Callable[[], gym.Env]
+    env_kwargs: dict[str, Any]
+    wrappers: list[str]
+    stop: tuple[str, ...]  # where a completion may end (the env's stop strings)
+
+
+#: The ``info`` key each scripted policy plays from, and which envs give it.
+_POLICY_NEEDS: dict[str, tuple[str, str]] = {
+    "gold": (GOLD_INFO_KEY, ("only envs with a reference solution give (textgym/GSM8K-v0, "
+                             "ReverseText-v0, Workplace-v0, EmailToolUse-v0)")),
+    "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
+    "random": ("board", "only textgym/TicTacToe-v0 gives"),
+}
+
+
+def _setup(args: argparse.Namespace) -> _Setup:
+    """Check ``eval``/``collect``'s arguments, the env, and that the policy can play it.
+
+    Raises:
+        UsageError: for a bad count or seed, an env that cannot be made, or a scripted
+            policy that needs an ``info`` key the env does not give.
+    """
+    if not 1 <= args.episodes <= sys.maxsize:
+        raise UsageError(f"--episodes must be in [1, {sys.maxsize}], got {args.episodes}")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.group_size < 1 or args.episodes % args.group_size:
@@ -172,41 +243,98 @@ def _play(args: argparse.Namespace, description: str) -> tuple[list[Trajectory],
             f"--episodes {args.episodes} is not a multiple of --group-size {args.group_size}; "
             "use a multiple of the group size"
         )
+    if args.seed < 0:
+        raise UsageError(f"--seed must be >= 0 (episode seeds are non-negative), got {args.seed}")
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
     wrappers = [w for w in args.wrappers.split(",") if w] if args.wrappers else []
     make_env, probe = _env_factory(args.env_id, env_kwargs, wrappers)
-    stop = getattr(probe.unwrapped, "stop_strings", ())  # the task says where a completion may end
-    probe.close()
-    policy = _build_policy(args.policy, _policy_kwargs(args, stop))
-    # GRPO-style groups: the G copies of a task share one seed (same task, same opponent).
-    seeds = [args.seed + i // args.group_size for i in range(args.episodes)]
+    try:
+        stop = tuple(getattr(probe.unwrapped, "stop_strings", ()))
+        _, info = probe.reset(seed=args.seed)
+    finally:
+        probe.close()
+    if args.policy in _POLICY_NEEDS and _POLICY_NEEDS[args.policy][0] not in info:
+        key, who = _POLICY_NEEDS[args.policy]
+        fits = [p for p in POLICY_NAMES
+                if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)]
+        raise UsageError(f"--policy {args.policy} cannot play {args.env_id}: it plays from "
+                         f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
+                         f"{fits[-1]}")
+    return _Setup(make_env, env_kwargs, wrappers, stop)
 
+
+def _checked_output(check: Callable[[Path, str], None], path: Path) -> Path:
+    """``path`` after ``check`` (creates what it needs); its ValueError as a UsageError."""
+    try:
+        check(path, "--output")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return path
+
+
+def _play(args: argparse.Namespace, setup: _Setup, policy: Policy, description: str,
+          keep: Callable[[Trajectory], None]) -> tuple[float, bool]:
+    """Play ``args.episodes`` episodes; ``keep`` each finished one, in episode (seed) order.
+
+    An episode that finishes before an earlier one is held back until that one is kept. A
+    Ctrl-C stops the play; the episodes finished by then, held back or not, are all kept.
+    ``keep`` runs with Ctrl-C held back (:func:`~textgym.results.hold_interrupts`), so it
+    never stops half way.
+
+    Returns:
+        ``(elapsed seconds, whether every episode was played)``.
+    """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    held: dict[int, Trajectory] = {}
+    next_index = 0
+    complete = True
     start = time.perf_counter()
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), disable=args.no_progress, transient=True) as progress:
         task = progress.add_task(f"{description} {args.env_id}", total=args.episodes)
-        trajectories = rollout(make_env, policy, seeds, batch_size=args.batch_size,
-                               on_episode_end=lambda _t: progress.advance(task))
-    elapsed = time.perf_counter() - start
+        seeds = _GroupSeeds(args.seed, args.episodes, args.group_size)
+        episodes = iter_rollout(setup.make_env, policy, seeds, batch_size=args.batch_size)
+        try:
+            with contextlib.closing(episodes):
+                for index, traj in episodes:
+                    held[index] = traj
+                    while next_index in held:
+                        with hold_interrupts():
+                            keep(held[next_index])
+                            del held[next_index]
+                        next_index += 1
+                    progress.advance(task)
+        except KeyboardInterrupt:
+            complete = False
+    for index in sorted(held):  # finished, but after an episode the Ctrl-C cut short
+        with hold_interrupts():
+            keep(held.pop(index))
+    return time.perf_counter() - start, complete
 
+
+def _summary(args: argparse.Namespace, setup: _Setup, policy: Policy, running: RunningSummary,
+             elapsed: float, complete: bool) -> dict[str, Any]:
+    """The run's summary: settings, :class:`RunningSummary` statistics, speed, completeness."""
+    stats = running.result()
     tokens = getattr(policy, "tokens_generated", None)
-    summary = {
+    return {
         "env_id": args.env_id,
         "policy": args.policy,
         "model": {"hf": args.model, "openai": getattr(policy, "model", None)}.get(args.policy),
-        "env_kwargs": env_kwargs,
-        "wrappers": wrappers,
+        "env_kwargs": setup.env_kwargs,
+        "wrappers": setup.wrappers,
         "seed": args.seed,
         "group_size": args.group_size,
-        **summarize(trajectories),
+        # False after a Ctrl-C: then "episodes" counts those finished and saved.
+        "complete": complete,
+        "episodes_requested": args.episodes,
+        **stats,
         "elapsed_s": elapsed,
-        "episodes_per_s": len(trajectories) / elapsed if elapsed > 0 else math.inf,
+        "episodes_per_s": stats["episodes"] / elapsed if elapsed > 0 else math.inf,
         "tokens_generated": tokens,
         "tokens_per_s": tokens / elapsed if tokens is not None and elapsed > 0 else None,
     }
-    return trajectories, summary
 
 
 def verdict(summary: dict[str, Any]) -> str:
@@ -217,7 +345,7 @@ def verdict(summary: dict[str, Any]) -> str:
     if any(v for v in outcomes.values()):
         plural = {"win": "wins", "draw": "draws", "loss": "losses"}
         parts.append(", ".join(f"{rate:.0%} {plural.get(name, name)}"
-                               for name, rate in outcomes.items() if rate == rate))
+                               for name, rate in outcomes.items() if not math.isnan(rate)))
     else:
         parts.append(f"mean return {summary['mean_return']:.3f}")
     if summary["truncated_rate"] > 0:
@@ -230,40 +358,72 @@ def verdict(summary: dict[str, Any]) -> str:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    trajectories, summary = _play(args, "eval")
+    """``textgym eval``: play, print the summary; with ``--output``, save each episode as it
+    finishes to ``trajectories.jsonl`` and the summary last to ``summary.json``."""
+    setup = _setup(args)
+    out_dir = _checked_output(check_dir, Path(args.output)) if args.output else None
+    policy = _build_policy(args.policy, _policy_kwargs(args, setup.stop))
+    running = RunningSummary()
+    with contextlib.ExitStack() as stack:
+        sink = None
+        if out_dir is not None:
+            # The old summary describes trajectories about to be overwritten.
+            (out_dir / "summary.json").unlink(missing_ok=True)
+            sink = stack.enter_context(open_jsonl(out_dir / "trajectories.jsonl"))
+
+        def keep(traj: Trajectory) -> None:
+            if sink is not None:
+                sink.write(traj.to_json())
+            running.add(traj)
+
+        elapsed, complete = _play(args, setup, policy, "eval", keep)
+    summary = _summary(args, setup, policy, running, elapsed, complete)
+    if out_dir is not None:
+        with hold_interrupts():
+            write_json(out_dir / "summary.json", _json_safe(summary))
+    if not complete:
+        saved = (f"; wrote them to {out_dir / 'trajectories.jsonl'} and {out_dir / 'summary.json'}"
+                 ' ("complete": false)' if out_dir is not None else "; nothing saved (no --output)")
+        print(f"textgym: interrupted after {summary['episodes']} of {args.episodes} episodes"
+              + saved, file=sys.stderr)
+        return 130
     _print_summary(summary)
     print(verdict(summary))
-    if args.output:
-        _write_outputs(Path(args.output), summary, trajectories)
+    if out_dir is not None:
+        print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'trajectories.jsonl'}")
     return 0
 
 
-def _write_outputs(out_dir: Path, summary: dict[str, Any], trajectories: Sequence[Trajectory]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
-    with open(out_dir / "trajectories.jsonl", "w", encoding="utf-8") as fh:
-        for traj in trajectories:
-            fh.write(traj.to_json() + "\n")
-    print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'trajectories.jsonl'}")
-
-
 def cmd_collect(args: argparse.Namespace) -> int:
+    """``textgym collect``: play, append each episode the filter keeps to the JSONL file as it
+    finishes."""
     from textgym.collect import parse_filter, sft_record
 
     try:
-        keep = parse_filter(args.filter) if args.filter else (lambda _t: True)
+        wanted = parse_filter(args.filter) if args.filter else (lambda _t: True)
     except ValueError as exc:
         raise UsageError(f"--filter: {exc}") from None
-    trajectories, summary = _play(args, "collect")
-    kept = [t for t in trajectories if keep(t)]
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "w", encoding="utf-8") as fh:
-        for traj in kept:
-            fh.write(json.dumps(sft_record(traj), ensure_ascii=False) + "\n")
+    setup = _setup(args)
+    out = _checked_output(check_file, Path(args.output))
+    policy = _build_policy(args.policy, _policy_kwargs(args, setup.stop))
+    running = RunningSummary()
+    with open_jsonl(out) as sink:
+
+        def keep(traj: Trajectory) -> None:
+            if wanted(traj):
+                sink.write(json.dumps(sft_record(traj), ensure_ascii=False))
+            running.add(traj)
+
+        elapsed, complete = _play(args, setup, policy, "collect", keep)
+    summary = _summary(args, setup, policy, running, elapsed, complete)
+    kept = f"kept {sink.count} of {summary['episodes']} episodes" + (
+        f" (filter: {args.filter})" if args.filter else "")
+    if not complete:
+        print(f"textgym: interrupted after {summary['episodes']} of {args.episodes} episodes; "
+              f"{kept}; wrote {out} ({sink.count} whole records, valid JSONL)", file=sys.stderr)
+        return 130
     _print_summary(summary)
-    print(f"kept {len(kept)} of {len(trajectories)} episodes"
-          + (f" (filter: {args.filter})" if args.filter else "") + f"; wrote {out}")
+    print(f"{kept}; wrote {out}")
     return 0
 
 
@@ -272,6 +432,8 @@ def cmd_play(args: argparse.Namespace) -> int:
     ``--against`` the two-seat tic-tac-toe against a policy (:func:`_play_against`)."""
     from textgym.policies.human import HumanPolicy
 
+    if args.seed is not None and args.seed < 0:
+        raise UsageError(f"--seed must be >= 0 (episode seeds are non-negative), got {args.seed}")
     given = [flag for flag, value in _play_against_flags(args).items() if value is not None]
     if args.against is None and given:
         raise UsageError(f"{', '.join(given)} can only be used with --against POLICY")
@@ -525,9 +687,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _run_trainer(command: str, argv: Sequence[str]) -> int:
-    """``textgym sft`` / ``textgym train``: flags from the config dataclass (``tyro``)."""
+    """``textgym sft`` / ``textgym train``: flags from the config dataclass (``tyro``).
+
+    What can be checked before training starts is, and is reported as a usage error: the
+    config's own validation, the env, wrappers and kwargs (``train``), the output directory,
+    and the errors of loading the model or reading the data.
+    """
     try:
         import tyro
+
+        from textgym.algos.common import check_resumable
+        from textgym.data import read_jsonl
+        from textgym.models import load_model
 
         if command == "sft":
             from textgym.algos.sft import SFTConfig as Config
@@ -537,29 +708,74 @@ def _run_trainer(command: str, argv: Sequence[str]) -> int:
             from textgym.algos.grpo import train
     except ImportError as exc:
         _fail(f"textgym {command} needs the training extras ({exc}); pip install \"textgym[llm,train]\"")
+    config = _trainer_config(Config, command, argv, tyro)
+    if getattr(config, "env_id", None) is not None:  # train: build the env once, as train will
+        _, probe = _env_factory(config.env_id, dict(config.env_kwargs), list(config.wrappers))
+        probe.close()
     try:
-        config = tyro.cli(Config, args=list(argv), prog=f"textgym {command}",
-                          config=(tyro.conf.FlagConversionOff,))
-    except ValueError as exc:  # __post_init__ validation: one line, exit 2
+        check_dir(Path(config.output_dir), "--output-dir")
+    except ValueError as exc:
         raise UsageError(str(exc)) from None
-    result = train(config)
+    try:
+        result = train(config)
+    except (ValueError, OSError, ImportError) as exc:
+        # Raised while loading the model or the data, or refusing a resume: before training.
+        if _raised_in(exc, load_model, read_jsonl, check_resumable):
+            raise UsageError(_one_line(exc)) from None
+        raise
     print(json.dumps(_json_safe(result), indent=2))
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``textgym`` console script; returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("sft", "train"):
-        try:
-            return _run_trainer(argv[0], argv[1:])
-        except UsageError as exc:
-            _fail(str(exc))
-    args = build_parser().parse_args(argv)
+def _trainer_config(config_class: type, command: str, argv: Sequence[str], tyro: Any) -> Any:
+    """Parse ``argv`` into ``config_class``; its validation error as a one-line UsageError.
+
+    ``tyro`` parses into a subclass without ``__post_init__`` (tyro would print a validation
+    error as a multi-line box); the config is then built here, where its ``ValueError`` can
+    be reported like any usage error. The ``--help`` text is the config's own.
+    """
+    unchecked = dataclasses.make_dataclass(
+        config_class.__name__, [], bases=(config_class,), kw_only=True,
+        namespace={"__post_init__": lambda self: None, "__doc__": config_class.__doc__,
+                   "__module__": config_class.__module__},
+    )
+    parsed = tyro.cli(unchecked, args=list(argv), prog=f"textgym {command}",
+                      config=(tyro.conf.FlagConversionOff,))
+    values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_class) if f.init}
     try:
+        return config_class(**values)
+    except ValueError as exc:  # __post_init__ validation: one line, exit 2
+        raise UsageError(_one_line(exc)) from None
+
+
+def _raised_in(exc: BaseException, *functions: Callable[..., Any]) -> bool:
+    """Whether ``exc`` was raised inside one of ``functions`` (its traceback passes through one)."""
+    codes = {getattr(f, "__code__", None) for f in functions}
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``textgym`` console script; returns the exit code.
+
+    0: done; 2: a usage error (one ``textgym: error:`` line); 130: interrupted by Ctrl-C (one
+    line; ``eval``/``collect`` keep and report what they saved).
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in ("sft", "train"):
+            return _run_trainer(argv[0], argv[1:])
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except UsageError as exc:
         _fail(str(exc))
+    except KeyboardInterrupt:
+        print("textgym: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,158 @@
+"""Bad invocations: one ``textgym: error:`` line and exit code 2, found before anything is played.
+
+Each row is a command that used to print a traceback, or to fail only after the whole run
+(losing its results), or to run with a misread argument.
+"""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import textgym.cli
+from textgym.cli import main
+
+TTT = "textgym/TicTacToe-v0"
+FAST = ["--episodes", "2", "--no-progress"]
+DEEP = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
+TRAIN = ["--output-dir", "{tmp}/run", "--device", "cpu"]
+needs_training = pytest.mark.skipif(
+    not all(importlib.util.find_spec(m) for m in ("torch", "transformers", "tyro")),
+    reason="needs the training extras: pip install 'textgym[llm,train]'",
+)
+needs_sys = pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs a /sys directory (Linux)")
+
+CASES = [
+    # 11. output locations, checked (and created) before playing
+    pytest.param(["eval", TTT, *FAST, "--output", "/sys/nope"], "cannot write to --output /sys/nope",
+                 marks=needs_sys, id="eval-output-unwritable"),
+    pytest.param(["eval", TTT, *FAST, "--output", "{tmp}/file/run"], "file is a file, not a directory",
+                 id="eval-output-under-a-file"),
+    pytest.param(["eval", TTT, *FAST, "--output", "{tmp}/file"], "file is a file; expected a directory",
+                 id="eval-output-is-a-file"),
+    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}"], "is a directory; expected a file",
+                 id="collect-output-is-a-directory"),
+    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/file/sft.jsonl"],
+                 "file is a file, not a directory", id="collect-output-under-a-file"),
+    pytest.param(["collect", TTT, *FAST, "--output", "/sys/nope.jsonl"], "cannot write --output",
+                 marks=needs_sys, id="collect-output-unwritable"),
+    # 13. env, data and kwargs
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--env-kwargs",
+                  '{"data_path": "{tmp}/missing.jsonl"}'], "Expected a data file at", id="missing-data-path"),
+    pytest.param(["eval", TTT, *FAST, "--env-kwargs", DEEP], "--env-kwargs is nested too deeply",
+                 id="deeply-nested-env-kwargs"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--wrappers", "format_reward"],
+                 "already pays a 'format' reward component", id="format-reward-on-gsm8k"),
+    pytest.param(["eval", "textgym/ReverseText-v0", "--policy", "gold", *FAST, "--wrappers",
+                  "format_reward"], "already pays a 'format' reward component", id="format-reward-on-reverse-text"),
+    # 13. a policy that cannot play the env, a seed the env refuses
+    pytest.param(["eval", TTT, "--policy", "gold", *FAST],
+                 "--policy gold cannot play textgym/TicTacToe-v0: it plays from info['gold_completion']",
+                 id="gold-on-tictactoe"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "minimax", *FAST],
+                 "--policy minimax cannot play textgym/GSM8K-v0", id="minimax-on-gsm8k"),
+    pytest.param(["collect", "textgym/ReverseText-v0", "--policy", "random", *FAST, "--output",
+                  "{tmp}/sft.jsonl"], "use --policy gold, hf or openai", id="random-on-reverse-text"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--seed", "-1"],
+                 "--seed must be >= 0", id="negative-seed-with-gold"),
+    pytest.param(["play", TTT, "--seed", "-1"], "--seed must be >= 0", id="play-negative-seed"),
+    pytest.param(["eval", TTT, "--episodes", str(10**30), "--no-progress"], "--episodes must be in [1, ",
+                 id="episodes-beyond-any-length"),
+    # 13. collect filters that used to be read as string literals
+    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter",
+                  "outcome == win or outcome == draw"], "--filter: expected 'and' or the end of the filter at char 15",
+                 id="filter-with-or"),
+    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter", "outcome == win and"],
+                 "--filter: expected a field name at char 18", id="filter-dangling-and"),
+    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter", "num_steps == 5 5"],
+                 "--filter: expected 'and' or the end of the filter at char 15", id="filter-two-word-value"),
+    # 13. trainers: config validation, env, model, output directory
+    pytest.param(["train", "--env-id", "textgym/Nope-v0", *TRAIN], "unknown env id 'textgym/Nope-v0'",
+                 marks=needs_training, id="train-unknown-env"),
+    pytest.param(["train", "--env-kwargs", "colour", "red", *TRAIN], "unexpected keyword argument 'colour'",
+                 marks=needs_training, id="train-bad-env-kwargs"),
+    pytest.param(["train", "--env-id", "textgym/GSM8K-v0", "--wrappers", "format_reward", *TRAIN],
+                 "already pays a 'format' reward component", marks=needs_training, id="train-format-reward-on-gsm8k"),
+    pytest.param(["train", "--model", "{tmp}/no-such-model", *TRAIN], "Could not load model",
+                 marks=needs_training, id="train-model-not-found"),
+    pytest.param(["train", "--learning-rate", "nan", *TRAIN], "learning_rate to be a finite number",
+                 marks=needs_training, id="train-nan-learning-rate"),
+    pytest.param(["train", "--output-dir", "{tmp}/file/run", "--device", "cpu"],
+                 "file is a file, not a directory", marks=needs_training, id="train-output-dir-under-a-file"),
+    pytest.param(["sft", "--data", "{tmp}/missing.jsonl", *TRAIN], "Expected data to be a JSONL file",
+                 marks=needs_training, id="sft-data-not-found"),
+    pytest.param(["sft", "--data", "{tmp}/file", "--model", "{tmp}/no-such-model", *TRAIN],
+                 "Could not load model", marks=needs_training, id="sft-model-not-found"),
+    pytest.param(["sft", "--data", "{tmp}/file", "--learning-rate", "nan", *TRAIN],
+                 "learning_rate to be a finite number", marks=needs_training, id="sft-nan-learning-rate"),
+]
+
+
+def assert_one_usage_error(capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("textgym: error: "), err
+    assert message in lines[0]
+
+
+@pytest.fixture
+def nothing_is_played(monkeypatch):
+    def played(*args, **kwargs):
+        raise AssertionError("the error must be found before any episode is played")
+
+    monkeypatch.setattr(textgym.cli, "iter_rollout", played)
+
+
+@pytest.mark.parametrize(("argv", "message"), CASES)
+def test_bad_invocation_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch,
+                                               nothing_is_played):
+    (tmp_path / "file").write_text("not JSON\n")
+    monkeypatch.chdir(tmp_path)  # a trainer that got as far as training would write here
+    argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
+    assert_one_usage_error(capsys, argv, message)
+
+
+def test_unreachable_hub_dataset(capsys, monkeypatch, nothing_is_played):
+    datasets = pytest.importorskip("datasets", reason="needs the data extra: pip install 'textgym[data]'")
+
+    def offline(*args, **kwargs):  # what datasets raises without a network
+        raise ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert_one_usage_error(capsys, ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--env-kwargs",
+                                    '{"dataset": "nobody/nothing"}'], "Couldn't reach 'nobody/nothing'")
+
+
+def test_an_existing_output_survives_a_run_that_fails_before_playing(tmp_path, capsys):
+    out = tmp_path / "sft.jsonl"
+    out.write_text('{"kept": true}\n')
+    assert_one_usage_error(capsys, ["collect", TTT, "--policy", "gold", *FAST, "--output", str(out)],
+                           "--policy gold cannot play")
+    assert out.read_text() == '{"kept": true}\n'
+
+
+def test_trainer_errors_during_training_are_not_hidden(monkeypatch, tmp_path):
+    # Only what a config, env or model load raises before training is a usage error.
+    pytest.importorskip("tyro")
+    grpo = pytest.importorskip("textgym.algos.grpo")
+
+    def diverged(config):
+        raise ValueError("an episode return is NaN")
+
+    monkeypatch.setattr(grpo, "train", diverged)
+    with pytest.raises(ValueError, match="NaN"):
+        main(["train", "--output-dir", str(tmp_path / "run"), "--device", "cpu"])
+
+
+def test_help_of_the_trainers_is_the_configs(capsys):
+    pytest.importorskip("tyro")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "--learning-rate" in out and "AdamW learning rate" in out
+    assert sys.modules["textgym.algos.grpo"].GRPOConfig.__doc__.splitlines()[0] in out
