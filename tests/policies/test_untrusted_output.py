@@ -1,12 +1,15 @@
-"""Model output is untrusted input (issue 15, item 3).
+"""Model and server output is untrusted input (issue 15, items 3 and 5).
 
 A lone surrogate in a completion must travel the whole path (policy -> env -> next request ->
-trajectories -> JSONL) as U+FFFD. The server here is a small scripted HTTP server on 127.0.0.1;
-every test is bounded to about a second.
+trajectories -> JSONL) as U+FFFD, and an OpenAI-compatible server that trickles, answers
+malformed JSON or sends too much must fail one attempt within ``timeout_s`` and the request with
+one clear line. The server here is a small scripted HTTP server on 127.0.0.1; every test is
+bounded to about a second.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import threading
@@ -26,7 +29,7 @@ from textgym.cli import main
 from textgym.collect import sft_record
 from textgym.policies import Completion
 from textgym.policies.base import sanitize_text
-from textgym.policies.openai_compat import OpenAIPolicy
+from textgym.policies.openai_compat import InvalidResponseError, OpenAIPolicy
 from textgym.rollout import rollout
 
 SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
@@ -229,3 +232,103 @@ def test_cli_eval_and_collect_write_every_file_despite_a_lone_surrogate(server, 
     assert main(["collect", "textgym/TicTacToe-v0", *common, "--output", str(out)]) == 0
     assert len(out.read_text(encoding="utf-8").splitlines()) == 2
     capsys.readouterr()
+
+
+# --------------------------------------------------------------------------- item 5: servers
+
+
+def test_a_trickling_server_cannot_hold_an_attempt_past_timeout(server):
+    server.chat = lambda request: _Reply(_chat("slow"), seconds_per_byte=0.02)  # ~5 s in all
+    policy = _policy(server, timeout_s=0.3, max_retries=1)
+    began = time.perf_counter()
+    with pytest.raises(TimeoutError) as info:
+        policy.act([[{"role": "user", "content": "hi"}]], [{}])
+    assert time.perf_counter() - began < 1.5
+    assert "timeout_s=0.3" in _one_line(info.value, server.url)
+    assert len(server.requests) == 2  # retried once, each attempt cut at 0.3 s
+
+
+def test_a_server_trickling_forever_fails_the_request_in_time(server):
+    server.chat = lambda request: _Reply(b"", seconds_per_byte=0.01, forever=True)
+    policy = _policy(server, timeout_s=0.3)
+    began = time.perf_counter()
+    with pytest.raises(TimeoutError):
+        policy.act([[{"role": "user", "content": "hi"}]], [{}])
+    assert time.perf_counter() - began < 1.5
+
+
+def test_a_trickling_model_list_fails_the_check_in_time(server):
+    server.models = _Reply(b"", seconds_per_byte=0.01, forever=True)
+    began = time.perf_counter()
+    with pytest.raises(ConnectionError) as info:
+        OpenAIPolicy(server.url, model="m", timeout_s=0.3)
+    assert time.perf_counter() - began < 1.5
+    assert "did not answer within 0.3 s" in _one_line(info.value, server.url)
+
+
+def _body(choices) -> bytes:
+    return json.dumps(
+        {"id": "x", "object": "chat.completion", "created": 0, "model": "m", "choices": choices}
+    ).encode()
+
+
+MALFORMED = {
+    "null message": _body([{"index": 0, "message": None, "finish_reason": "stop"}]),
+    "string choice": _body(["hello"]),
+    "int content": _chat(5),  # type: ignore[arg-type]
+    "list content": _chat(["a"]),  # type: ignore[arg-type]
+    "null tool function": _chat(
+        None, tool_calls=[{"id": "1", "type": "function", "function": None}]
+    ),
+    "nameless tool function": _chat(
+        None, tool_calls=[{"id": "1", "type": "function", "function": {"arguments": "{}"}}]
+    ),
+    "string tool calls": _chat(None, tool_calls="call"),
+    "null choices": _body(None),
+    "no choices": _body([]),
+    "not json": b"{not json",
+    "json list": b"[1, 2]",
+    "json string": b'"hello"',
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_answer_is_retried_then_one_clear_error(server, body):
+    server.chat = lambda request: _Reply(body)
+    policy = _policy(server, max_retries=1)
+    with pytest.raises(InvalidResponseError) as info:
+        policy.act([[{"role": "user", "content": "hi"}]], [{}])
+    assert isinstance(info.value, ValueError)
+    assert "valid chat completion in 2 attempt(s)" in _one_line(info.value, server.url)
+    assert len(server.requests) == 2
+
+
+def test_a_malformed_answer_then_a_good_one_succeeds(server):
+    replies = [_Reply(MALFORMED["null message"]), _Reply(_chat("<move>4</move>"))]
+    server.chat = lambda request: replies.pop(0)
+    (completion,) = _policy(server, max_retries=1).act([[{"role": "user", "content": "hi"}]], [{}])
+    assert completion.text == "<move>4</move>"
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
+def test_a_response_over_max_response_bytes_is_refused(server, compressed):
+    body = _chat("x" * 2_000_000)
+    headers = {}
+    if compressed:  # 2 MB that gzip to a few kB: the cap counts the decompressed bytes
+        body, headers = gzip.compress(body), {"Content-Encoding": "gzip"}
+        assert len(body) < 100_000
+    server.chat = lambda request: _Reply(body, headers=headers)
+    policy = _policy(server, max_response_bytes=1_000_000)
+    with pytest.raises(InvalidResponseError) as info:
+        policy.act([[{"role": "user", "content": "hi"}]], [{}])
+    assert "max_response_bytes=1000000" in _one_line(info.value, server.url)
+    # Within the cap the same answer is fine.
+    (completion,) = _policy(server, max_response_bytes=4_000_000).act(
+        [[{"role": "user", "content": "hi"}]], [{}]
+    )
+    assert completion.text == "x" * 2_000_000
+
+
+def test_max_response_bytes_is_validated():
+    with pytest.raises(ValueError, match="max_response_bytes"):
+        OpenAIPolicy("http://127.0.0.1:9/v1", model="m", check=False, max_response_bytes=10)

@@ -12,6 +12,14 @@ The endpoints are checked once, when the policy is built: an unreachable URL rai
 :class:`ConnectionError` and a model the server does not list raises :class:`ValueError`, each
 in one line that names the URL and the fix.
 
+A server is untrusted too. Every attempt, connection and all reads together, is bounded by
+``timeout_s`` (a server that trickles bytes cannot hold a request longer); a response body over
+``max_response_bytes`` is cut off; and an answer that does not have the shape of a chat
+completion (no JSON, no choices, a ``null`` message, content that is not a string, a tool call
+without a function) is retried like a transient failure and then reported in one line that names
+the server and what was wrong (:class:`InvalidResponseError`). The completion text is sanitized
+by :class:`~textgym.policies.base.Completion` (a lone surrogate becomes U+FFFD).
+
 A local server for offline use (see ``DESIGN.md``)::
 
     pip install "textgym[server]"
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib
 import json
 import os
 import random
@@ -42,6 +51,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
 
 __all__ = [
     "TRANSIENT_ERRORS",
+    "InvalidResponseError",
     "OpenAIPolicy",
     "chat_tools",
     "is_transient",
@@ -60,6 +70,10 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     openai.InternalServerError,
 )
 
+#: Default of ``max_response_bytes``: far above any chat completion of a few thousand tokens
+#: (each token is a few bytes, at most 6 per character once JSON-escaped), far below memory.
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 2**20
+
 _CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
 _CLOSING_TAG = re.compile(r"</([A-Za-z_][\w.-]*)>")
 _SERVER_HINT = (
@@ -68,13 +82,25 @@ _SERVER_HINT = (
 )
 
 
+class InvalidResponseError(openai.OpenAIError, ValueError):
+    """A server answered 200 with something that is not a usable chat completion.
+
+    Raised for a body that is not JSON or not a chat completion (no ``choices``, a choice or
+    message that is not an object, content that is not a string, a tool call without a function
+    name), and for a body over the policy's ``max_response_bytes``. It is an
+    ``openai.OpenAIError`` (the client passes it through unwrapped) and a ``ValueError``.
+    """
+
+
 def is_transient(error: BaseException) -> bool:
     """Whether a request that failed with ``error`` may succeed if sent again.
 
-    True for rate limits (429), timeouts, connection errors and 5xx status errors; False for
-    every other error (bad request, authentication, not found, ...).
+    True for rate limits (429), timeouts (the client's, and :class:`TimeoutError` from an attempt
+    that outlived its deadline), connection errors, 5xx status errors and malformed answers
+    (:class:`InvalidResponseError`: a server under load may cut a body short); False for every
+    other error (bad request, authentication, not found, ...).
     """
-    if isinstance(error, TRANSIENT_ERRORS):
+    if isinstance(error, (*TRANSIENT_ERRORS, TimeoutError, InvalidResponseError)):
         return True
     status = getattr(error, "status_code", None)
     return isinstance(error, openai.APIStatusError) and isinstance(status, int) and status >= 500
@@ -151,12 +177,19 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
     Args:
         tool_calls: ``message.tool_calls`` of a chat completion (objects with
             ``.function.name`` and ``.function.arguments``, or the equivalent dicts).
+
+    Raises:
+        InvalidResponseError: a call without a function or without a string function name.
     """
     blocks = []
     for call in tool_calls or ():
-        function = call["function"] if isinstance(call, Mapping) else call.function
-        name = function["name"] if isinstance(function, Mapping) else function.name
-        raw = function.get("arguments") if isinstance(function, Mapping) else function.arguments
+        function = _field(call, "function")
+        name = _field(function, "name")
+        if not isinstance(name, str):
+            raise InvalidResponseError(
+                f"a tool call has no function name (function={function!r:.80})"
+            )
+        raw = _field(function, "arguments")
         arguments: Any = raw
         if isinstance(raw, str):
             try:
@@ -168,6 +201,13 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         blocks.append(_CALL_OPEN + body.replace("</", "<\\/") + _CALL_CLOSE)
     return "\n".join(blocks)
+
+
+def _field(value: Any, name: str) -> Any:
+    """``value[name]`` of a mapping or ``value.name`` of an object; ``None`` when absent."""
+    if isinstance(value, Mapping):
+        return value.get(name)
+    return getattr(value, name, None)
 
 
 def restore_stop(text: str, stop: Sequence[str]) -> str:
@@ -201,6 +241,47 @@ def _normalize_url(url: Any) -> str:
     return url if parts.path else url + "/v1"
 
 
+#: The HTTP library the openai client is built on (``httpx``, or ``httpx2`` in new releases).
+_http = importlib.import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
+
+
+class _CappedHttpClient(openai.DefaultAsyncHttpxClient):  # type: ignore[misc,valid-type]
+    """The openai client's default HTTP client, reading at most ``max_bytes`` of each body.
+
+    A body is read (and decompressed) chunk by chunk; one over the cap stops the read and
+    raises :class:`InvalidResponseError`, which the openai client passes through unwrapped.
+    """
+
+    def __init__(self, max_bytes: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._max_bytes = max_bytes
+
+    async def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
+        response = await super().send(request, stream=True, **kwargs)
+        if stream:  # streamed bodies are read by the caller (textgym never asks for them)
+            return response
+        body = bytearray()
+        try:
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > self._max_bytes:
+                    raise InvalidResponseError(
+                        f"the response body is over max_response_bytes={self._max_bytes}"
+                    )
+        finally:
+            await response.aclose()
+        skip = {"content-encoding", "content-length", "transfer-encoding"}  # body is decoded
+        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in skip]
+        return _http.Response(
+            response.status_code,
+            headers=headers,
+            content=bytes(body),
+            request=request,
+            extensions=response.extensions,
+            history=response.history,
+        )
+
+
 def _run(coroutine: Awaitable[T]) -> T:
     """Run ``coroutine`` to completion from synchronous code.
 
@@ -222,8 +303,10 @@ class OpenAIPolicy:
     ``max_concurrency`` in flight at once, the i-th request of the policy's lifetime going to
     ``base_url[i % len(base_url)]`` (round-robin). A request that fails with a transient error
     (:func:`is_transient`) is sent again up to ``max_retries`` times with exponential backoff
-    (:func:`with_retries`); each attempt may take ``timeout_s`` seconds. Completions come back in
-    the order of the conversations.
+    (:func:`with_retries`); each attempt, connection and all reads together, may take at most
+    ``timeout_s`` seconds, and its response body at most ``max_response_bytes`` bytes. Answers
+    that are not a chat completion are retried the same way (:class:`InvalidResponseError`).
+    Completions come back in the order of the conversations.
 
     When ``infos[i]["tools"]`` is non-empty, those tools are sent as the request's ``tools``
     (:func:`chat_tools`) and any structured ``tool_calls`` in the answer are appended to its
@@ -257,6 +340,7 @@ class OpenAIPolicy:
         seed: int | None = None,
         backoff_s: float = 0.5,
         check: bool = True,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         """Configure the endpoints and sampling, and check that every endpoint serves the model.
 
@@ -273,12 +357,15 @@ class OpenAIPolicy:
             top_p: Nucleus sampling mass in (0, 1].
             stop: Stop strings (at most 4 for OpenAI itself).
             max_concurrency: Most requests in flight at once over all endpoints, >= 1.
-            timeout_s: Seconds one attempt may take, > 0.
+            timeout_s: Seconds one attempt may take in all (connecting, sending, every read of
+                the answer), > 0; also bounds the ``/v1/models`` check (at most 30 s there).
             max_retries: Retries of a request after a transient failure, >= 0.
             seed: Sent as the request's ``seed`` (best-effort determinism on servers that honour
                 it) and seeds the retry jitter; ``None`` sends none.
             backoff_s: Wait before the first retry, doubled for each further one (capped at 30 s).
             check: Query each endpoint's ``/v1/models`` now (recommended).
+            max_response_bytes: Largest response body read, in bytes after decompression,
+                >= 1024 (default 16 MiB); a longer one fails the attempt.
 
         Raises:
             ValueError: for an argument out of range, a malformed URL, or a model that an
@@ -299,6 +386,7 @@ class OpenAIPolicy:
         if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ValueError(f"Expected timeout_s > 0, got {timeout_s!r}")
         check_int("max_retries", max_retries, 0)
+        check_int("max_response_bytes", max_response_bytes, 1024)
         if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
             raise ValueError(f"Expected backoff_s >= 0, got {backoff_s!r}")
         stop = [stop] if isinstance(stop, str) else list(stop or [])
@@ -317,6 +405,7 @@ class OpenAIPolicy:
         self.max_retries = max_retries
         self.seed = seed
         self.backoff_s = float(backoff_s)
+        self.max_response_bytes = max_response_bytes
         self.tokens_generated = 0
         self._next_endpoint = 0
         self._rng = random.Random(seed)
@@ -330,13 +419,36 @@ class OpenAIPolicy:
 
     # ----------------------------------------------------------------------------- checking
 
+    def _client(self, url: str, timeout_s: float) -> Any:
+        """An ``AsyncOpenAI`` client for ``url`` that reads at most ``max_response_bytes``."""
+        return openai.AsyncOpenAI(
+            base_url=url,
+            api_key=self.api_key,
+            timeout=timeout_s,
+            max_retries=0,
+            http_client=_CappedHttpClient(self.max_response_bytes),
+        )
+
     def _list_models(self, url: str) -> list[str]:
         """The model ids listed by ``url``'s ``/models``; one-line errors naming the fix."""
-        client = openai.OpenAI(
-            base_url=url, api_key=self.api_key, timeout=min(self.timeout_s, 30.0), max_retries=0
-        )
+        timeout_s = min(self.timeout_s, 30.0)
+
+        async def listed() -> list[str]:
+            client = self._client(url, timeout_s)
+            try:
+                return await asyncio.wait_for(
+                    _model_ids(client), timeout_s
+                )  # the whole answer, however slowly it trickles
+            finally:
+                await client.close()
+
         try:
-            return [m.id for m in client.models.list()]
+            return _run(listed())
+        except TimeoutError:
+            raise ConnectionError(
+                f"{url}/models did not answer within {timeout_s:g} s; check that the server is "
+                f"up and not overloaded, or raise timeout_s"
+            ) from None
         except openai.APIConnectionError as error:
             raise ConnectionError(
                 f"Cannot reach an OpenAI-compatible server at {url} ({error}); {_SERVER_HINT}"
@@ -351,13 +463,12 @@ class OpenAIPolicy:
                 f"{url}/models answered HTTP {error.status_code}, not like an OpenAI-compatible "
                 f"API; check base_url (it usually ends in /v1) or pass check=False"
             ) from None
-        except openai.OpenAIError as error:  # e.g. a body that is not a model list
+        except (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError) as error:
+            # e.g. a body that is not a model list
             raise ConnectionError(
-                f"{url}/models did not return a model list ({error}); check base_url (it usually "
-                f"ends in /v1) or pass check=False"
+                f"{url}/models did not return a model list ({type(error).__name__}: "
+                f"{str(error)[:200]}); check base_url (it usually ends in /v1) or pass check=False"
             ) from None
-        finally:
-            client.close()
 
     def check(self) -> None:
         """Query every endpoint's ``/v1/models`` and make sure it serves :attr:`model`.
@@ -402,21 +513,38 @@ class OpenAIPolicy:
         return request
 
     def _completion(self, response: Any) -> Completion:
-        """Turn a chat-completions response into a :class:`Completion`."""
-        if not getattr(response, "choices", None):
-            raise ValueError(f"The server returned no choices: {response!r}")
-        choice = response.choices[0]
-        message = choice.message
-        text = message.content or ""
-        calls = render_tool_calls(getattr(message, "tool_calls", None))
-        finish_reason = "length" if choice.finish_reason == "length" else "stop"
+        """Turn a chat-completions response into a :class:`Completion`.
+
+        Raises:
+            InvalidResponseError: the response does not have the shape of a chat completion.
+        """
+        choices = _field(response, "choices")
+        if not isinstance(choices, (list, tuple)) or not choices:
+            raise InvalidResponseError(f"the response has no choices: {response!r:.200}")
+        choice = choices[0]
+        message = _field(choice, "message")
+        if isinstance(choice, (str, bytes)) or message is None or isinstance(message, str):
+            raise InvalidResponseError(f"the first choice has no message object: {choice!r:.200}")
+        content = _field(message, "content")
+        if content is not None and not isinstance(content, str):
+            raise InvalidResponseError(
+                f"the message content is a {type(content).__name__}, not a string or null"
+            )
+        tool_calls = _field(message, "tool_calls")
+        if tool_calls is not None and not isinstance(tool_calls, (list, tuple)):
+            raise InvalidResponseError(
+                f"the message's tool_calls is a {type(tool_calls).__name__}, not a list"
+            )
+        text = content or ""
+        calls = render_tool_calls(tool_calls)
+        finish_reason = "length" if _field(choice, "finish_reason") == "length" else "stop"
         if calls:
             text = f"{text}\n{calls}" if text else calls
         elif finish_reason == "stop" and self.stop:
             text = restore_stop(text, self.stop)
-        usage = getattr(response, "usage", None)
-        if usage is not None and isinstance(getattr(usage, "completion_tokens", None), int):
-            self.tokens_generated += usage.completion_tokens
+        completion_tokens = _field(_field(response, "usage"), "completion_tokens")
+        if isinstance(completion_tokens, int) and not isinstance(completion_tokens, bool):
+            self.tokens_generated += completion_tokens
         return Completion(text=text, finish_reason=finish_reason)
 
     async def aact(
@@ -430,24 +558,48 @@ class OpenAIPolicy:
             )
         if self.model is None:
             self.check()
-        clients = {
-            url: openai.AsyncOpenAI(
-                base_url=url, api_key=self.api_key, timeout=self.timeout_s, max_retries=0
-            )
-            for url in self.base_urls
-        }
+        clients = {url: self._client(url, self.timeout_s) for url in self.base_urls}
         semaphore = asyncio.Semaphore(self.max_concurrency)
+        attempts = self.max_retries + 1
+
+        async def attempt(request: dict[str, Any], url: str) -> Completion:
+            """One request, bounded as a whole by ``timeout_s``, parsed and validated."""
+            try:
+                response = await asyncio.wait_for(
+                    clients[url].chat.completions.create(**request), self.timeout_s
+                )
+            except (json.JSONDecodeError, openai.APIResponseValidationError) as error:
+                raise InvalidResponseError(
+                    f"the body is not a chat completion ({error})"
+                ) from error
+            except (AttributeError, TypeError, KeyError) as error:  # the client choked on it
+                raise InvalidResponseError(
+                    f"the body is not a chat completion ({type(error).__name__}: {error})"
+                ) from error
+            return self._completion(response)
 
         async def one(messages: Sequence[Message], info: Mapping[str, Any], url: str) -> Completion:
             request = self._request(messages, info)
             async with semaphore:
                 try:
-                    response = await with_retries(
-                        lambda: clients[url].chat.completions.create(**request),
+                    return await with_retries(
+                        lambda: attempt(request, url),
                         max_retries=self.max_retries,
                         backoff_s=self.backoff_s,
                         rng=self._rng,
                     )
+                except TimeoutError:
+                    raise TimeoutError(
+                        f"Request to {url} took longer than timeout_s={self.timeout_s:g} s in "
+                        f"each of {attempts} attempt(s); check that the server is up and not "
+                        f"overloaded, or raise timeout_s"
+                    ) from None
+                except InvalidResponseError as error:
+                    raise InvalidResponseError(
+                        f"{url} did not answer with a valid chat completion in {attempts} "
+                        f"attempt(s): {str(error)[:300]}; check that base_url is an "
+                        f"OpenAI-compatible server"
+                    ) from None
                 except openai.APIConnectionError as error:
                     raise ConnectionError(
                         f"Request to {url} failed after {self.max_retries + 1} attempt(s) "
@@ -458,7 +610,6 @@ class OpenAIPolicy:
                         f"{url} answered 404 for model {self.model!r} ({error.message}); "
                         f"check base_url and model"
                     ) from error
-            return self._completion(response)
 
         urls = []
         for _ in conversations:  # round-robin over the policy's lifetime, in conversation order
@@ -481,6 +632,9 @@ class OpenAIPolicy:
 
         Raises:
             ConnectionError: an endpoint stayed unreachable through every retry.
+            TimeoutError: every attempt of a request outlived ``timeout_s``.
+            InvalidResponseError: every attempt of a request got an answer that is not a chat
+                completion (or is over ``max_response_bytes``); a ``ValueError``.
             openai.APIStatusError: a request failed with a non-transient error (bad request,
                 authentication, ...) or kept failing with a transient one.
         """
@@ -491,3 +645,14 @@ class OpenAIPolicy:
     def __repr__(self) -> str:
         urls = self.base_urls[0] if len(self.base_urls) == 1 else self.base_urls
         return f"OpenAIPolicy(base_url={urls!r}, model={self.model!r})"
+
+
+async def _model_ids(client: Any) -> list[str]:
+    """Every model id of ``client.models.list()``, all pages."""
+    ids = []
+    async for model in client.models.list():
+        model_id = _field(model, "id")
+        if not isinstance(model_id, str):
+            raise InvalidResponseError(f"a listed model has no string id: {model!r:.100}")
+        ids.append(model_id)
+    return ids
