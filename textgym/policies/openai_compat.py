@@ -590,15 +590,15 @@ class OpenAIPolicy:
                     )
                 except TimeoutError:
                     raise TimeoutError(
-                        f"Request to {url} took longer than timeout_s={self.timeout_s:g} s in "
-                        f"each of {attempts} attempt(s); check that the server is up and not "
-                        f"overloaded, or raise timeout_s"
+                        f"Request to {url} failed after {attempts} attempt(s), the last one cut "
+                        f"off at timeout_s={self.timeout_s:g} s; check that the server is up and "
+                        f"not overloaded, or raise timeout_s"
                     ) from None
                 except InvalidResponseError as error:
+                    what = " ".join(str(error).split())[:300]  # one line, however it was built
                     raise InvalidResponseError(
                         f"{url} did not answer with a valid chat completion in {attempts} "
-                        f"attempt(s): {str(error)[:300]}; check that base_url is an "
-                        f"OpenAI-compatible server"
+                        f"attempt(s): {what}; check that base_url is an OpenAI-compatible server"
                     ) from None
                 except openai.APIConnectionError as error:
                     raise ConnectionError(
