@@ -35,10 +35,27 @@ differ, by design, exactly where the sampled ids are not what re-rendering would
 
 In all four cases this module keeps what the policy generated, which is what the log-probs
 belong to.
+
+Message content is text
+-----------------------
+Content is untrusted: an email body the model wrote comes back in a tool response, and SFT data
+may hold anything. A literal ``<|im_start|>`` or ``<end_of_turn>`` in a message's content is
+therefore tokenized as the characters it is made of, never as the special token, so content
+cannot forge a turn boundary. Only the chat template's own text yields special tokens. To do
+that, every special-token string in content is replaced by a placeholder before the template is
+rendered; the rendered text is split at the special tokens that are left (the template's), and
+the text between them, content restored, is tokenized with ``split_special_tokens=True``. Text
+between two special tokens is tokenized in one piece either way, so content without
+special-token strings gets exactly the ids it got before (one tokenizer call, the fast path).
+"Special" means the tokenizer's special tokens (``all_special_tokens`` and added tokens marked
+``special``); added tokens that are not special (Qwen's ``<tool_call>``) are ordinary
+vocabulary and match in content as they do in generated text. Tool schemas are rendered as
+given (they come from the env, not the model).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -48,6 +65,34 @@ Message = dict[str, Any]
 
 # A string no chat template changes and no tokenizer treats specially.
 _SENTINEL = "\u2063textgym-sentinel\u2063"
+# Brackets a placeholder ``MARK index MARK`` for a special-token string found in content (a
+# private-use character; a MARK in content is itself replaced by a placeholder).
+_MARK = "\ue000"
+_PLACEHOLDER = re.compile(f"{_MARK}([0-9]+){_MARK}")
+
+
+def _trie_pattern(words: Sequence[str]) -> str:
+    """A regular expression matching any of ``words``, longest first, built as a trie.
+
+    A flat alternation of Gemma's 6,249 special tokens tries every one at each ``<`` (seconds on
+    100k characters); the trie tries one branch per character, so a search is linear in the
+    text times the longest word.
+    """
+    trie: dict[str, Any] = {}
+    for word in words:
+        node = trie
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def build(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + build(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return build(trie)
 
 
 class TemplateError(ValueError):
@@ -74,6 +119,84 @@ class ChatTokenizer:
                 "textgym.models.ensure_chat_template(tokenizer) first"
             )
         self.tokenizer = tokenizer
+        self._specials_key: int | None = None
+        self._specials: list[str] = []
+        self._special_index: dict[str, int] = {}
+        self._special_re: re.Pattern[str] | None = None
+        self._affixes: tuple[list[int], list[int]] | None = None
+
+    # -- content as text ------------------------------------------------------------------
+    def _special_pattern(self) -> re.Pattern[str]:
+        """Matches the tokenizer's special-token strings and :data:`_MARK` (cached per vocab)."""
+        key = len(self.tokenizer)
+        if self._special_re is None or key != self._specials_key:
+            decoder = getattr(self.tokenizer, "added_tokens_decoder", {})
+            specials = {str(t) for t in decoder.values() if getattr(t, "special", False)}
+            specials |= set(getattr(self.tokenizer, "all_special_tokens", ()))
+            self._specials = [_MARK, *sorted(t for t in specials if t)]
+            self._special_index = {token: i for i, token in enumerate(self._specials)}
+            self._special_re = re.compile(_trie_pattern(self._specials))
+            self._specials_key = key
+        return self._special_re
+
+    def _mask(self, messages: Sequence[Message]) -> list[Message]:
+        """``messages`` with each special-token string (and MARK) in content as a placeholder."""
+        pattern = self._special_pattern()
+        index = self._special_index
+        masked = []
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, str) and pattern.search(content):
+                content = pattern.sub(lambda m: f"{_MARK}{index[m.group()]}{_MARK}", content)
+                message = {**message, "content": content}
+            masked.append(message)
+        return masked
+
+    def _unmask(self, text: str) -> str:
+        return _PLACEHOLDER.sub(lambda m: self._specials[int(m.group(1))], text)
+
+    def encode_content(self, text: str) -> list[int]:
+        """Ids of message content: plain text, special-token strings in it included.
+
+        ``"<|im_start|>"`` gives the ids of its characters, never the special token's id; added
+        tokens that are not special still match (see the module docstring).
+        """
+        return list(
+            self.tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        )
+
+    def _special_ids_around(self) -> tuple[list[int], list[int]]:
+        """The ids the tokenizer adds before and after a text (``[BOS]`` and ``[]`` for Gemma)."""
+        if self._affixes is None:
+            bare = self.tokenizer("a", add_special_tokens=False)["input_ids"]
+            full = self.tokenizer("a", add_special_tokens=True)["input_ids"]
+            self._affixes = ([], [])
+            for i in range(len(full) - len(bare) + 1):
+                if full[i : i + len(bare)] == bare:
+                    self._affixes = (list(full[:i]), list(full[i + len(bare) :]))
+                    break
+        return self._affixes
+
+    def _encode_rendered(self, masked: str, *, first: bool) -> list[int]:
+        """Ids of template text rendered from :meth:`_mask`-ed messages (content as text)."""
+        if _MARK not in masked:
+            return self.encode_text(masked, first=first)
+        ids: list[int] = []
+        position = 0
+        for match in self._special_pattern().finditer(masked):
+            if match.group() == _MARK:  # a placeholder's bracket: content, not a split point
+                continue
+            if match.start() > position:
+                ids += self.encode_content(self._unmask(masked[position : match.start()]))
+            ids.append(int(self.tokenizer.convert_tokens_to_ids(match.group())))
+            position = match.end()
+        if position < len(masked):
+            ids += self.encode_content(self._unmask(masked[position:]))
+        bos = self.tokenizer.bos_token
+        if first and not (bos and masked.startswith(bos)):
+            before, after = self._special_ids_around()
+            ids = before + ids + after
+        return ids
 
     # -- rendering ------------------------------------------------------------------------
     def render(
@@ -92,7 +215,9 @@ class ChatTokenizer:
         )
 
     def encode_text(self, text: str, *, first: bool) -> list[int]:
-        """Token ids of a piece of rendered text.
+        """Token ids of a piece of template text: special-token strings are special tokens.
+
+        Use :meth:`encode` for a conversation: it keeps message content plain text.
 
         Args:
             text: Template text.
@@ -103,6 +228,26 @@ class ChatTokenizer:
         add_special = first and not (bos and text.startswith(bos))
         return list(self.tokenizer(text, add_special_tokens=add_special)["input_ids"])
 
+    def encode(
+        self,
+        messages: Sequence[Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool,
+    ) -> list[int]:
+        """Ids of a whole conversation rendered by the template, message content as plain text.
+
+        Equal to ``encode_text(render(...), first=True)`` unless some content holds a
+        special-token string, which this tokenizes as text (see the module docstring).
+
+        Returns:
+            ``[L]`` token ids.
+        """
+        masked = self.render(
+            self._mask(messages), tools=tools, add_generation_prompt=add_generation_prompt
+        )
+        return self._encode_rendered(masked, first=True)
+
     # -- the two pieces of a token-in / token-out conversation ----------------------------
     def prompt(
         self, messages: Sequence[Message], *, tools: Sequence[Mapping[str, Any]] | None = None
@@ -110,11 +255,9 @@ class ChatTokenizer:
         """Ids of the first prompt: ``messages`` rendered with the generation prompt.
 
         Returns:
-            ``[P]`` token ids.
+            ``[P]`` token ids; message content is tokenized as plain text.
         """
-        return self.encode_text(
-            self.render(messages, tools=tools, add_generation_prompt=True), first=True
-        )
+        return self.encode(messages, tools=tools, add_generation_prompt=True)
 
     def continuation(
         self,
@@ -136,12 +279,14 @@ class ChatTokenizer:
             add_generation_prompt: End with the next assistant turn's opening.
 
         Returns:
-            ``[C]`` token ids, none of them generated by the policy.
+            ``[C]`` token ids, none of them generated by the policy; the content of
+            ``new_messages`` is tokenized as plain text.
 
         Raises:
             TemplateError: the template does not render the conversation as an extension of
                 its earlier turns.
         """
+        history, new_messages = self._mask(history), self._mask(new_messages)
         before = self.render(history, tools=tools, add_generation_prompt=True)
         placeholder = [*history, {"role": "assistant", "content": _SENTINEL}]
         closed = self.render(placeholder, tools=tools, add_generation_prompt=False)
@@ -163,7 +308,7 @@ class ChatTokenizer:
             )
         closing = closed[position + len(_SENTINEL) :]
         closing = self._drop_generated_end(closing, completion_ids)
-        return self.encode_text(closing + after[len(closed) :], first=False)
+        return self._encode_rendered(closing + after[len(closed) :], first=False)
 
     def end_of_turn_token(self) -> str | None:
         """The special token that opens the template's closing of an assistant turn, if any
@@ -182,9 +327,9 @@ class ChatTokenizer:
         end-of-turn token (SFT targets built the way a completion is sampled).
 
         Returns:
-            ``[T]`` token ids.
+            ``[T]`` token ids; ``content`` is tokenized as plain text (:meth:`encode_content`).
         """
-        ids = self.encode_text(content, first=False)
+        ids = self.encode_content(content)
         end = self.end_of_turn_token()
         if end is not None:
             ids.append(int(self.tokenizer.convert_tokens_to_ids(end)))

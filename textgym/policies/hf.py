@@ -104,7 +104,9 @@ class HFPolicy:
 
     Each call to :meth:`act` renders the conversations with the tokenizer's chat template
     (``add_generation_prompt=True``; :func:`textgym.models.ensure_chat_template` supplies one if
-    missing) and samples them in micro-batches of ``batch_size``. Generation of a row ends at the
+    missing; message content is tokenized as plain text, so a ``<|im_start|>`` written into an
+    observation is characters, not a turn: :class:`textgym.tokens.ChatTokenizer`) and samples
+    them in micro-batches of ``batch_size``. Generation of a row ends at the
     first EOS or end-of-turn token (:func:`textgym.models.stop_token_ids`), at the first stop
     string, or after ``max_new_tokens`` tokens.
 
