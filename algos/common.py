@@ -13,11 +13,13 @@ trainer state) and ``config.json`` (the trainer's arguments).
 from __future__ import annotations
 
 import json
+import math
+import pickle
 import random
 import re
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,13 @@ import torch
 from textgym.algos.losses import selected_log_probs
 
 __all__ = [
+    "NonFiniteGuard",
     "OptimizationConfig",
     "TokenBatch",
+    "check_finite_floats",
     "check_positive_ints",
+    "check_resumable",
+    "check_finite_parameters",
     "make_optimizer",
     "shared_prefix_hidden",
     "shared_prefix_length",
@@ -85,6 +91,7 @@ class OptimizationConfig:
     """Also write TensorBoard scalars."""
 
     def __post_init__(self) -> None:
+        check_finite_floats(self)
         check_positive_ints(self, ("micro_batch_size", "logprob_chunk_size"))
         if self.learning_rate <= 0:
             raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
@@ -98,6 +105,21 @@ class OptimizationConfig:
                 f"Expected warmup_steps >= 0 and lora_rank >= 0, got {self.warmup_steps}, "
                 f"{self.lora_rank}"
             )
+
+
+def check_finite_floats(config: Any) -> None:
+    """Raise ValueError naming the first float field of a config dataclass that is NaN or inf.
+
+    Checked before any range check: NaN fails no ``x < 0`` test (a NaN ``max_grad_norm`` or
+    clipping epsilon would silently turn clipping off) and an infinite learning rate passes
+    ``> 0``. Floats inside tuples and lists (``opponent_skill``) are checked too.
+    """
+    for field in fields(config):
+        value = getattr(config, field.name, None)  # init=False fields may not be set yet
+        values = value if isinstance(value, (tuple, list)) else (value,)
+        for item in values:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"Expected {field.name} to be a finite number, got {value!r}")
 
 
 def check_positive_ints(config: Any, names: Sequence[str]) -> None:
@@ -136,6 +158,69 @@ def resolve_device(device: str) -> torch.device:
             f"Expected a CUDA device for device={device!r}, but CUDA is not available; use device='cpu'"
         )
     return resolved
+
+
+class NonFiniteGuard:
+    """Steps the optimizer only when the loss and the gradient norm are finite.
+
+    One batch whose loss or gradients overflow costs one skipped update (gradients dropped)
+    instead of weights that are NaN from then on; ``limit`` skipped steps in a row stop the run
+    with :class:`FloatingPointError` before anything non-finite can be saved.
+
+    Attributes:
+        skipped: Steps skipped so far.
+    """
+
+    def __init__(self, limit: int = 3):
+        if not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"Expected limit to be an int >= 1, got {limit!r}")
+        self.limit = limit
+        self.skipped = 0
+        self._in_a_row = 0
+
+    def step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: Sequence[torch.Tensor],
+        loss: float,
+        max_grad_norm: float,
+    ) -> tuple[float, bool]:
+        """Clip gradients to ``max_grad_norm`` (0: no clipping) and step if all is finite.
+
+        Returns:
+            ``(grad_norm, stepped)``: the norm before clipping, and whether the step was taken.
+
+        Raises:
+            FloatingPointError: the ``limit``-th non-finite step in a row.
+        """
+        norm = float(
+            torch.nn.utils.clip_grad_norm_(
+                params, max_grad_norm if max_grad_norm > 0 else float("inf")
+            )
+        )
+        if math.isfinite(loss) and math.isfinite(norm):
+            optimizer.step()
+            self._in_a_row = 0
+            return norm, True
+        optimizer.zero_grad(set_to_none=True)
+        self.skipped += 1
+        self._in_a_row += 1
+        if self._in_a_row >= self.limit:
+            raise FloatingPointError(
+                f"{self._in_a_row} optimizer steps in a row had a non-finite loss ({loss}) or "
+                f"gradient norm ({norm}); stopped with the weights of the last finite step (no "
+                "checkpoint was written). Lower the learning rate or check the rewards and data."
+            )
+        return norm, False
+
+
+def check_finite_parameters(model: Any) -> None:
+    """Raise :class:`FloatingPointError` naming the first NaN/inf parameter of ``model``."""
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            raise FloatingPointError(
+                f"Parameter {name} holds NaN or inf values; refusing to save non-finite weights"
+            )
 
 
 def autocast(device: torch.device, bf16: bool, *, cpu_bf16: bool = False) -> Any:
@@ -419,10 +504,18 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor,
 
 
 def rng_state() -> dict[str, Any]:
-    """Python, NumPy, torch (and CUDA) global RNG states."""
+    """Python, NumPy, torch (and CUDA) global RNG states, as tensors and plain data only (so a
+    checkpoint loads with ``torch.load(..., weights_only=True)``)."""
+    kind, keys, pos, has_gauss, cached_gaussian = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": {
+            "kind": str(kind),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached_gaussian),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -433,7 +526,16 @@ def rng_state() -> dict[str, Any]:
 def set_rng_state(state: Mapping[str, Any]) -> None:
     """Restore what :func:`rng_state` captured."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy = state["numpy"]
+    np.random.set_state(
+        (
+            numpy["kind"],
+            numpy["keys"].numpy().astype(np.uint32),
+            numpy["pos"],
+            numpy["has_gauss"],
+            numpy["cached_gaussian"],
+        )
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
@@ -444,6 +546,7 @@ def save_model(
 ) -> None:
     """``save_pretrained`` of the model and tokenizer; a LoRA model saves only its adapter.
 
+    Raises :class:`FloatingPointError` (and writes nothing) if a weight is NaN or inf.
     The adapter's ``base_model_name_or_path`` is set to ``base`` (the name or directory the run
     started from, as :func:`textgym.models.adapter_base` writes it relative to ``final_dir``,
     default ``path``), so :func:`textgym.models.load_model` can load the adapter directory alone
@@ -451,6 +554,7 @@ def save_model(
     """
     from textgym.models import adapter_base
 
+    check_finite_parameters(model)
     peft_config = getattr(model, "peft_config", None)
     if peft_config:
         recorded = adapter_base(base, final_dir if final_dir is not None else path)
@@ -505,6 +609,54 @@ def save_checkpoint(
     return final
 
 
+#: Config fields a resumed run may change: how long it runs and how it reports, not what it
+#: learns (changing those would make the saved config describe a run that did not happen).
+RESUME_MAY_CHANGE = frozenset(
+    {
+        "steps",
+        "resume",
+        "time_limit_minutes",
+        "save_every",
+        "eval_every",
+        "eval_episodes",
+        "log_every",
+        "tensorboard",
+        "device",
+        "output_dir",
+    }
+)
+
+
+def check_resumable(checkpoint: str | Path, config: Any) -> None:
+    """Raise ValueError if ``checkpoint`` (``checkpoint-{step}``) is past ``config.steps``, or if
+    ``config`` differs from the checkpoint's saved config in a field outside
+    :data:`RESUME_MAY_CHANGE` (a new learning rate would otherwise be silently overridden by the
+    restored optimizer and scheduler while the new config is recorded)."""
+    done = int(Path(checkpoint).name.rsplit("-", 1)[1])
+    steps = getattr(config, "steps", None)
+    if steps is not None and done > steps:
+        raise ValueError(
+            f"Cannot resume from {checkpoint} with steps={steps}: the run is already past it; "
+            f"pass steps >= {done}"
+        )
+    saved_file = Path(checkpoint) / "trainer_config.json"
+    if not saved_file.exists():
+        return
+    saved = json.loads(saved_file.read_text())
+    now = json.loads(json.dumps(asdict(config), default=str))
+    changed = [
+        f"{key}: {saved[key]!r} -> {value!r}"
+        for key, value in now.items()
+        if key not in RESUME_MAY_CHANGE and key in saved and saved[key] != value
+    ]
+    if changed:
+        raise ValueError(
+            f"Cannot resume from {checkpoint} with a different config ({'; '.join(changed)}); "
+            f"only {', '.join(sorted(RESUME_MAY_CHANGE))} may change on resume. Use the saved "
+            "values or start a new output_dir."
+        )
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     """The ``checkpoint-{step}`` directory with the largest step, or ``None``."""
     root = Path(output_dir)
@@ -524,6 +676,8 @@ def load_checkpoint(
 
     Raises:
         FileNotFoundError: ``path`` is not a complete checkpoint.
+        ValueError: ``trainer_state.pt`` holds anything but tensors and plain data (it is
+            loaded with ``weights_only=True`` and never unpickled as arbitrary objects).
     """
     path = Path(path)
     state_file = path / "trainer_state.pt"
@@ -531,8 +685,16 @@ def load_checkpoint(
         raise FileNotFoundError(
             f"Expected a checkpoint directory with trainer_state.pt, got {path}"
         )
+    try:
+        # weights_only: a checkpoint is data, never code (a pickled object could run anything).
+        state = torch.load(state_file, weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise ValueError(
+            f"{state_file} holds objects other than tensors and plain data, so it was not loaded "
+            f"(unpickling them could run code); it was not written by this version of textgym "
+            f"({str(error).splitlines()[0]})"
+        ) from None
     _load_weights(model, path)
-    state = torch.load(state_file, weights_only=False)
     optimizer.load_state_dict(state["optimizer"])
     scheduler.load_state_dict(state["scheduler"])
     set_rng_state(state["rng"])

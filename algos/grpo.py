@@ -35,8 +35,10 @@ import torch
 
 import textgym  # noqa: F401  (registers the envs)
 from textgym.algos.common import (
+    NonFiniteGuard,
     OptimizationConfig,
     check_positive_ints,
+    check_resumable,
     make_optimizer,
     TokenBatch,
     autocast,
@@ -212,13 +214,27 @@ class GRPOConfig(OptimizationConfig):
 def train(config: GRPOConfig) -> dict[str, Any]:
     """Run GRPO as ``config`` says; return the last evaluation's metrics.
 
+    With ``resume``, the latest checkpoint in ``output_dir`` is continued; a run that already
+    finished its ``steps`` returns its ``final_eval.json`` untouched.
+
     Raises:
-        ValueError: an env or model that cannot be used (see the messages).
+        ValueError: an env or model that cannot be used (see the messages); a resume whose
+            config differs in what the run learns (:func:`~textgym.algos.common.check_resumable`)
+            or whose checkpoint is past ``steps``; an episode return that is NaN or inf.
+        FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
+            (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
     torch.manual_seed(config.seed)
     device = resolve_device(config.device)
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # Resume checks come first, so a refused resume leaves the run's records untouched.
+    checkpoint = latest_checkpoint(out) if config.resume else None
+    if checkpoint is not None:
+        check_resumable(checkpoint, config)
+        if checkpoint.name == f"checkpoint-{config.steps}" and (out / "final_eval.json").exists():
+            print(f"{out} already finished its {config.steps} steps; nothing to do")
+            return json.loads((out / "final_eval.json").read_text())
     write_run_record(out, config)
     task = _env_factory(config)
 
@@ -253,7 +269,6 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     optimizer, scheduler = make_optimizer(model, config)
 
     start = 0
-    checkpoint = latest_checkpoint(out) if config.resume else None
     if checkpoint is not None:
         state = load_checkpoint(checkpoint, model=model, optimizer=optimizer, scheduler=scheduler)
         start = int(state["step"])
@@ -262,6 +277,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     if checkpoint is not None:
         logger.truncate_after(start)
     max_loss_tokens = config.max_new_tokens * task.max_turns
+    guard = NonFiniteGuard()
 
     def run_eval() -> dict[str, float]:
         metrics = evaluate(
@@ -300,6 +316,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
                 device,
                 tokenizer.pad_token_id or 0,
                 max_loss_tokens,
+                guard,
             )
             metrics.update(_rollout_metrics(trajectories))
             metrics.update(
@@ -400,9 +417,25 @@ def _train_on(
     device: torch.device,
     pad_token_id: int,
     max_loss_tokens: int,
+    guard: NonFiniteGuard | None = None,
 ) -> dict[str, float]:
-    """Advantages, then ``num_iterations`` optimizer steps on the groups that carry signal."""
-    rewards = torch.tensor([t.episode_return for t in trajectories])  # [B] float32
+    """Advantages, then ``num_iterations`` optimizer steps on the groups that carry signal.
+
+    Raises:
+        ValueError: an episode return is NaN or inf (an env or wrapper bug; nothing is updated).
+        FloatingPointError: from ``guard`` when steps keep having a non-finite loss or gradient.
+    """
+    guard = guard if guard is not None else NonFiniteGuard()
+    returns = [t.episode_return for t in trajectories]
+    bad = [(i, r) for i, r in enumerate(returns) if not math.isfinite(r)]
+    if bad:
+        i, value = bad[0]
+        raise ValueError(
+            f"Episode {i} of this step (task {trajectories[i].task_id!r}) returned {value}; "
+            f"{len(bad)} of {len(returns)} returns are not finite, so no update was made. "
+            "Rewards come from the env and its wrappers: check their reward components."
+        )
+    rewards = torch.tensor(returns)  # [B] float32
     advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
@@ -446,7 +479,9 @@ def _train_on(
     ]
     old, ref = _fixed_log_probs(model, reference, micro, config, device)
     for iteration in range(config.num_iterations):
-        stats = _optimizer_step(model, optimizer, micro, old, ref, normalizer, config, device)
+        stats = _optimizer_step(
+            model, optimizer, micro, old, ref, normalizer, config, device, guard
+        )
         scheduler.step()
         if iteration == 0:
             metrics.update(stats)
@@ -513,8 +548,10 @@ def _optimizer_step(
     normalizer: float,
     config: GRPOConfig,
     device: torch.device,
+    guard: NonFiniteGuard,
 ) -> dict[str, float]:
-    """One optimizer step, gradients accumulated over the micro-batches."""
+    """One optimizer step, gradients accumulated over the micro-batches; skipped (and counted
+    in ``nonfinite_skipped``) when the loss or gradient norm is not finite."""
     optimizer.zero_grad(set_to_none=True)
     totals = {
         "loss": 0.0,
@@ -546,14 +583,12 @@ def _optimizer_step(
         for key in ("clipped_tokens", "tokens", "ratio_sum", "kl_sum"):
             totals[key] += float(stats[key])
     params = [p for p in model.parameters() if p.requires_grad]
-    norm = torch.nn.utils.clip_grad_norm_(
-        params, config.max_grad_norm if config.max_grad_norm > 0 else float("inf")
-    )
-    optimizer.step()
+    norm, stepped = guard.step(optimizer, params, totals["loss"], config.max_grad_norm)
     tokens = max(totals["tokens"], 1.0)
     return {
         "loss": totals["loss"],
-        "grad_norm": float(norm),
+        "grad_norm": norm,
+        "nonfinite_skipped": 0.0 if stepped else 1.0,
         "clip_fraction": totals["clipped_tokens"] / tokens,
         "ratio_mean": totals["ratio_sum"] / tokens,
         "kl": totals["kl_sum"] / tokens,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from textgym.algos.common import (
+    NonFiniteGuard,
     OptimizationConfig,
     check_positive_ints,
     make_optimizer,
@@ -41,7 +43,10 @@ from textgym.data import read_jsonl
 from textgym.models import load_model
 from textgym.tokens import ChatTokenizer
 
-__all__ = ["SFTConfig", "conversation_tokens", "train"]
+__all__ = ["ROLES", "SFTConfig", "conversation_tokens", "read_conversations", "train"]
+
+#: Message roles an SFT record may hold (the chat roles textgym's envs and policies produce).
+ROLES = ("system", "user", "assistant", "tool")
 
 
 @dataclass(kw_only=True)
@@ -114,15 +119,27 @@ def train(config: SFTConfig) -> dict[str, Any]:
         Summary: ``conversations``, ``dropped_too_long``, ``steps``, ``final_loss`` (mean NLL per
         assistant token over the last logged steps, nats), ``elapsed_s``.
 
+    The model is written to a scratch directory and moved into ``output_dir`` when complete;
+    ``sft_summary.json`` is written last and marks a finished run.
+
     Raises:
-        ValueError: the data holds no usable conversation.
+        ValueError: a malformed record (:func:`read_conversations`, with its record number),
+            no conversation that fits ``max_length``, or an ``output_dir`` that already holds
+            an SFT run.
+        FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm.
     """
     device = resolve_device(config.device)
     out = Path(config.output_dir)
+    if (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists():
+        raise ValueError(
+            f"Expected output_dir {out} to hold no SFT run yet, got one (metrics.jsonl or "
+            "sft_summary.json); choose a new --output-dir or delete that one"
+        )
+    conversations = read_conversations(config.data)
     write_run_record(out, config)
     model, tokenizer = load_model(config.model, device=device)
     chat = ChatTokenizer(tokenizer)
-    sequences, dropped = _read_conversations(config, chat)
+    sequences, dropped = _tokenize(config, chat, conversations)
     model = prepare_model(
         model, gradient_checkpointing=config.gradient_checkpointing, lora_rank=config.lora_rank
     )
@@ -130,6 +147,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     order = random.Random(config.seed)
     config.steps_per_epoch = -(-len(sequences) // config.batch_size)
     began, step, window = time.perf_counter(), 0, []
+    guard = NonFiniteGuard()
     with MetricsLogger(out, tensorboard=config.tensorboard) as logger:
         for epoch in range(config.epochs):
             indices = list(range(len(sequences)))
@@ -137,7 +155,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
             for start in range(0, len(indices), config.batch_size):
                 batch = [sequences[i] for i in indices[start : start + config.batch_size]]
                 loss, tokens = _sft_step(
-                    model, optimizer, batch, config, device, tokenizer.pad_token_id or 0
+                    model, optimizer, batch, config, device, tokenizer.pad_token_id or 0, guard
                 )
                 scheduler.step()
                 step += 1
@@ -151,10 +169,16 @@ def train(config: SFTConfig) -> dict[str, Any]:
                             "tokens": tokens,
                             "lr": scheduler.get_last_lr()[0],
                             "elapsed_s": time.perf_counter() - began,
+                            "nonfinite_skipped": guard.skipped,
                         },
                     )
                     final_loss, window = sum(window) / len(window), []
-    save_model(model, tokenizer, out, base=config.model)
+    scratch = out / ".model.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    save_model(model, tokenizer, scratch, base=config.model, final_dir=out)
+    for item in scratch.iterdir():
+        item.replace(out / item.name)
+    scratch.rmdir()
     plot_metrics(out / "metrics.jsonl", out / "plots")
     summary = {
         "conversations": len(sequences),
@@ -167,15 +191,53 @@ def train(config: SFTConfig) -> dict[str, Any]:
     return summary
 
 
-def _read_conversations(
-    config: SFTConfig, chat: ChatTokenizer
+def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
+    """The ``messages`` of every record of an SFT JSONL file, checked before any model loads.
+
+    Each record must hold ``messages``: a list of objects with ``role`` one of :data:`ROLES`
+    and ``content`` a string (``tool_calls`` and other keys are allowed), with a system or user
+    message before the first assistant message, and at least one assistant message.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: naming the record (1-based, blank lines not counted) and what is wrong.
+    """
+    conversations = []
+    for number, record in enumerate(read_jsonl(path), start=1):
+        where = f"{path}: record {number}"
+        messages = record.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(f"{where}: expected a non-empty 'messages' list")
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise ValueError(f"{where}: message {i} is {type(message).__name__}, not an object")
+            if message.get("role") not in ROLES:
+                raise ValueError(
+                    f"{where}: message {i} has role {message.get('role')!r}; expected one of "
+                    f"{', '.join(ROLES)}"
+                )
+            if not isinstance(message.get("content"), str):
+                raise ValueError(
+                    f"{where}: message {i} ({message['role']}) has content "
+                    f"{message.get('content')!r}; expected a string"
+                )
+        roles = [m["role"] for m in messages]
+        if "assistant" not in roles:
+            raise ValueError(f"{where}: no assistant message, so nothing to learn")
+        if roles.index("assistant") == 0:
+            raise ValueError(f"{where}: the first message is the assistant's; expected a prompt first")
+        conversations.append(messages)
+    if not conversations:
+        raise ValueError(f"{path}: expected at least one record, got none")
+    return conversations
+
+
+def _tokenize(
+    config: SFTConfig, chat: ChatTokenizer, conversations: list[list[dict[str, Any]]]
 ) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """Tokenized ``(ids, mask)`` of every record, and how many were too long to keep."""
+    """Tokenized ``(ids, mask)`` of every conversation, and how many were too long to keep."""
     sequences, dropped = [], 0
-    for line, record in enumerate(read_jsonl(config.data), start=1):
-        messages = record.get("messages") if isinstance(record, dict) else None
-        if not isinstance(messages, list):
-            raise ValueError(f"{config.data}:{line}: expected a record with a 'messages' list")
+    for messages in conversations:
         ids, mask = conversation_tokens(chat, messages)
         if len(ids) > config.max_length:
             dropped += 1
@@ -195,6 +257,7 @@ def _sft_step(
     config: SFTConfig,
     device: torch.device,
     pad_token_id: int,
+    guard: NonFiniteGuard,
 ) -> tuple[float, float]:
     """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count)."""
     tokens = make_token_batch(
@@ -213,7 +276,5 @@ def _sft_step(
         loss.backward()
         total += float(loss.detach())
     params = [p for p in model.parameters() if p.requires_grad]
-    if config.max_grad_norm > 0:
-        torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-    optimizer.step()
+    guard.step(optimizer, params, total, config.max_grad_norm)
     return total, normalizer

@@ -4,6 +4,7 @@ Each row is a command that used to print a traceback, or to fail only after the 
 (losing its results), or to run with a misread argument.
 """
 
+import json
 import importlib.util
 import sys
 from pathlib import Path
@@ -82,8 +83,13 @@ CASES = [
                  "file is a file, not a directory", marks=needs_training, id="train-output-dir-under-a-file"),
     pytest.param(["sft", "--data", "{tmp}/missing.jsonl", *TRAIN], "Expected data to be a JSONL file",
                  marks=needs_training, id="sft-data-not-found"),
-    pytest.param(["sft", "--data", "{tmp}/file", "--model", "{tmp}/no-such-model", *TRAIN],
+    pytest.param(["sft", "--data", "{tmp}/sft.jsonl", "--model", "{tmp}/no-such-model", *TRAIN],
                  "Could not load model", marks=needs_training, id="sft-model-not-found"),
+    pytest.param(["sft", "--data", "{tmp}/file", *TRAIN],
+                 "expected a JSON object per line", marks=needs_training, id="sft-data-not-jsonl"),
+    pytest.param(["sft", "--data", "{tmp}/no-content.jsonl", *TRAIN],
+                 "record 1: message 0 (user) has content None", marks=needs_training,
+                 id="sft-null-content"),
     pytest.param(["sft", "--data", "{tmp}/file", "--learning-rate", "nan", *TRAIN],
                  "learning_rate to be a finite number", marks=needs_training, id="sft-nan-learning-rate"),
 ]
@@ -112,6 +118,10 @@ def nothing_is_played(monkeypatch):
 def test_bad_invocation_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch,
                                                nothing_is_played):
     (tmp_path / "file").write_text("not JSON\n")
+    chat = [{"role": "user", "content": "4?"}, {"role": "assistant", "content": "<move>4</move>"}]
+    (tmp_path / "sft.jsonl").write_text(json.dumps({"messages": chat}) + "\n")
+    chat[0]["content"] = None
+    (tmp_path / "no-content.jsonl").write_text(json.dumps({"messages": chat}) + "\n")
     monkeypatch.chdir(tmp_path)  # a trainer that got as far as training would write here
     argv = [arg.replace("{tmp}", str(tmp_path)) for arg in argv]
     assert_one_usage_error(capsys, argv, message)

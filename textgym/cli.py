@@ -700,6 +700,8 @@ def _run_trainer(command: str, argv: Sequence[str]) -> int:
         from textgym.data import read_jsonl
         from textgym.models import load_model
 
+        from textgym.algos.sft import read_conversations
+
         if command == "sft":
             from textgym.algos.sft import SFTConfig as Config
             from textgym.algos.sft import train
@@ -720,7 +722,7 @@ def _run_trainer(command: str, argv: Sequence[str]) -> int:
         result = train(config)
     except (ValueError, OSError, ImportError) as exc:
         # Raised while loading the model or the data, or refusing a resume: before training.
-        if _raised_in(exc, load_model, read_jsonl, check_resumable):
+        if _raised_in(exc, load_model, read_jsonl, check_resumable, read_conversations):
             raise UsageError(_one_line(exc)) from None
         raise
     print(json.dumps(_json_safe(result), indent=2))
