@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +30,7 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
         name: Name of the component in ``info["reward_components"]``. Default ``"format"``.
 
     Raises:
-        ValueError: if ``weight`` is negative, or if the env already pays a component of this
+        ValueError: if ``weight`` is negative or not finite, or if the env already pays a component of this
             ``name``: ``textgym/GSM8K-v0`` and ``textgym/ReverseText-v0`` pay their own
             ``format`` component (their ``format_weight`` argument sets it), so a second one
             would pay the format twice. Raised here rather than at the first step.
@@ -51,8 +53,8 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
         name: str = "format",
     ):
         super().__init__(env)
-        if weight < 0:
-            raise ValueError(f"Expected weight >= 0, got {weight}")
+        if not math.isfinite(weight) or weight < 0:  # NaN passes `< 0`: check it first
+            raise ValueError(f"Expected a finite weight >= 0, got {weight}")
         own_weight = getattr(env.unwrapped, "format_weight", None)
         if name == "format" and own_weight is not None:
             raise ValueError(

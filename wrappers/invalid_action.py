@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -27,7 +29,7 @@ class InvalidActionPenalty(gym.Wrapper[str, str, str, str]):
         name: Component name. Default ``"invalid_action"``.
 
     Raises:
-        ValueError: for a negative penalty or cap, or an unknown mode.
+        ValueError: for a negative or non-finite penalty or cap, or an unknown mode.
         KeyError: from ``step`` if the env's info has no ``invalid_action`` key.
 
     Example:
@@ -47,12 +49,12 @@ class InvalidActionPenalty(gym.Wrapper[str, str, str, str]):
         name: str = "invalid_action",
     ):
         super().__init__(env)
-        if penalty < 0:
-            raise ValueError(f"Expected penalty >= 0, got {penalty}")
+        if not math.isfinite(penalty) or penalty < 0:  # NaN passes `< 0`: check it first
+            raise ValueError(f"Expected a finite penalty >= 0, got {penalty}")
         if mode not in ("episode", "action"):
             raise ValueError(f'Expected mode "episode" or "action", got {mode!r}')
-        if cap is not None and cap < 0:
-            raise ValueError(f"Expected cap >= 0 or None, got {cap}")
+        if cap is not None and (not math.isfinite(cap) or cap < 0):
+            raise ValueError(f"Expected a finite cap >= 0 or None, got {cap}")
         self.penalty = float(penalty)
         self.mode = mode
         self.cap = cap

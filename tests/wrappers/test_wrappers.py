@@ -120,3 +120,14 @@ def test_opponent_skill_same_seed_same_opponent_and_explicit_override():
         a.reset(options={"episode_index": -1})
     with pytest.raises(ValueError, match="low <= high"):
         OpponentSkill(ttt(), low=0.8, high=0.2)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_reward_wrappers_refuse_non_finite_or_negative_sizes(bad):
+    env = gym.make("textgym/TicTacToe-v0")
+    with pytest.raises(ValueError, match="finite"):
+        InvalidActionPenalty(env, penalty=bad)
+    with pytest.raises(ValueError, match="finite"):
+        InvalidActionPenalty(env, mode="action", cap=bad)
+    with pytest.raises(ValueError, match="finite"):
+        FormatReward(env, weight=bad)
