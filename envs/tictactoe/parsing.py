@@ -39,10 +39,11 @@ def _blocks(text: str, opening: str, closing: str) -> list[tuple[int, int]]:
 _WELL_FORMED = re.compile(
     r"\s*<think>(?:(?!</?think>).)*</think>\s*<move>\s*\d\s*</move>\s*", re.DOTALL
 )
-#: An answer in the format the prompts ask for: an optional ``<think>`` block, then one move.
-_ANSWER = re.compile(
-    r"\s*(?:<think>(?:(?!</?think>).)*</think>)?\s*<move>\s*\d\s*</move>\s*", re.DOTALL
-)
+#: The move of an answer, once surrounding whitespace and the optional think block are gone.
+#: (One regex for the whole answer, ``\s*(?:<think>...</think>)?\s*<move>...``, has two
+#: adjacent ``\s*`` when the think block is absent: quadratic backtracking, minutes on a
+#: million spaces.)
+_MOVE_ONLY = re.compile(r"<move>\s*\d\s*</move>")
 
 
 def extract_move_text(completion: str) -> str | None:
@@ -95,5 +96,12 @@ def is_answer(completion: str) -> bool:
     ``<think>...</think>`` block, with whitespace around the blocks allowed. Both prompt styles
     accept this: the full prompt says "you may reason inside <think>...</think>", the compact one
     "Reply <move>N</move>". :func:`is_well_formed` is the stricter check that requires reasoning.
+    Runs in linear time.
     """
-    return _ANSWER.fullmatch(completion) is not None
+    text = completion.strip()
+    if text.startswith("<think>"):
+        end = text.find("</think>")
+        if end < 0 or "<think>" in text[len("<think>") : end]:
+            return False
+        text = text[end + len("</think>") :].lstrip()
+    return _MOVE_ONLY.fullmatch(text) is not None

@@ -10,13 +10,18 @@ import gymnasium as gym
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from textgym.envs.tictactoe.parsing import extract_move_text, is_well_formed, parse_move
+from textgym.envs.tictactoe.parsing import extract_move_text, is_answer, is_well_formed, parse_move
 
 import textgym  # noqa: F401
 
 # The previous implementation, kept here as the reference semantics.
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 _MOVE = re.compile(r"<move>(.*?)</move>", re.DOTALL)
+
+
+_ANSWER = re.compile(
+    r"\s*(?:<think>(?:(?!</?think>).)*</think>)?\s*<move>\s*\d\s*</move>\s*", re.DOTALL
+)  # quadratic on long runs of whitespace: two adjacent \s* when there is no think block
 
 
 def reference_extract(completion: str) -> str | None:
@@ -31,6 +36,17 @@ pieces = st.sampled_from(["<think>", "</think>", "<move>", "</move>", "4", "12",
 @given(st.lists(pieces, max_size=30).map("".join))
 def test_extract_move_text_agrees_with_the_regex_it_replaced(text):
     assert extract_move_text(text) == reference_extract(text)
+
+
+answer_pieces = st.sampled_from(
+    ["<think>", "</think>", "<move>", "</move>", "4", "12", " ", "\n", "\u2003", "x", "\u0663"]
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(answer_pieces, max_size=12).map("".join))
+def test_is_answer_agrees_with_the_regex_it_replaced(text):
+    assert is_answer(text) is (_ANSWER.fullmatch(text) is not None)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +65,7 @@ def test_parsers_take_linear_time_on_a_million_adversarial_characters(text):
     extract_move_text(text)
     parse_move(text)
     is_well_formed(text)
+    is_answer(text)
     assert time.perf_counter() - began < 1.0
 
 
