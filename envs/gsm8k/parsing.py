@@ -41,6 +41,7 @@ _DECORATION = re.compile(r"[$€£¥₹%\\{}]")
 # A run of characters that may belong to one number (a simple class, so matching is linear).
 _NUMBER_RUN = re.compile(r"[0-9.,/-]+")
 _DIGIT = re.compile(r"[0-9]")
+_NON_SPACE = re.compile(r"\S")
 _NUMBER = re.compile(
     r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]+)?"  # 1,450,000 and 1,450.5
     r"|[0-9]+(?:\.[0-9]+)?|\.[0-9]+"  # 18, 18.0, .5
@@ -48,13 +49,15 @@ _NUMBER = re.compile(
 )
 
 
-def _boxed_contents(text: str) -> list[tuple[int, str]]:
-    """``(start, content)`` of every balanced ``\\boxed{...}``, in one linear pass over the braces.
+def _boxed_spans(text: str) -> list[tuple[int, int, int]]:
+    """``(start, content start, content end)`` of every balanced ``\\boxed{...}``, in one linear
+    pass over the braces.
 
-    Braces before the first ``\\boxed{`` cannot change how the later ones pair up, so the scan
-    starts there.
+    Spans, not substrings: nested boxes (``\\boxed{`` 100,000 times, then as many ``}``) would
+    otherwise copy quadratic amounts of text. Braces before the first ``\\boxed{`` cannot change
+    how the later ones pair up, so the scan starts there.
     """
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, int, int]] = []
     stack: list[tuple[int, int]] = []  # (position of "{", start of its \boxed or -1)
     skip_to = -1
     for match in _BRACE.finditer(text, max(text.find(_BOXED), 0)):
@@ -66,7 +69,7 @@ def _boxed_contents(text: str) -> list[tuple[int, str]]:
             if stack:
                 brace, start = stack.pop()
                 if start >= 0:
-                    found.append((start, text[brace + 1 : pos]))
+                    found.append((start, brace + 1, pos))
         elif char == "{":
             stack.append((pos, -1))
         elif text.startswith(_BOXED, pos):
@@ -75,11 +78,17 @@ def _boxed_contents(text: str) -> list[tuple[int, str]]:
     return found
 
 
+def _is_blank(text: str, lo: int, hi: int) -> bool:
+    """Whether ``text[lo:hi]`` is empty or whitespace, without copying it."""
+    return _NON_SPACE.search(text, lo, hi) is None
+
+
 def extract_final_answer(completion: str) -> str | None:
     """Return the stripped text of the completion's final answer, or ``None`` if it has none.
 
     Candidates are the rest of the line after each ``####`` (empty ones are skipped) and the
     content of each balanced ``\\boxed{...}``; the one that starts last in the completion wins.
+    Runs in time linear in the completion.
     """
     best: tuple[int, str] | None = None
     if "####" in completion:
@@ -88,10 +97,14 @@ def extract_final_answer(completion: str) -> str | None:
             if content:
                 best = (match.start(), content)
     if _BOXED in completion:
-        for start, content in _boxed_contents(completion):
-            content = content.strip()
-            if content and (best is None or start > best[0]):
-                best = (start, content)
+        # Latest start first; blank contents hold no brace, so they are disjoint and checking
+        # them costs at most one pass.
+        for start, lo, hi in sorted(_boxed_spans(completion), reverse=True):
+            if best is not None and start < best[0]:
+                break
+            if not _is_blank(completion, lo, hi):
+                best = (start, completion[lo:hi].strip())
+                break
     return None if best is None else best[1]
 
 

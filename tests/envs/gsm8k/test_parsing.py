@@ -1,5 +1,6 @@
 """GSM8K answer extraction and number normalisation: tables and properties."""
 
+import time
 from fractions import Fraction
 
 import pytest
@@ -132,3 +133,15 @@ def test_boxed_extraction_matches_a_full_scan(text):
     expected = reference_last_boxed(text)
     if "####" not in text:
         assert extract_final_answer(text) == (None if expected is None else expected[1])
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\\boxed{" * 125_000 + "}" * 125_000, "\\boxed{ }" * 110_000 + "#### 1", "{" * 500_000 + "\\boxed{2}"],
+    ids=["nested", "blank", "braces"],
+)
+def test_final_answer_extraction_is_linear_on_a_million_characters(text):
+    """Nested boxes used to be copied one substring each: quadratic memory (10 GB and more)."""
+    began = time.perf_counter()
+    extract_final_answer(text)
+    assert time.perf_counter() - began < 1.0
