@@ -6,6 +6,16 @@ non-Latin scripts. :class:`UnicodeText` keeps the ``Text`` interface (so wrapper
 that look for a ``Text`` space still work) but contains *any* Python ``str`` whose length lies in
 ``[min_length, max_length]``. Sampling draws printable ASCII text, which is what random-agent
 checks need.
+
+The action length rule
+----------------------
+Every textgym env enforces its action space's ``max_length`` in ``step``, the same way: an
+action longer than that is an invalid action, ``info["invalid_action"] = True`` with
+``info["invalid_reason"] = "too_long"``, the observation says so (:func:`too_long_message`),
+and the env's state is unchanged (multi-turn tasks go on; single-turn tasks end with reward 0,
+as for every other invalid answer). The text is not parsed at all, so such a step costs one
+``len`` beyond the usual work, however long the action; model output is untrusted, and this
+bounds what every parser downstream can be given.
 """
 
 from __future__ import annotations
@@ -16,7 +26,10 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["UnicodeText"]
+__all__ = ["TOO_LONG", "UnicodeText", "too_long_message"]
+
+#: ``info["invalid_reason"]`` of an action over the action space's ``max_length``.
+TOO_LONG = "too_long"
 
 _PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " \n"
 
@@ -69,3 +82,24 @@ class UnicodeText(spaces.Text):
         )
 
     __hash__ = None  # mutable RNG state; equality is by bounds only
+
+
+def too_long_message(action: str, space: spaces.Text) -> str | None:
+    """The sentence an over-long action gets back, or ``None`` if ``action`` is short enough.
+
+    Args:
+        action: The completion given to ``step``.
+        space: The env's action space; its ``max_length`` is the limit, in characters.
+
+    Example:
+        >>> too_long_message("x" * 20, UnicodeText(max_length=16))
+        'Your reply has 20 characters, more than the 16 this task reads, so it was not read.'
+        >>> too_long_message("<move>4</move>", UnicodeText(max_length=16)) is None
+        True
+    """
+    if len(action) <= space.max_length:
+        return None
+    return (
+        f"Your reply has {len(action):,} characters, more than the {space.max_length:,} this task "
+        "reads, so it was not read."
+    )

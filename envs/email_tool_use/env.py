@@ -41,7 +41,9 @@ class EmailToolUseEnv(ToolUseEnv):
         ``UnicodeText(65536)``: the agent's whole reply, with tool calls written
         ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` exactly as in
         ``textgym/Workplace-v0``; a reply without ``<tool_call>`` is the final answer. Any
-        ``str`` is accepted by ``step``.
+        ``str`` is accepted by ``step``; one longer than 65,536 characters is an invalid action
+        (``"too_long"``): it is not read, no tool runs, it is not a final answer, and the
+        episode goes on, the rule every textgym env follows (:mod:`textgym.spaces`).
 
     Observation Space:
         ``UnicodeText(n)``, ``n`` = ``max_calls_per_step * 16,200 + 4,096``. At reset: Sam's
@@ -60,8 +62,8 @@ class EmailToolUseEnv(ToolUseEnv):
 
     Episode End:
         ``terminated`` at the final answer; ``truncated`` when a reply with tool calls is the
-        ``max_turns``-th (registered step limit 10, the default); the mailbox is graded then
-        too. ``step`` after the end raises ``RuntimeError`` until ``reset``.
+        ``max_turns``-th (registered step limit 10, the default), or when a reply too long to
+        read is; the mailbox is graded then too. ``step`` after the end raises ``RuntimeError`` until ``reset``.
 
     Information:
         ``reward_components`` values are the terms of the step reward and sum to it.
@@ -80,9 +82,10 @@ class EmailToolUseEnv(ToolUseEnv):
         - ``tool_errors`` [step]: how many of them gave an error result.
         - ``total_tool_calls`` [step]: tool calls so far in the episode.
         - ``total_tool_errors`` [step]: tool errors so far in the episode.
-        - ``invalid_action`` [step]: ``True`` if a call of this reply could not run
-          (malformed, unknown tool, invalid arguments, too many calls).
-        - ``invalid_reason`` [step]: ``None``, ``"malformed_tool_call"``, ``"unknown_tool"``,
+        - ``invalid_action`` [step]: ``True`` if the reply was too long to read, or a call of
+          it could not run (malformed, unknown tool, invalid arguments, too many calls).
+        - ``invalid_reason`` [step]: ``None``, ``"too_long"`` (over the action space's
+          ``max_length``; not read), ``"malformed_tool_call"``, ``"unknown_tool"``,
           ``"invalid_arguments"`` or ``"too_many_calls"``.
         - ``success`` [step]: ``None`` while the episode runs, then whether the mailbox matches.
         - ``reward_components`` [step]: ``{"outcome": float}``.
@@ -102,7 +105,8 @@ class EmailToolUseEnv(ToolUseEnv):
         RuntimeError: from ``step`` before ``reset`` or after the episode ended.
 
     Version History:
-        - v0: initial release.
+        - v0: initial release; an action over the action space's length is an invalid action
+          (``"too_long"``), not parsed (issue 15).
     """
 
     def __init__(self, inbox_size: int = 20, distractors: int = 2, num_steps: int = 1, max_turns: int = 10,

@@ -20,7 +20,7 @@ from textgym.envs.gsm8k.rewards import correct_reward, format_reward
 
 from textgym.core import TextEnv
 from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
-from textgym.spaces import UnicodeText
+from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = [
     "HUB_DATASET",
@@ -146,7 +146,9 @@ class GSM8KEnv(TextEnv):
         :func:`textgym.envs.gsm8k.parsing.parse_number`: thousands separators, currency and
         percent signs, a trailing period and surrounding words are dropped, and exactly one
         number must remain (``"$1,450,000."`` is 1450000, ``"18.0"`` is 18). Any ``str`` is
-        accepted by ``step``; longer strings are parsed the same way.
+        accepted by ``step``; one longer than 65,536 characters is an invalid answer
+        (``"too_long"``, reward 0) and is not read at all, the rule every textgym env follows
+        (:mod:`textgym.spaces`).
 
     Observation Space:
         ``UnicodeText(n)``, ``n`` = the longest question of the loaded problems, at least 2048.
@@ -189,8 +191,10 @@ class GSM8KEnv(TextEnv):
           answers.
         - ``answer`` [step]: the parsed final answer, normalised like ``gold_answer``, or ``None``.
         - ``correct`` [step]: whether ``answer`` equals ``gold_answer``.
-        - ``invalid_action`` [step]: ``True`` if no final number could be read (reward 0).
-        - ``invalid_reason`` [step]: ``None``, ``"no_final_answer"`` (no ``####`` line and no
+        - ``invalid_action`` [step]: ``True`` if no final number could be read, or the
+          completion was too long to read (reward 0).
+        - ``invalid_reason`` [step]: ``None``, ``"too_long"`` (over the action space's
+          ``max_length``; not read), ``"no_final_answer"`` (no ``####`` line and no
           ``\\boxed{}``) or ``"not_a_number"``.
         - ``reward_components`` [step]: ``{"correct": float, "format": float}``, already weighted.
 
@@ -222,7 +226,8 @@ class GSM8KEnv(TextEnv):
         RuntimeError: from ``step`` before the first ``reset``.
 
     Version History:
-        - v0: initial release.
+        - v0: initial release; an action over the action space's length is an invalid answer
+          (``"too_long"``), not parsed (issue 15).
     """
 
     def __init__(
@@ -276,7 +281,8 @@ class GSM8KEnv(TextEnv):
         problem = self._problem
         if problem is None:
             raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
-        answer_text = extract_final_answer(action)
+        too_long = too_long_message(action, self.action_space)
+        answer_text = None if too_long is not None else extract_final_answer(action)
         answer = None if answer_text is None else parse_number(answer_text)
         components = {
             "correct": correct_reward(answer, problem.answer),
@@ -284,8 +290,11 @@ class GSM8KEnv(TextEnv):
         }
         reward = components["correct"] + components["format"]
         gold = format_number(problem.answer)
-        if answer_text is None:
-            reason: str | None = "no_final_answer"
+        if too_long is not None:  # not parsed at all
+            reason: str | None = TOO_LONG
+            obs = f"{too_long} The expected answer is {gold}."
+        elif answer_text is None:
+            reason = "no_final_answer"
             obs = (f"No final answer was found: end with a line '#### N' (or \\boxed{{N}}). "
                    f"The expected answer is {gold}.")
         elif answer is None:
@@ -302,7 +311,7 @@ class GSM8KEnv(TextEnv):
             "gold_answer": gold,
             "answer": None if answer is None else format_number(answer),
             "correct": components["correct"] == 1.0,
-            "invalid_action": answer is None,
+            "invalid_action": reason is not None,
             "invalid_reason": reason,
             "reward_components": components,
         }

@@ -26,7 +26,7 @@ from textgym.data import (
     read_paragraphs,
     select_task,
 )
-from textgym.spaces import UnicodeText
+from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["CORPUS_PATH", "Passage", "ReverseTextEnv", "load_passages"]
 
@@ -169,12 +169,14 @@ class ReverseTextEnv(TextEnv):
     Action Space:
         ``UnicodeText(max(65536, 2 * n + 64))``, ``n`` the longest text: the agent's whole
         completion. The answer is the content of the last ``<reversed_text>...</reversed_text>``
-        pair, stripped of surrounding whitespace. Any ``str`` is accepted by ``step``; longer
-        strings are parsed the same way.
+        pair, stripped of surrounding whitespace. Any ``str`` is accepted by ``step``; one longer
+        than the space's ``max_length`` is an invalid answer (``"too_long"``, reward 0) and is
+        not read at all, the rule every textgym env follows (:mod:`textgym.spaces`).
 
     Observation Space:
         ``UnicodeText(max(2048, len(instruction) + 2 + n))``. At reset: one line of instruction,
-        a blank line, then the text. After the step: one line with the score.
+        a blank line, then the text. After the step: one line with the score (or why the answer
+        scores 0).
 
     Starting State:
         A text drawn uniformly from the loaded texts with ``np_random``, or the one named by
@@ -214,11 +216,14 @@ class ReverseTextEnv(TextEnv):
         - ``n_chars`` [reset, step]: length of the text in characters (code points).
         - ``gold_completion`` [reset]: ``<reversed_text>{the exact reversal}</reversed_text>``;
           what :class:`textgym.policies.GoldPolicy` answers.
-        - ``answer_chars`` [step]: length of the parsed answer, or ``None`` without a tag pair.
+        - ``answer_chars`` [step]: length of the parsed answer, or ``None`` without a tag pair
+          (or when the completion was too long to read).
         - ``exact`` [step]: whether the answer is the exact reversal.
         - ``well_formed`` [step]: whether the completion has exactly one well-formed tag pair.
-        - ``invalid_action`` [step]: ``True`` if no tag pair was found (reward 0).
-        - ``invalid_reason`` [step]: ``None`` or ``"no_answer_tag"``.
+        - ``invalid_action`` [step]: ``True`` if no tag pair was found or the completion was too
+          long (reward 0).
+        - ``invalid_reason`` [step]: ``None``, ``"too_long"`` (over the action space's
+          ``max_length``; not read) or ``"no_answer_tag"``.
         - ``reward_components`` [step]: ``{"lcs": float, "format": float}``, already weighted.
 
     Arguments:
@@ -252,7 +257,8 @@ class ReverseTextEnv(TextEnv):
         RuntimeError: from ``step`` before the first ``reset``.
 
     Version History:
-        - v0: initial release.
+        - v0: initial release; an action over the action space's length is an invalid answer
+          (``"too_long"``), not parsed (issue 15).
     """
 
     def __init__(
@@ -316,13 +322,21 @@ class ReverseTextEnv(TextEnv):
         passage = self._passage
         if passage is None:
             raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
-        answer = extract_reversed_text(action)
-        similarity = lcs_similarity("" if answer is None else answer, self._target)
-        formatted = format_reward(action)
+        too_long = too_long_message(action, self.action_space)
+        if too_long is not None:  # not parsed at all
+            answer, similarity, formatted = None, 0.0, 0.0
+        else:
+            answer = extract_reversed_text(action)
+            similarity = lcs_similarity("" if answer is None else answer, self._target)
+            formatted = format_reward(action)
         components = {"lcs": similarity, "format": self.format_weight * formatted}
         reward = components["lcs"] + components["format"]
         exact = answer == self._target
-        if answer is None:
+        reason: str | None = None
+        if too_long is not None:
+            reason, obs = TOO_LONG, f"{too_long} It scores 0."
+        elif answer is None:
+            reason = "no_answer_tag"
             obs = f"No {OPEN_TAG}...{CLOSE_TAG} pair was found, so the answer scores 0."
         elif exact:
             obs = "Exact reversal."
@@ -335,8 +349,8 @@ class ReverseTextEnv(TextEnv):
             "answer_chars": None if answer is None else len(answer),
             "exact": exact,
             "well_formed": formatted == 1.0,
-            "invalid_action": answer is None,
-            "invalid_reason": None if answer is not None else "no_answer_tag",
+            "invalid_action": reason is not None,
+            "invalid_reason": reason,
             "reward_components": components,
         }
         self._passage = None  # single turn: the episode is over

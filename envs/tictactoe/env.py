@@ -18,7 +18,7 @@ from textgym.envs.tictactoe.text import (
 )
 
 from textgym.core import TextEnv
-from textgym.spaces import UnicodeText
+from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
 
@@ -56,7 +56,9 @@ class TicTacToeEnv(TextEnv):
     Action Space:
         ``UnicodeText(65536)``: the agent's whole completion. The move is read from the last
         ``<move>N</move>`` tag outside ``<think>...</think>`` blocks, ``N`` a row-major cell
-        index 0-8. Any ``str`` is accepted by ``step``; longer strings are parsed the same way.
+        index 0-8. Any ``str`` is accepted by ``step``; one longer than 65,536 characters is an
+        invalid action (``"too_long"``, board unchanged) and is not read at all, the rule every
+        textgym env follows (:mod:`textgym.spaces`).
 
     Observation Space:
         ``UnicodeText(2048)``: what happened last (the agent's and the opponent's moves, or why
@@ -95,7 +97,7 @@ class TicTacToeEnv(TextEnv):
           ``"loss"``.
         - ``agent_move`` [step]: the agent's cell, or ``None`` if the action was invalid.
         - ``invalid_action`` [step]: ``True`` if the action was rejected (board unchanged).
-        - ``invalid_reason`` [step]: why, or ``None``; one of ``"no_move_tag"``,
+        - ``invalid_reason`` [step]: why, or ``None``; one of ``"too_long"``, ``"no_move_tag"``,
           ``"not_an_integer"``, ``"out_of_range"``, ``"occupied"``.
         - ``reward_components`` [step]: ``{"outcome": float}``.
 
@@ -118,7 +120,8 @@ class TicTacToeEnv(TextEnv):
         RuntimeError: from ``step`` after the game has terminated, before ``reset``.
 
     Version History:
-        - v0: initial release.
+        - v0: initial release; an action over the action space's length is an invalid action
+          (``"too_long"``), not parsed (issue 15).
     """
 
     #: How `textgym play` turns a bare number typed by a person into an action.
@@ -211,9 +214,14 @@ class TicTacToeEnv(TextEnv):
         if self._done:
             raise RuntimeError("The game is over; call reset() before step()")
 
-        move, reason = read_move(self._board, action)
+        too_long = too_long_message(action, self.action_space)
+        if too_long is not None:  # not parsed at all
+            move, reason, why = None, TOO_LONG, too_long[0].lower() + too_long[1:]
+        else:
+            move, reason = read_move(self._board, action)
+            why = None if reason is None else explain_invalid(reason, self._board, action, move)
         if reason is not None:
-            obs = f"Invalid move: {explain_invalid(reason, self._board, action, move)} The board is unchanged.\n\n{self._status_text()}"
+            obs = f"Invalid move: {why} The board is unchanged.\n\n{self._status_text()}"
             if self.prompt_style == "compact":
                 obs = f"invalid {reason}\n{self._status_text()}"
             info = self._info(None, False, None)

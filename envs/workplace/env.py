@@ -26,7 +26,7 @@ from textgym.envs.workplace.verify import normalized_state, replay, state_matche
 
 from textgym.core import TextEnv
 from textgym.data import select_task
-from textgym.spaces import UnicodeText
+from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["FINAL_ANSWER", "ToolUseEnv", "WorkplaceEnv", "tool_instructions"]
 
@@ -116,8 +116,9 @@ class ToolUseEnv(TextEnv):
         if self._sandbox is None:
             raise RuntimeError("No open episode (it ended at the final answer); call reset() before step()")
         self._turns += 1
-        calls = parse_tool_calls(action)
-        results, errors, reason = [], 0, None
+        too_long = too_long_message(action, self.action_space)  # then nothing is parsed or run
+        calls = parse_tool_calls(action) if too_long is None else []
+        results, errors, reason = [], 0, None if too_long is None else TOO_LONG
         for call in calls[: self.max_calls_per_step]:
             call = validate_call(call, self._validators)
             if call.error is not None:
@@ -134,14 +135,17 @@ class ToolUseEnv(TextEnv):
             reason = reason or "too_many_calls"
         self._calls += len(calls)
         self._errors += errors + skipped
-        final = not calls
-        truncated = bool(calls) and self._turns >= self.max_turns
+        final = not calls and too_long is None
+        truncated = not final and self._turns >= self.max_turns
         success = None
         if final or truncated:  # no successful write: the tables are the starting ones (reads and errors write nothing)
             success = self._noop if self._writes == 0 else state_matches(normalized_state(self._sandbox),
                                                                         self._gold_state)
-        if calls:
-            obs = render_responses(results)
+        if not final:
+            if too_long is not None:
+                obs = f"{too_long} No tool was called and nothing changed; reply again, shorter."
+            else:
+                obs = render_responses(results)
             if skipped:
                 obs += (f"\n{skipped} more tool calls were not run: at most {self.max_calls_per_step} "
                         "calls per reply.")
@@ -196,7 +200,10 @@ class WorkplaceEnv(ToolUseEnv):
         validated against the tool's JSON schema (``jsonschema``) and run in order, at most
         ``max_calls_per_step`` per reply. Malformed JSON, an unknown tool or a schema
         violation gives an error result for that call and changes nothing. A reply without
-        ``<tool_call>`` is the final answer. Any ``str`` is accepted by ``step``.
+        ``<tool_call>`` is the final answer. Any ``str`` is accepted by ``step``; one longer
+        than 65,536 characters is an invalid action (``"too_long"``): it is not read, no tool
+        runs, it is not a final answer, and the episode goes on, the rule every textgym env
+        follows (:mod:`textgym.spaces`).
 
     Observation Space:
         ``UnicodeText(n)``, ``n`` = ``max_calls_per_step * 16,200 + 4,096``. At reset: the
@@ -220,7 +227,8 @@ class WorkplaceEnv(ToolUseEnv):
     Episode End:
         ``terminated`` at the final answer (a reply without tool calls). ``truncated`` when a
         reply with tool calls is the ``max_turns``-th (the registered step limit equals the
-        default, 10); the tables are graded then too. ``step`` after the end raises
+        default, 10), or when a reply too long to read is; the tables are graded then too.
+        ``step`` after the end raises
         ``RuntimeError`` until ``reset``.
 
     Information:
@@ -242,9 +250,11 @@ class WorkplaceEnv(ToolUseEnv):
           not run for being over ``max_calls_per_step``).
         - ``total_tool_calls`` [step]: tool calls so far in the episode.
         - ``total_tool_errors`` [step]: tool errors so far in the episode.
-        - ``invalid_action`` [step]: ``True`` if a call of this reply could not run (malformed,
-          unknown tool, invalid arguments, too many calls); a tool's own error is not one.
-        - ``invalid_reason`` [step]: ``None``, ``"malformed_tool_call"``, ``"unknown_tool"``,
+        - ``invalid_action`` [step]: ``True`` if the reply was too long to read, or a call of
+          it could not run (malformed, unknown tool, invalid arguments, too many calls); a
+          tool's own error is not one.
+        - ``invalid_reason`` [step]: ``None``, ``"too_long"`` (over the action space's
+          ``max_length``; not read), ``"malformed_tool_call"``, ``"unknown_tool"``,
           ``"invalid_arguments"`` or ``"too_many_calls"`` (the first in the reply).
         - ``success`` [step]: ``None`` while the episode runs, then whether the tables match.
         - ``reward_components`` [step]: ``{"outcome": float}``.
@@ -272,7 +282,8 @@ class WorkplaceEnv(ToolUseEnv):
         RuntimeError: from ``step`` before ``reset`` or after the episode ended.
 
     Version History:
-        - v0: initial release.
+        - v0: initial release; an action over the action space's length is an invalid action
+          (``"too_long"``), not parsed (issue 15).
     """
 
     def __init__(self, data_dir: str | None = None, domains: Sequence[str] | str | None = None,
