@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+from textgym.spaces import TOO_LONG
 from textgym.wrappers._components import add_component
 
 __all__ = ["FormatReward"]
@@ -83,8 +84,10 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
 
     def step(self, action: str):
         self._actions += 1
-        self._well_formed += bool(isinstance(action, str) and self.check(action))
         obs, reward, terminated, truncated, info = self.env.step(action)
+        # An action over the env's length limit is not read by the env, so not by the check.
+        if info.get("invalid_reason") != TOO_LONG:
+            self._well_formed += bool(isinstance(action, str) and self.check(action))
         value = 0.0
         if terminated or truncated:
             value = self.weight * self._well_formed / self._actions

@@ -28,7 +28,7 @@ from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so prompts
     status_text,
 )
 
-from textgym.spaces import UnicodeText
+from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["SEATS", "TicTacToeTextAEC", "env", "read_move"]
 
@@ -258,7 +258,12 @@ class TicTacToeTextAEC(AECEnv):
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self._actions_taken[seat] += 1
 
-        move, reason = read_move(self._board, action)
+        too_long = too_long_message(action, self.action_spaces[seat])
+        if too_long is not None:  # as in TicTacToe-v0: invalid, and not parsed at all
+            move, reason, why = None, TOO_LONG, too_long[0].lower() + too_long[1:]
+        else:
+            move, reason = read_move(self._board, action)
+            why = None if reason is None else explain_invalid(reason, self._board, action, move)
         outcome: str | None = None
         if reason is not None:
             # As in TicTacToe-v0: the board is unchanged and the same seat answers again.
@@ -268,7 +273,7 @@ class TicTacToeTextAEC(AECEnv):
                 self._observations[seat] = f"invalid {reason}\n{compact_status_text(self._board)}"
             else:
                 self._observations[seat] = (
-                    f"Invalid move: {explain_invalid(reason, self._board, action, move)} The "
+                    f"Invalid move: {why} The "
                     f"board is unchanged.\n\n{status_text(self._board, self._marks[seat])}"
                 )
             self.infos[seat] = {**self._info(seat, None), "agent_move": None, "opponent_move": None,

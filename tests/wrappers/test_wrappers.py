@@ -131,3 +131,14 @@ def test_reward_wrappers_refuse_non_finite_or_negative_sizes(bad):
         InvalidActionPenalty(env, mode="action", cap=bad)
     with pytest.raises(ValueError, match="finite"):
         FormatReward(env, weight=bad)
+
+
+def test_format_reward_does_not_read_an_over_long_action():
+    checked = []
+    env = FormatReward(
+        gym.make("textgym/TicTacToe-v0"), weight=1.0, is_well_formed=lambda a: checked.append(a) or True
+    )
+    env.reset(seed=0)
+    limit = env.unwrapped.action_space.max_length
+    _, _, _, _, info = env.step("<think>x</think><move>4</move>" + " " * limit)
+    assert info["invalid_reason"] == "too_long" and checked == []

@@ -3,6 +3,7 @@ outcomes as PettingZoo's own ``tictactoe_v3``."""
 
 import importlib
 import re
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -348,3 +349,18 @@ def test_render_modes():
     assert env.render() == " 0 | 1 | 2\n---+---+---\n 3 | X | 5\n---+---+---\n 6 | 7 | 8"
     with pytest.raises(ValueError, match="render_mode"):
         TicTacToeTextAEC(render_mode="rgb_array")
+
+
+@pytest.mark.parametrize("style", ["full", "compact"])
+def test_an_over_long_action_is_invalid_and_not_read(style):
+    aec = tictactoe_text_v0.env(prompt_style=style)
+    aec.reset(seed=0)
+    seat = aec.agent_selection
+    limit = aec.action_space(seat).max_length
+    started = time.perf_counter()
+    aec.step("<move>4</move>" + "<think>" * limit)
+    assert time.perf_counter() - started < 0.5
+    info = aec.infos[seat]
+    assert info["invalid_action"] is True and info["invalid_reason"] == "too_long"
+    assert aec.agent_selection == seat and aec.board == B.EMPTY * 9  # unchanged, same seat
+    assert len(aec.observe(seat)) <= aec.observation_space(seat).max_length
