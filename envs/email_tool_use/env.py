@@ -40,15 +40,22 @@ class EmailToolUseEnv(ToolUseEnv):
     Action Space:
         ``UnicodeText(65536)``: the agent's whole reply, with tool calls written
         ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` exactly as in
-        ``textgym/Workplace-v0``; a reply without ``<tool_call>`` is the final answer. Any
+        ``textgym/Workplace-v0``, up to ``max_calls_per_step`` per reply, under the same
+        contract (``docs/tool_envs.md``): a reply is checked as a whole before any call runs;
+        if one call is malformed, names a tool this task lacks or has arguments that fail the
+        schema, or the reply has too many calls, no call runs, the mailbox is unchanged and
+        it is an invalid action. Otherwise every call runs in order, and a tool's own error
+        (``"Email not found."``) is that call's result, not an invalid action. A reply
+        without ``<tool_call>`` is the final answer. Any
         ``str`` is accepted by ``step``; one longer than 65,536 characters is an invalid action
         (``"too_long"``): it is not read, no tool runs, it is not a final answer, and the
         episode goes on, the rule every textgym env follows (:mod:`textgym.spaces`).
 
     Observation Space:
         ``UnicodeText(n)``, ``n`` = ``max_calls_per_step * 16,200 + 4,096``. At reset: Sam's
-        request. After a reply with calls: one ``<tool_response>`` block per call, in order.
-        After the final answer: whether the mailbox matches the expected outcome.
+        request. After a reply with calls: one ``<tool_response>`` block per call, in order
+        (after a rejected reply, ``Error: ...`` for each invalid call and ``Not run: ...`` for
+        the others, or one sentence when over the call limit). After the final answer: whether the mailbox matches the expected outcome.
 
     Starting State:
         A task generated from a 63-bit seed drawn from ``np_random``, or the one named by
@@ -79,14 +86,16 @@ class EmailToolUseEnv(ToolUseEnv):
         - ``noop_task`` [reset, step]: ``True`` if the gold calls change nothing (a
           conditional request whose condition is false).
         - ``tool_calls`` [step]: number of ``<tool_call>`` blocks in this reply.
-        - ``tool_errors`` [step]: how many of them gave an error result.
+        - ``tool_errors`` [step]: how many of them did not succeed: every call of a rejected
+          reply, else the calls whose tool returned an error.
         - ``total_tool_calls`` [step]: tool calls so far in the episode.
         - ``total_tool_errors`` [step]: tool errors so far in the episode.
-        - ``invalid_action`` [step]: ``True`` if the reply was too long to read, or a call of
-          it could not run (malformed, unknown tool, invalid arguments, too many calls).
+        - ``invalid_action`` [step]: ``True`` if the reply was rejected whole (no call ran,
+          nothing changed): too long to read, more than ``max_calls_per_step`` calls, or a
+          call that is malformed, names an unknown tool or has invalid arguments.
         - ``invalid_reason`` [step]: ``None``, ``"too_long"`` (over the action space's
-          ``max_length``; not read), ``"malformed_tool_call"``, ``"unknown_tool"``,
-          ``"invalid_arguments"`` or ``"too_many_calls"``.
+          ``max_length``; not read), ``"too_many_calls"``, or the first invalid call's
+          ``"malformed_tool_call"``, ``"unknown_tool"`` or ``"invalid_arguments"``.
         - ``success`` [step]: ``None`` while the episode runs, then whether the mailbox matches.
         - ``reward_components`` [step]: ``{"outcome": float}``.
 
@@ -96,7 +105,8 @@ class EmailToolUseEnv(ToolUseEnv):
           an int in [0, 10], default 2.
         - ``num_steps``: requests per task, an int in [1, 4], default 1.
         - ``max_turns``: replies per episode before truncation, default 10.
-        - ``max_calls_per_step``: tool calls run per reply, default 32.
+        - ``max_calls_per_step``: most tool calls in one reply, default 32; a reply with more
+          runs none of them (``"too_many_calls"``).
 
     Raises:
         ValueError: from ``__init__`` for a knob out of range; from ``reset`` for unknown
@@ -106,7 +116,8 @@ class EmailToolUseEnv(ToolUseEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
-          (``"too_long"``), not parsed (issue 15).
+          (``"too_long"``), not parsed (issue 15); a reply is validated whole before any call
+          runs, and an invalid call or too many calls run none of them (issue 15).
     """
 
     def __init__(self, inbox_size: int = 20, distractors: int = 2, num_steps: int = 1, max_turns: int = 10,

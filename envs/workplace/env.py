@@ -1,9 +1,10 @@
 """``textgym/Workplace-v0``: WorkBench's workplace tasks, solved by calling tools on a sandbox.
 
 :class:`ToolUseEnv` is the episode loop shared with ``textgym/EmailToolUse-v0``: parse the
-completion's ``<tool_call>`` blocks, validate, run them on the episode's sandbox, answer with
-``<tool_response>`` blocks; a completion without a call is the final answer, and the final tables
-are compared with the gold outcome.
+completion's ``<tool_call>`` blocks, validate them as a whole (one invalid call, or too many,
+and none runs), run them on the episode's sandbox, answer with ``<tool_response>`` blocks; a
+completion without a call is the final answer, and the final tables are compared with the gold
+outcome. The contract is written out in ``docs/tool_envs.md``.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from textgym.envs.workplace.dataset import DOMAINS, WorkplaceData, load_workplac
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, Sandbox, SandboxTemplate
 from textgym.envs.workplace.toolcalls import (
     MAX_RESPONSE_CHARS,
+    ToolCall,
     build_validators,
     format_tool_calls,
     parse_tool_calls,
+    rejection_message,
     render_responses,
-    validate_call,
+    validate_reply,
 )
 from textgym.envs.workplace.tools import WRITE_TOOLS, call_tool
 from textgym.envs.workplace.verify import normalized_state, replay, state_matches
@@ -52,7 +55,10 @@ def tool_instructions(schemas: Sequence[Mapping[str, Any]]) -> str:
 
 
 class ToolUseEnv(TextEnv):
-    """The tool-calling episode loop; subclasses choose the task in ``reset`` (see WorkplaceEnv)."""
+    """The tool-calling episode loop; subclasses choose the task in ``reset`` (see WorkplaceEnv).
+
+    A reply is validated whole before any call runs (all or nothing; ``docs/tool_envs.md``).
+    """
 
     def _init_tools(self, schemas: Sequence[Mapping[str, Any]], max_turns: int, max_calls_per_step: int,
                     render_mode: str | None) -> None:
@@ -118,49 +124,34 @@ class ToolUseEnv(TextEnv):
         self._turns += 1
         too_long = too_long_message(action, self.action_space)  # then nothing is parsed or run
         calls = parse_tool_calls(action) if too_long is None else []
-        results, errors, reason = [], 0, None if too_long is None else TOO_LONG
-        for call in calls[: self.max_calls_per_step]:
-            call = validate_call(call, self._validators)
-            if call.error is not None:
-                results.append(f"Error: {call.error}")
-                errors += 1
-                reason = reason or call.reason
-                continue
-            result, ok = call_tool(self._sandbox, call.name, call.arguments)
-            results.append(result if ok else f"Error: {result}")
-            errors += not ok
-            self._writes += ok and call.name in WRITE_TOOLS
-        skipped = max(0, len(calls) - self.max_calls_per_step)
-        if skipped:
-            reason = reason or "too_many_calls"
+        calls, reason = validate_reply(calls, self._validators, self.max_calls_per_step)
+        if too_long is not None:
+            reason, errors = TOO_LONG, 0
+            obs = f"{too_long} No tool was called and nothing changed; reply again, shorter."
+        elif reason is not None:  # the reply is rejected whole: no call runs
+            errors, obs = len(calls), rejection_message(calls, reason, self.max_calls_per_step)
+        else:
+            errors, obs = self._run(calls)
         self._calls += len(calls)
-        self._errors += errors + skipped
+        self._errors += errors
         final = not calls and too_long is None
         truncated = not final and self._turns >= self.max_turns
         success = None
         if final or truncated:  # no successful write: the tables are the starting ones (reads and errors write nothing)
             success = self._noop if self._writes == 0 else state_matches(normalized_state(self._sandbox),
                                                                         self._gold_state)
-        if not final:
-            if too_long is not None:
-                obs = f"{too_long} No tool was called and nothing changed; reply again, shorter."
-            else:
-                obs = render_responses(results)
-            if skipped:
-                obs += (f"\n{skipped} more tool calls were not run: at most {self.max_calls_per_step} "
-                        "calls per reply.")
-            if truncated:
-                obs += f"\n\nThe step limit ({self.max_turns} replies) is reached; the episode is over."
-        else:
+        if final:
             obs = ("Final answer received. The final tables " + ("match" if success else "do not match")
                    + " the expected outcome.")
+        elif truncated:
+            obs += f"\n\nThe step limit ({self.max_turns} replies) is reached; the episode is over."
         outcome = 1.0 if success else 0.0
         info = {
             "task_id": self._task_id,
             "gold_completion": self._gold_completion(),
             "noop_task": self._noop,
             "tool_calls": len(calls),
-            "tool_errors": errors + skipped,
+            "tool_errors": errors,
             "total_tool_calls": self._calls,
             "total_tool_errors": self._errors,
             "invalid_action": reason is not None,
@@ -173,6 +164,20 @@ class ToolUseEnv(TextEnv):
             self._sandbox = None
         self._emit(obs)
         return obs, outcome, final, truncated, info
+
+    def _run(self, calls: Sequence[ToolCall]) -> tuple[int, str]:
+        """Run a validated reply's calls in order: ``(tool errors, responses)``.
+
+        Each call runs on its own: a tool's error (``"Email not found."``) changes nothing and
+        is that call's result; the calls after it still run.
+        """
+        results, errors = [], 0
+        for call in calls:
+            result, ok = call_tool(self._sandbox, call.name, call.arguments)
+            results.append(result if ok else f"Error: {result}")
+            errors += not ok
+            self._writes += ok and call.name in WRITE_TOOLS
+        return errors, render_responses(results)
 
     def close(self) -> None:
         if self._sandbox is not None:
@@ -196,11 +201,17 @@ class WorkplaceEnv(ToolUseEnv):
     Action Space:
         ``UnicodeText(65536)``: the agent's whole reply. Tool calls are written
         ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Hermes / Qwen
-        convention; ``arguments`` may also be a JSON string), any number per reply; they are
-        validated against the tool's JSON schema (``jsonschema``) and run in order, at most
-        ``max_calls_per_step`` per reply. Malformed JSON, an unknown tool or a schema
-        violation gives an error result for that call and changes nothing. A reply without
-        ``<tool_call>`` is the final answer. Any ``str`` is accepted by ``step``; one longer
+        convention; ``arguments`` may also be a JSON string), up to ``max_calls_per_step``
+        per reply. A reply is checked as a whole before any call runs (all or nothing): if one
+        call is malformed JSON, names an unknown tool or has arguments that fail the tool's
+        JSON schema (``jsonschema``), or the reply has more than ``max_calls_per_step`` calls,
+        no call of the reply runs, the tables are unchanged, it is an invalid action, and the
+        observation says which call was wrong. Otherwise every call runs, in order, each on
+        its own: a call that is well formed but fails in the tool (``"Email not found."``,
+        a bad enum value) is a tool error, returned as that call's result; it changes nothing,
+        the other calls still run, and it is not an invalid action. The contract is in
+        ``docs/tool_envs.md``. A reply without ``<tool_call>`` is the final answer. Any
+        ``str`` is accepted by ``step``; one longer
         than 65,536 characters is an invalid action (``"too_long"``): it is not read, no tool
         runs, it is not a final answer, and the episode goes on, the rule every textgym env
         follows (:mod:`textgym.spaces`).
@@ -209,7 +220,10 @@ class WorkplaceEnv(ToolUseEnv):
         ``UnicodeText(n)``, ``n`` = ``max_calls_per_step * 16,200 + 4,096``. At reset: the
         user's request. After a reply with calls: one ``<tool_response>`` block per call, in
         order (strings as-is, other results as JSON, errors starting with ``Error:``, each cut
-        at 16,000 characters). After the final answer: whether the final tables match.
+        at 16,000 characters). After a rejected reply: ``Error: ...`` for each invalid call
+        and ``Not run: ...`` for the others, then a line saying nothing ran; or, over the
+        call limit, one sentence saying so. After the final answer: whether the final tables
+        match.
 
     Starting State:
         The starting tables, and a task drawn uniformly (``np_random``) from the loaded tasks
@@ -245,17 +259,19 @@ class WorkplaceEnv(ToolUseEnv):
         - ``noop_task`` [reset, step]: ``True`` if the gold calls change nothing (WorkBench's
           122 of 690 tasks with an empty ground truth): doing nothing is then correct.
         - ``tool_calls`` [step]: number of ``<tool_call>`` blocks in this reply.
-        - ``tool_errors`` [step]: how many of them gave an error result (malformed, unknown
-          tool, invalid arguments, a tool's own error string such as "Email not found.", or
-          not run for being over ``max_calls_per_step``).
+        - ``tool_errors`` [step]: how many of them did not succeed: every call of a rejected
+          reply (none ran), else the calls whose tool returned an error such as "Email not
+          found.". ``tool_calls - tool_errors`` calls succeeded.
         - ``total_tool_calls`` [step]: tool calls so far in the episode.
         - ``total_tool_errors`` [step]: tool errors so far in the episode.
-        - ``invalid_action`` [step]: ``True`` if the reply was too long to read, or a call of
-          it could not run (malformed, unknown tool, invalid arguments, too many calls); a
-          tool's own error is not one.
+        - ``invalid_action`` [step]: ``True`` if the reply was rejected whole, so that no call
+          of it ran and nothing changed: too long to read, more than ``max_calls_per_step``
+          calls, or a call that is malformed, names an unknown tool or has invalid arguments.
+          A tool's own error is not one. ``False`` means every call of the reply ran.
         - ``invalid_reason`` [step]: ``None``, ``"too_long"`` (over the action space's
-          ``max_length``; not read), ``"malformed_tool_call"``, ``"unknown_tool"``,
-          ``"invalid_arguments"`` or ``"too_many_calls"`` (the first in the reply).
+          ``max_length``; not read), ``"too_many_calls"``, or the reason of the reply's first
+          invalid call: ``"malformed_tool_call"``, ``"unknown_tool"`` or
+          ``"invalid_arguments"``.
         - ``success`` [step]: ``None`` while the episode runs, then whether the tables match.
         - ``reward_components`` [step]: ``{"outcome": float}``.
 
@@ -269,7 +285,8 @@ class WorkplaceEnv(ToolUseEnv):
           ``analytics``, ``project_management``, ``customer_relationship_manager``,
           ``multi_domain`` (a single string is accepted too).
         - ``max_turns``: replies per episode before truncation, default 10.
-        - ``max_calls_per_step``: tool calls run per reply, default 32.
+        - ``max_calls_per_step``: most tool calls in one reply, default 32; a reply with more
+          runs none of them (``"too_many_calls"``).
 
         Example: ``gym.make("textgym/Workplace-v0", data_dir="../shared/data/workplace",
         domains=["email"])``.
@@ -283,7 +300,10 @@ class WorkplaceEnv(ToolUseEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
-          (``"too_long"``), not parsed (issue 15).
+          (``"too_long"``), not parsed (issue 15); a reply is validated whole before any call
+          runs, and an invalid call or too many calls run none of them (issue 15; before, the
+          valid calls of such a reply ran and only the first ``max_calls_per_step`` calls of a
+          longer one).
     """
 
     def __init__(self, data_dir: str | None = None, domains: Sequence[str] | str | None = None,
@@ -314,3 +334,4 @@ class WorkplaceEnv(ToolUseEnv):
             self.data.template, self.data.gold_states.get(index))
         self._emit(task.query)
         return task.query, self._reset_info()
+

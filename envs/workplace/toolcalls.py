@@ -5,6 +5,11 @@ The format is the Hermes / Qwen chat-template convention: each call is a JSON ob
 may also be a JSON string holding that object (OpenAI style). Each result goes back in its own
 ``<tool_response>`` block, in call order. Everything here is pure: text in, values out; model text
 is parsed with :func:`json.loads`, never evaluated.
+
+A reply is checked as a whole (:func:`validate_reply`) before any of its calls runs: one call that
+cannot run (malformed, unknown tool, arguments against the schema), or more calls than the limit,
+rejects the whole reply (:func:`rejection_message` explains which call was wrong). The tool envs'
+contract is in ``docs/tool_envs.md``.
 """
 
 from __future__ import annotations
@@ -20,13 +25,16 @@ import jsonschema
 __all__ = [
     "CALL_CLOSE",
     "CALL_OPEN",
+    "TOO_MANY_CALLS",
     "ToolCall",
     "build_validators",
     "format_tool_calls",
     "has_tool_call",
     "parse_tool_calls",
+    "rejection_message",
     "render_responses",
     "validate_call",
+    "validate_reply",
 ]
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
@@ -34,6 +42,8 @@ CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 #: Longest response text per call; longer results are cut with a note.
 MAX_RESPONSE_CHARS = 16_000
+#: ``invalid_reason`` of a reply with more calls than the per-reply limit.
+TOO_MANY_CALLS = "too_many_calls"
 
 
 @dataclass(frozen=True)
@@ -123,6 +133,40 @@ def validate_call(call: ToolCall, validators: Mapping[str, Any]) -> ToolCall:
         return ToolCall(call.name, call.arguments, f"Invalid arguments for {call.name}: text must be valid "
                         "Unicode (a JSON \\u escape gave a lone surrogate).", "invalid_arguments")
     return call
+
+
+def validate_reply(calls: Sequence[ToolCall], validators: Mapping[str, Any],
+                   max_calls: int) -> tuple[list[ToolCall], str | None]:
+    """Check a reply's calls as a whole: ``(calls, reason)``; the reply may run only if ``reason`` is None.
+
+    More than ``max_calls`` calls: ``reason`` is :data:`TOO_MANY_CALLS` and the calls come back
+    as parsed (not validated: nothing of such a reply runs, so the check stops there). Otherwise
+    every call is validated (:func:`validate_call`) and ``reason`` is that of the first call that
+    may not run (``"malformed_tool_call"``, ``"unknown_tool"`` or ``"invalid_arguments"``).
+    """
+    if len(calls) > max_calls:
+        return list(calls), TOO_MANY_CALLS
+    checked = [validate_call(c, validators) for c in calls]
+    return checked, next((c.reason for c in checked if c.error is not None), None)
+
+
+def rejection_message(calls: Sequence[ToolCall], reason: str, max_calls: int) -> str:
+    """What the agent reads after a rejected reply (``reason`` from :func:`validate_reply`).
+
+    Over the limit: one sentence (no ``<tool_response>`` block, so its length stays bounded
+    whatever the number of calls). Otherwise one ``<tool_response>`` block per call, in order:
+    ``Error: ...`` for each invalid call, ``Not run: ...`` (naming the first invalid call) for
+    the others, then one line saying that nothing ran.
+    """
+    if reason == TOO_MANY_CALLS:
+        return (f"Your reply has {len(calls)} tool calls, more than the {max_calls} allowed per reply, so "
+                f"none was run and nothing changed. Reply again with at most {max_calls} calls.")
+    bad = [i for i, c in enumerate(calls, 1) if c.error is not None]
+    results = [f"Error: {c.error}" if c.error is not None else
+               f"Not run: call {bad[0]} of this reply is invalid, so none of its calls was run." for c in calls]
+    which = ("call " if len(bad) == 1 else "calls ") + ", ".join(map(str, bad))
+    return (render_responses(results) + f"\nNo call of this reply was run and nothing changed (invalid: {which}). "
+            "Send the calls again with the invalid ones corrected.")
 
 
 def _encodable(value: Any) -> bool:

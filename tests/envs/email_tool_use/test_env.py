@@ -79,9 +79,25 @@ def test_unknown_workplace_tool_is_an_error_here():
     env = EmailToolUseEnv()
     env.reset(seed=0)
     before = env.tables()
-    obs, *_, info = env.step('<tool_call>{"name": "calendar_delete_event", "arguments": {"event_id": "00000001"}}'
-                             "</tool_call>")
+    _, *_, info = env.step('<tool_call>{"name": "calendar_delete_event", "arguments": {"event_id": "00000001"}}'
+                           "</tool_call>")
     assert info["invalid_reason"] == "unknown_tool" and env.tables() == before
+
+
+@pytest.mark.parametrize("bad", ["<tool_call>{not json", '<tool_call>{"name": "email_delete_email"}</tool_call>'])
+def test_a_valid_delete_beside_an_invalid_call_does_not_run(bad):
+    """Issue 15, item 14: a reply is checked as a whole; an invalid call means no call runs."""
+    env = EmailToolUseEnv()
+    env.reset(seed=0)
+    before = env.tables()
+    delete = format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": before["emails"][0][0]}}])
+    obs, *_, info = env.step(delete + bad)
+    assert env.tables() == before and info["invalid_action"] and "Not run: " in obs
+    too_many = delete * (env.unwrapped.max_calls_per_step + 1)
+    *_, info = env.step(too_many)
+    assert env.tables() == before and info["invalid_reason"] == "too_many_calls"
+    *_, info = env.step(delete)
+    assert not info["invalid_action"] and len(env.tables()["emails"]) == len(before["emails"]) - 1
 
 
 def test_registered_and_picklable():

@@ -84,6 +84,54 @@ def test_bad_calls_give_errors_and_leave_tables_unchanged(text):
     assert (reward, terminated, truncated) == (0.0, False, False)
 
 
+DELETE_3 = '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003"}}</tool_call>'
+
+
+@pytest.mark.parametrize("bad", BAD_CALLS)
+@pytest.mark.parametrize("bad_first", [False, True])
+def test_a_reply_with_one_invalid_call_runs_no_call(bad, bad_first):
+    """All or nothing per reply: a valid write beside an invalid call does not run (issue 15, item 14)."""
+    env = WorkplaceEnv()
+    env.reset(seed=0)
+    before = env.tables()
+    obs, reward, terminated, truncated, info = env.step(bad + DELETE_3 if bad_first else DELETE_3 + bad)
+    assert env.tables() == before
+    assert info["invalid_action"] is True and info["invalid_reason"] is not None
+    assert info["tool_calls"] == info["tool_errors"] == 2 and (reward, terminated, truncated) == (0.0, False, False)
+    blocks = obs.split("</tool_response>")[:2]
+    bad_block, good_block = blocks if bad_first else blocks[::-1]
+    assert "Error: " in bad_block and "Not run: " in good_block
+    assert f"call {1 if bad_first else 2} of this reply is invalid" in good_block
+    assert "No call of this reply was run and nothing changed" in obs
+    *_, info = env.step(DELETE_3)  # the corrected reply runs
+    assert not info["invalid_action"] and info["tool_errors"] == 0 and env.tables() != before
+
+
+def test_more_calls_than_the_limit_run_none():
+    env = WorkplaceEnv(max_calls_per_step=4)
+    env.reset(seed=0)
+    before = env.tables()
+    send = {"name": "email_send_email", "arguments": {"recipient": "maya.okafor@atlas.com", "subject": "s",
+                                                      "body": "b"}}
+    obs, *_, info = env.step(format_tool_calls([send] * 5))
+    assert env.tables() == before and "<tool_response>" not in obs
+    assert "5 tool calls, more than the 4" in obs and "none was run" in obs
+    assert info["invalid_reason"] == "too_many_calls" and info["tool_calls"] == info["tool_errors"] == 5
+    *_, info = env.step(format_tool_calls([send] * 4))
+    assert not info["invalid_action"] and len(env.tables()["emails"]) == len(before["emails"]) + 4
+
+
+def test_a_tool_error_is_a_result_and_the_other_calls_run():
+    env = WorkplaceEnv()
+    env.reset(seed=0)
+    before = env.tables()
+    missing = '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "99"}}</tool_call>'
+    obs, *_, info = env.step(missing + DELETE_3)
+    assert "Email not found." in obs and "Email deleted successfully." in obs
+    assert not info["invalid_action"] and info["invalid_reason"] is None and info["tool_errors"] == 1
+    assert len(env.tables()["emails"]) == len(before["emails"]) - 1
+
+
 def test_tool_error_strings_change_nothing_and_are_not_invalid_actions():
     env = WorkplaceEnv()
     env.reset(seed=0)
@@ -187,6 +235,9 @@ def tool_calls(draw):
 def test_well_formed_calls_with_arbitrary_arguments_never_raise(calls):
     env = ENV
     env.reset(seed=1)
-    obs, reward, terminated, truncated, info = env.step(format_tool_calls(calls))
+    before = env.tables()
+    obs, _, _, _, info = env.step(format_tool_calls(calls))
     assert obs.count("<tool_response>") == len(calls) and info["tool_calls"] == len(calls)
+    if info["invalid_action"]:  # a rejected reply changes nothing
+        assert env.tables() == before and info["tool_errors"] == len(calls)
     assert env.step("done")[1] in (0.0, 1.0)

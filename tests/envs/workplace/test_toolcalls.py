@@ -6,11 +6,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from textgym.envs.workplace.toolcalls import (
+    TOO_MANY_CALLS,
     build_validators,
     format_tool_calls,
     parse_tool_calls,
+    rejection_message,
     render_responses,
     validate_call,
+    validate_reply,
 )
 from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS
 
@@ -31,8 +34,8 @@ def test_project_schemas_cover_the_27_tools():
     ('<tool_call>["a"]</tool_call>', [(None, {}, "malformed_tool_call")]),
     ('<tool_call>{"name": "a", "arguments": 3}</tool_call>', [("a", {}, "malformed_tool_call")]),
     ('x <tool_call>{"name": "a", "arguments": {}}', [("a", {}, None)]),  # unclosed last block
-    ('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{"name": "b", "arguments": {}}'
-     '</tool_call>', [("a", {}, None), ("b", {}, None)]),
+    (('<tool_call>{"name": "a", "arguments": {}}</tool_call>\n<tool_call>{"name": "b", "arguments": {}}'
+      '</tool_call>'), [("a", {}, None), ("b", {}, None)]),
 ])
 def test_parse_table(text, expected):
     assert [(c.name, c.arguments, c.reason) for c in parse_tool_calls(text)] == expected
@@ -71,3 +74,34 @@ def test_render_one_block_per_result_in_order():
     text = render_responses(["ok", {"a": 1}, [1, 2]])
     assert text.count("<tool_response>") == 3
     assert text.index("ok") < text.index(json.dumps({"a": 1})) < text.index("[1, 2]")
+
+
+GOOD = '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "1"}}</tool_call>'
+UNKNOWN = '<tool_call>{"name": "nope", "arguments": {}}</tool_call>'
+BAD_ARGS = '<tool_call>{"name": "email_delete_email", "arguments": {}}</tool_call>'
+
+
+@pytest.mark.parametrize(("text", "max_calls", "reason"), [
+    ("", 2, None),
+    (GOOD * 2, 2, None),
+    (GOOD * 3, 2, TOO_MANY_CALLS),
+    (UNKNOWN * 3, 2, TOO_MANY_CALLS),  # the count is checked first
+    (GOOD + UNKNOWN + BAD_ARGS, 3, "unknown_tool"),  # the first invalid call's reason
+    (GOOD + BAD_ARGS + "<tool_call>{", 3, "invalid_arguments"),
+    (GOOD + "<tool_call>{", 3, "malformed_tool_call"),
+])
+def test_validate_reply_table(text, max_calls, reason):
+    calls, got = validate_reply(parse_tool_calls(text), VALIDATORS, max_calls)
+    assert got == reason and len(calls) == text.count("<tool_call>")
+
+
+def test_rejection_message_names_the_invalid_calls():
+    calls, reason = validate_reply(parse_tool_calls(GOOD + UNKNOWN + GOOD + BAD_ARGS), VALIDATORS, 4)
+    text = rejection_message(calls, reason, 4)
+    blocks = text.split("</tool_response>")
+    assert len(blocks) == 5 and "Not run: call 2 of this reply is invalid" in blocks[0] + blocks[2]
+    assert "Error: Unknown tool 'nope'" in blocks[1] and "Error: Invalid arguments" in blocks[3]
+    assert "(invalid: calls 2, 4)" in blocks[4]
+    calls, reason = validate_reply(parse_tool_calls(GOOD * 1000), VALIDATORS, 4)
+    text = rejection_message(calls, reason, 4)
+    assert "1000 tool calls, more than the 4" in text and len(text) < 200
