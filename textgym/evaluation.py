@@ -1,17 +1,43 @@
-"""Summary statistics of evaluation episodes (the numbers ``textgym eval`` prints and saves)."""
+"""Summary statistics of evaluation episodes (the numbers ``textgym eval`` prints and saves).
+
+An evaluation is a pass over the tasks. :func:`plan_tasks` picks the tasks of a dataset env
+(all of them in order, the first ``limit``, or a list of ids), :class:`TaskWalk` gives each
+episode the ``reset`` options of its task (``k`` consecutive episodes per task), and
+:class:`TaskResults` gathers each task's rollouts into pass@k (:func:`pass_at_k`, the unbiased
+estimator of Chen et al., 2021) and mean@k. Success is :func:`task_score` reaching a threshold:
+the env's own grade of the task, never a shaping term. :class:`RunningSummary` /
+:func:`summarize` give the per-episode statistics.
+"""
 
 from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from textgym.rollout import Trajectory
 
-__all__ = ["OUTCOMES", "RunningSummary", "summarize"]
+__all__ = [
+    "OUTCOMES",
+    "TASK_COMPONENTS",
+    "RunningSummary",
+    "TaskResults",
+    "TaskWalk",
+    "pass_at_k",
+    "plan_tasks",
+    "summarize",
+    "task_score",
+]
 
 OUTCOMES = ("win", "draw", "loss")
+
+#: The reward component that grades the task itself, looked up in this order: ``correct``
+#: (GSM8K-v0: the right number), ``lcs`` (ReverseText-v0: 1.0 exactly for the exact reversal),
+#: ``outcome`` (TicTacToe-v0: win 1, draw 0.5; Workplace-v0 and EmailToolUse-v0: 1 when the
+#: final tables match). Format and wrapper terms (``format``, ``invalid_action``) shape the
+#: reward; they never make an episode a success.
+TASK_COMPONENTS = ("correct", "lcs", "outcome")
 
 
 def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
@@ -92,3 +118,231 @@ def summarize(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
     for trajectory in trajectories:
         running.add(trajectory)
     return running.result()
+
+
+def task_score(trajectory: Trajectory) -> tuple[str, float]:
+    """The env's grade of the task: ``(name, episode total)`` of the first of
+    :data:`TASK_COMPONENTS` the episode reports, else ``("return", episode return)`` (an env
+    outside textgym). An episode is a success when this reaches the success threshold, 1.0 by
+    default: a right GSM8K answer, an exact reversal, a won game, matching Workplace tables.
+    """
+    totals = trajectory.component_totals()
+    for name in TASK_COMPONENTS:
+        if name in totals:
+            return name, totals[name]
+    return "return", trajectory.episode_return
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased estimate of pass@k from ``n`` samples of which ``c`` succeeded.
+
+    pass@k is the probability that at least one of ``k`` samples succeeds. Drawing ``k`` of
+    the ``n`` samples without replacement, it is ``1 - C(n - c, k) / C(n, k)``: Chen et al.,
+    2021, "Evaluating Large Language Models Trained on Code" (arXiv 2107.03374), eq. 1 and the
+    numerically stable product of their Figure 3, ``1 - prod_{i=n-c+1}^{n} (1 - k / i)``.
+    With ``k == n`` it is 1.0 if any sample succeeded; with ``k == 1`` it is ``c / n``.
+
+    Args:
+        n: Samples (rollouts) of the task, >= 1.
+        c: Successful ones, in ``[0, n]``.
+        k: In ``[1, n]``.
+
+    Returns:
+        A float in [0, 1].
+
+    Raises:
+        TypeError: if ``n``, ``c`` or ``k`` is not an ``int``.
+        ValueError: for ``n < 1``, ``c`` outside ``[0, n]`` or ``k`` outside ``[1, n]``.
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"Expected {name} to be an int, got {value!r}")
+    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"Expected n >= 1, 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    if n - c < k:  # every k-subset holds a success
+        return 1.0
+    fail = 1.0
+    for i in range(n - c + 1, n + 1):
+        fail *= 1.0 - k / i
+    return 1.0 - fail
+
+
+def plan_tasks(
+    env_task_ids: Sequence[str] | None,
+    *,
+    limit: int | None = None,
+    task_ids: Sequence[str] | None = None,
+) -> list[tuple[str, dict[str, Any]]] | None:
+    """The tasks an evaluation plays, in order, each with the ``reset`` options that pick it.
+
+    Args:
+        env_task_ids: The env's task ids in order (a dataset env's ``task_ids``), or ``None``
+            for an env without a task list.
+        limit: Keep the first ``limit`` of the chosen tasks, ``>= 1``.
+        task_ids: Play these tasks, in this order. On an env with a task list each becomes
+            ``{"task_index": i}`` of its first occurrence; on one without (EmailToolUse-v0
+            makes any task from its id) each is passed as ``{"task_id": id}``, and the env's
+            ``reset`` judges it.
+
+    Returns:
+        ``[(task_id, options), ...]``; ``None`` when the env has no task list and no
+        ``task_ids`` were given (nothing to walk: episodes draw their tasks).
+
+    Raises:
+        ValueError: for an unknown or repeated id, an empty list, or a ``limit`` below 1 or
+            above the number of tasks chosen.
+    """
+    if task_ids is not None:
+        if not task_ids:
+            raise ValueError("Expected at least one task id, got none")
+        seen: set[str] = set()
+        for task_id in task_ids:
+            if task_id in seen:
+                raise ValueError(f"Task id {task_id!r} is listed twice; list each task once "
+                                 "(use rollouts per task to play one several times)")
+            seen.add(task_id)
+        if env_task_ids is None:
+            tasks = [(t, {"task_id": t}) for t in task_ids]
+        else:
+            index_of: dict[str, int] = {}
+            for i, task_id in enumerate(env_task_ids):
+                index_of.setdefault(task_id, i)
+            unknown = [t for t in task_ids if t not in index_of]
+            if unknown:
+                raise ValueError(
+                    f"Unknown task id {unknown[0]!r} ({len(unknown)} of {len(task_ids)} unknown); "
+                    f"expected ids of the env's {len(env_task_ids)} tasks, e.g. {env_task_ids[0]!r}"
+                )
+            tasks = [(t, {"task_index": index_of[t]}) for t in task_ids]
+    elif env_task_ids is None:
+        return None
+    else:
+        tasks = [(t, {"task_index": i}) for i, t in enumerate(env_task_ids)]
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= len(tasks):
+            raise ValueError(f"Expected a limit in [1, {len(tasks)}] (the tasks chosen), got {limit!r}")
+        tasks = tasks[:limit]
+    return tasks
+
+
+class TaskWalk(Sequence[dict[str, Any]]):
+    """Episode ``e``'s ``reset`` options in a pass over ``tasks``, ``rollouts`` episodes each.
+
+    Episode ``e`` plays task ``(e // rollouts) % len(tasks)``: the ``rollouts`` episodes of a
+    task are consecutive, and with ``episodes == len(tasks) * rollouts`` (the default) each task
+    is played exactly ``rollouts`` times; more episodes start again at the first task. A lazy
+    sequence, one entry per episode, for :func:`~textgym.rollout.iter_rollout`'s ``options``.
+
+    Args:
+        tasks: ``[(task_id, options), ...]`` from :func:`plan_tasks`, not empty.
+        rollouts: Episodes per task, >= 1.
+        episodes: Length of the walk; default ``len(tasks) * rollouts``.
+
+    Raises:
+        ValueError: for no tasks, ``rollouts < 1`` or ``episodes < 1``.
+    """
+
+    def __init__(self, tasks: Sequence[tuple[str, Mapping[str, Any]]], rollouts: int = 1,
+                 episodes: int | None = None):
+        if not tasks:
+            raise ValueError("Expected at least one task to walk, got none")
+        if rollouts < 1:
+            raise ValueError(f"Expected rollouts >= 1 per task, got {rollouts}")
+        self.tasks = list(tasks)
+        self.rollouts = rollouts
+        self.episodes = len(self.tasks) * rollouts if episodes is None else episodes
+        if self.episodes < 1:
+            raise ValueError(f"Expected episodes >= 1, got {self.episodes}")
+
+    def task_of(self, episode: int) -> int:
+        """The position in ``tasks`` of the task episode ``episode`` plays."""
+        return (episode // self.rollouts) % len(self.tasks)
+
+    def __len__(self) -> int:
+        return self.episodes
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.episodes))]
+        if not -self.episodes <= index < self.episodes:
+            raise IndexError(f"episode {index} of {self.episodes}")
+        return dict(self.tasks[self.task_of(index % self.episodes)][1])
+
+
+class TaskResults:
+    """Each task's rollouts, gathered one finished episode at a time, into pass@k and mean@k.
+
+    Args:
+        task_ids: The walked tasks' ids, in walk order (``[t for t, _ in plan_tasks(...)]``).
+        k: Rollouts per task: pass@k and mean@k are taken over the tasks with at least ``k``.
+        success_threshold: An episode succeeds when its :func:`task_score` is >= this.
+    """
+
+    def __init__(self, task_ids: Sequence[str], k: int = 1, success_threshold: float = 1.0):
+        if k < 1:
+            raise ValueError(f"Expected k >= 1, got {k}")
+        if not math.isfinite(success_threshold):
+            raise ValueError(f"Expected a finite success threshold, got {success_threshold}")
+        self.task_ids = list(task_ids)
+        self.k = k
+        self.success_threshold = float(success_threshold)
+        self.score_names: set[str] = set()
+        self._returns: list[list[float]] = [[] for _ in self.task_ids]
+        self._successes: list[list[bool]] = [[] for _ in self.task_ids]
+        self._components: list[dict[str, list[float]]] = [{} for _ in self.task_ids]
+
+    def add(self, task: int, trajectory: Trajectory) -> None:
+        """Count one finished rollout of the task at position ``task`` of ``task_ids``."""
+        name, score = task_score(trajectory)
+        self.score_names.add(name)
+        n = len(self._returns[task])
+        self._returns[task].append(trajectory.episode_return)
+        self._successes[task].append(score >= self.success_threshold)
+        components = self._components[task]
+        for comp, total in trajectory.component_totals().items():
+            components.setdefault(comp, [0.0] * n).append(total)
+        for values in components.values():  # a component this rollout did not report: 0
+            values.extend([0.0] * (n + 1 - len(values)))
+
+    @property
+    def success_rule(self) -> str:
+        """How success was judged, e.g. ``"correct >= 1"``."""
+        names = " or ".join(sorted(self.score_names)) or "task score"
+        return f"{names} >= {self.success_threshold:g}"
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        """One JSON-ready row per task played at least once, in walk order: ``task_id``,
+        ``rollouts``, ``successes`` (count), ``returns`` and ``success`` (one per rollout),
+        ``reward_components`` (name -> one episode total per rollout)."""
+        for task_id, returns, successes, components in zip(
+            self.task_ids, self._returns, self._successes, self._components
+        ):
+            if returns:
+                yield {
+                    "task_id": task_id,
+                    "rollouts": len(returns),
+                    "successes": sum(successes),
+                    "returns": list(returns),
+                    "success": list(successes),
+                    "reward_components": {name: list(v) for name, v in sorted(components.items())},
+                }
+
+    def result(self) -> dict[str, Any]:
+        """``tasks`` (played at least once), ``complete_tasks`` (played >= ``k`` times),
+        ``rollouts_per_task`` (``k``), ``success`` (the rule), and over the complete tasks
+        ``pass@1``, ``pass@k`` and ``mean@k`` (mean over tasks of the mean return of their
+        rollouts); NaN when no task is complete."""
+        complete = [(r, s) for r, s in zip(self._returns, self._successes) if len(r) >= self.k]
+        out: dict[str, Any] = {
+            "tasks": sum(bool(r) for r in self._returns),
+            "complete_tasks": len(complete),
+            "rollouts_per_task": self.k,
+            "success": self.success_rule,
+            "success_threshold": self.success_threshold,
+        }
+        for k in sorted({1, self.k}):
+            out[f"pass@{k}"] = (sum(pass_at_k(len(s), sum(s), k) for _, s in complete) / len(complete)
+                                if complete else math.nan)
+        out[f"mean@{self.k}"] = (sum(sum(r) / len(r) for r, _ in complete) / len(complete)
+                                 if complete else math.nan)
+        return out

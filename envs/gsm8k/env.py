@@ -158,7 +158,8 @@ class GSM8KEnv(TextEnv):
     Starting State:
         A problem drawn uniformly from the loaded split with ``np_random``, or the one named by
         ``reset(options={"task_index": i})`` (0-based, in file order) or
-        ``options={"task_id": "gsm8k-test-00042"}``.
+        ``options={"task_id": "gsm8k-test-00042"}``. ``env.task_ids`` lists the ids in that
+        order.
 
     Rewards:
         ``reward = correct + format``, both paid on the single step:
@@ -254,6 +255,12 @@ class GSM8KEnv(TextEnv):
         self.observation_space = UnicodeText(max(2048, longest))
         self.action_space = UnicodeText(65536)
         self._problem: GSM8KProblem | None = None
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        """The loaded problems' ids in order: ``reset(options={"task_index": i})`` plays
+        ``task_ids[i]`` (``textgym eval`` walks them)."""
+        return self._task_ids
 
     @staticmethod
     def is_well_formed(action: str) -> bool:

@@ -181,7 +181,8 @@ class ReverseTextEnv(TextEnv):
     Starting State:
         A text drawn uniformly from the loaded texts with ``np_random``, or the one named by
         ``reset(options={"task_index": i})`` (0-based, after length filtering) or
-        ``options={"task_id": ...}``.
+        ``options={"task_id": ...}`` (the first text with that id). ``env.task_ids`` lists the
+        ids in index order.
 
     Rewards:
         ``reward = lcs + format``, both paid on the single step:
@@ -293,6 +294,12 @@ class ReverseTextEnv(TextEnv):
         self.action_space = UnicodeText(max(65536, 2 * longest + 64))
         self._passage: Passage | None = None
         self._target = ""
+
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        """The loaded texts' ids in order: ``reset(options={"task_index": i})`` plays
+        ``task_ids[i]`` (``textgym eval`` walks them)."""
+        return self._task_ids
 
     @staticmethod
     def is_well_formed(action: str) -> bool:
