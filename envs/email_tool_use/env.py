@@ -78,7 +78,7 @@ class EmailToolUseEnv(ToolUseEnv):
         - ``system_prompt`` [reset]: the date, the company, the tool-call format and a one-line
           summary of each tool.
         - ``tools`` [reset]: the seven OpenAI function schemas (six email tools and
-          ``company_directory_find_email_address``).
+          ``company_directory_find_email_address``); a fresh deep copy at every reset.
         - ``task_id`` [reset, step]: ``"email-<16 hex digits>"``, the generator's seed.
         - ``gold_completion`` [reset, step]: what :class:`textgym.policies.GoldPolicy`
           answers: all gold calls in one reply while no write has succeeded yet (and the task

@@ -9,6 +9,7 @@ outcome. The contract is written out in ``docs/tool_envs.md``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -66,7 +67,9 @@ class ToolUseEnv(TextEnv):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
         self._init_render(render_mode)
-        self.schemas = [dict(s) for s in schemas]
+        # Deep copies: nothing nested is shared with the caller, the validators or info["tools"].
+        self._tools_json = json.dumps(list(schemas))
+        self.schemas = json.loads(self._tools_json)
         self.max_turns = max_turns
         self.max_calls_per_step = max_calls_per_step
         self._validators = build_validators(self.schemas)
@@ -114,7 +117,7 @@ class ToolUseEnv(TextEnv):
         return format_tool_calls(self._gold_calls) if self._gold_calls and self._writes == 0 else FINAL_ANSWER
 
     def _reset_info(self) -> dict[str, Any]:
-        return {"system_prompt": self._system_prompt, "tools": [dict(s) for s in self.schemas],
+        return {"system_prompt": self._system_prompt, "tools": json.loads(self._tools_json),  # a fresh deep copy
                 "task_id": self._task_id, "gold_completion": self._gold_completion(), "noop_task": self._noop}
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -251,7 +254,8 @@ class WorkplaceEnv(ToolUseEnv):
         - ``system_prompt`` [reset]: the task's system prompt (date and time, meeting hours)
           followed by the tool-call format and a one-line summary of each tool.
         - ``tools`` [reset]: the 27 OpenAI function schemas (``{"type": "function", "name",
-          "description", "parameters", "strict"}``), for a chat template.
+          "description", "parameters", "strict"}``), for a chat template; a fresh deep copy
+          at every reset, so changing it changes no validation.
         - ``task_id`` [reset, step]: the task's id, e.g. ``"workbench-email-0000"``.
         - ``gold_completion`` [reset, step]: what :class:`textgym.policies.GoldPolicy` answers:
           all gold calls as ``<tool_call>`` blocks in one reply while no write has succeeded
@@ -335,8 +339,3 @@ class WorkplaceEnv(ToolUseEnv):
         self._emit(task.query)
         return task.query, self._reset_info()
 
-    @property
-    def task_ids(self) -> tuple[str, ...]:
-        """The loaded tasks' ids in order (after the ``domains`` filter):
-        ``reset(options={"task_index": i})`` plays ``task_ids[i]`` (``textgym eval`` walks them)."""
-        return self._task_ids

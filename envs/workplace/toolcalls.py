@@ -100,6 +100,8 @@ def build_validators(schemas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Tool name -> a JSON-schema validator of its ``parameters``.
 
     Each schema is checked once per process (validators are cached by the schemas' content).
+    The validators hold their own copy of the schemas, so changing ``schemas`` afterwards (or
+    a copy handed to an agent) changes no validator.
 
     Raises:
         jsonschema.SchemaError: if a schema is not a valid JSON schema.
@@ -107,7 +109,7 @@ def build_validators(schemas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     key = json.dumps(list(schemas), sort_keys=True)
     if key not in _VALIDATOR_CACHE:
         out = {}
-        for schema in schemas:
+        for schema in json.loads(key):  # a private deep copy: the cache must not share caller's dicts
             params = schema["parameters"]
             cls = jsonschema.validators.validator_for(params)
             cls.check_schema(params)

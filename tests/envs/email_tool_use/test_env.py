@@ -1,5 +1,6 @@
 """EmailToolUse-v0: generator gold on 1,000 seeds, variety, knobs, shared tools, fuzzing."""
 
+import copy
 import pickle
 
 import gymnasium as gym
@@ -65,6 +66,28 @@ def test_email_tools_are_workplace_tools():
     _, info = EmailToolUseEnv().reset(seed=0)
     shared = {s["name"]: s for s in TOOL_SCHEMAS}
     assert len(info["tools"]) == 7 and all(shared[t["name"]] == t for t in info["tools"])
+
+
+def test_info_tools_are_copies_of_the_shared_schemas():
+    """Issue 15, item 15: mutating one env's info["tools"] must not reach TOOL_SCHEMAS or any validator."""
+    saved = copy.deepcopy(list(TOOL_SCHEMAS))
+    env = EmailToolUseEnv()
+    _, info = env.reset(seed=0)
+    try:
+        for tool in info["tools"]:
+            tool["parameters"]["required"].append("zzz")
+            tool["parameters"]["properties"].clear()
+        assert list(TOOL_SCHEMAS) == saved
+        fresh = EmailToolUseEnv()
+        _, fresh_info = fresh.reset(seed=0)
+        delete = format_tool_calls([{"name": "email_delete_email",
+                                     "arguments": {"email_id": fresh.tables()["emails"][0][0]}}])
+        *_, step = fresh.step(delete)
+        assert step["invalid_action"] is False and all(t in saved for t in fresh_info["tools"])
+    finally:  # before the fix the mutation reached the module's schemas: put them back for other tests
+        for schema, orig in zip(TOOL_SCHEMAS, saved):
+            schema["parameters"]["required"][:] = orig["parameters"]["required"]
+            schema["parameters"]["properties"].update(orig["parameters"]["properties"])
 
 
 def test_knobs_are_validated_and_shape_the_mailbox():

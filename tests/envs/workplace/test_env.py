@@ -1,5 +1,6 @@
 """Workplace-v0 on the bundled sample workplace: gold, do-nothing, errors, isolation, fuzzing."""
 
+import copy
 import json
 import pickle
 
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from textgym.envs.workplace import WorkplaceEnv
 from textgym.envs.workplace.toolcalls import format_tool_calls
+from textgym.envs.workplace.tools import TOOL_SCHEMAS
 from textgym.envs.workplace.verify import replay
 
 ENV = WorkplaceEnv()
@@ -37,7 +39,7 @@ def test_gold_earns_one_and_do_nothing_earns_the_noop_flag(index):
     assert rewards[-1] == 1.0 and info["success"] is True and info["total_tool_errors"] == 0
     assert len(rewards) == (1 if info["noop_task"] else 2)
     _, info = env.reset(options={"task_index": index})
-    _, reward, terminated, _, step = env.step("Nothing to do.")
+    _, reward, terminated, _, _ = env.step("Nothing to do.")
     assert terminated and reward == (1.0 if info["noop_task"] else 0.0)
 
 
@@ -64,8 +66,8 @@ BAD_CALLS = [
     "<tool_call>{not json}</tool_call>",
     '<tool_call>{"name": "email_delete_everything", "arguments": {}}</tool_call>',
     '<tool_call>{"name": "email_send_email", "arguments": {"recipient": "maya.okafor@atlas.com"}}</tool_call>',
-    '<tool_call>{"name": "calendar_create_event", "arguments": {"event_name": "x", "participant_email": '
-    '"maya.okafor@atlas.com", "event_start": "2023-12-01 10:00:00", "duration": 30}}</tool_call>',
+    ('<tool_call>{"name": "calendar_create_event", "arguments": {"event_name": "x", "participant_email": '
+     '"maya.okafor@atlas.com", "event_start": "2023-12-01 10:00:00", "duration": 30}}</tool_call>'),
     '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": 3}}</tool_call>',
     '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003", "x": "y"}}</tool_call>',
     '<tool_call>{"name": "email_delete_email", "arguments": "not an object"}</tool_call>',
@@ -132,6 +134,55 @@ def test_a_tool_error_is_a_result_and_the_other_calls_run():
     assert len(env.tables()["emails"]) == len(before["emails"]) - 1
 
 
+def _restore(obj, snapshot):
+    """Put ``obj`` (nested dicts and lists) back to ``snapshot`` in place, keeping every object's identity."""
+    if isinstance(obj, dict):
+        for key in list(obj):
+            if key not in snapshot:
+                del obj[key]
+        for key, value in snapshot.items():
+            if key in obj and isinstance(value, dict | list) and type(obj[key]) is type(value):
+                _restore(obj[key], value)
+            else:
+                obj[key] = copy.deepcopy(value)
+    else:
+        obj[:] = copy.deepcopy(snapshot)
+
+
+@pytest.fixture
+def guarded_schemas():
+    """Undo any change to the global schemas (only needed while info["tools"] still shares them)."""
+    snapshot = copy.deepcopy(list(TOOL_SCHEMAS))
+    yield snapshot
+    for schema, saved in zip(TOOL_SCHEMAS, snapshot):
+        _restore(schema, saved)
+
+
+def vandalize(tools):
+    for tool in tools:
+        tool["name"] = "renamed"
+        params = tool["parameters"]
+        params["required"].append("zzz")
+        params["properties"]["zzz"] = {"type": "integer"}
+        params["properties"].get("email_id", {})["type"] = "integer"
+
+
+def test_mutating_info_tools_deeply_changes_no_validation(guarded_schemas):
+    """Issue 15, item 15: info["tools"] shared nested dicts with the schemas and the cached validators."""
+    env = WorkplaceEnv()
+    _, info = env.reset(seed=0)
+    vandalize(info["tools"])
+    assert list(TOOL_SCHEMAS) == guarded_schemas and env.schemas == guarded_schemas
+    fresh = WorkplaceEnv()
+    _, fresh_info = fresh.reset(seed=0)
+    assert fresh_info["tools"] == guarded_schemas
+    for e in (fresh, env):
+        *_, step = e.step(DELETE_3)
+        assert step["invalid_action"] is False and step["tool_errors"] == 0
+    _, again = env.reset(seed=0)
+    assert again["tools"] == guarded_schemas and again["tools"] is not info["tools"]
+
+
 def test_tool_error_strings_change_nothing_and_are_not_invalid_actions():
     env = WorkplaceEnv()
     env.reset(seed=0)
@@ -182,7 +233,7 @@ def test_pickle_mid_episode_keeps_the_sandbox():
 def test_arbitrary_text_never_raises(text):
     env = ENV
     env.reset(seed=0)
-    obs, reward, terminated, truncated, info = env.step(text)
+    obs, reward, *_ = env.step(text)
     assert reward in (0.0, 1.0) and isinstance(obs, str)
 
 

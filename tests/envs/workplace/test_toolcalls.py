@@ -105,3 +105,14 @@ def test_rejection_message_names_the_invalid_calls():
     calls, reason = validate_reply(parse_tool_calls(GOOD * 1000), VALIDATORS, 4)
     text = rejection_message(calls, reason, 4)
     assert "1000 tool calls, more than the 4" in text and len(text) < 200
+
+
+def test_validators_keep_their_own_copy_of_the_schemas():
+    schemas = json.loads(json.dumps(TOOL_SCHEMAS))
+    schemas[0]["description"] += " (a content no other test caches)"
+    validators = build_validators(schemas)
+    for s in schemas:  # the caller changes its schemas afterwards
+        s["parameters"]["required"].append("zzz")
+    call = parse_tool_calls('<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "1"}}')[0]
+    for v in (validators, build_validators(TOOL_SCHEMAS)):
+        assert validate_call(call, v).error is None
