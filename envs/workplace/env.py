@@ -10,6 +10,7 @@ outcome. The contract is written out in ``docs/tool_envs.md``.
 from __future__ import annotations
 
 import json
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from textgym.envs.workplace.toolcalls import (
     validate_reply,
 )
 from textgym.envs.workplace.tools import WRITE_TOOLS, call_tool
-from textgym.envs.workplace.verify import normalized_state, replay, state_matches
+from textgym.envs.workplace.verify import normalized_state, replay, state_digest
 
 from textgym.core import TextEnv
 from textgym.data import select_task
@@ -53,6 +54,25 @@ def tool_instructions(schemas: Sequence[Mapping[str, Any]]) -> str:
         "Every argument is a string except page and page_size. When the request is done, reply "
         "without any tool call; that reply ends the conversation.\n\nTools (? = optional):\n"
         + "\n".join(lines))
+
+
+#: Template -> digest of its starting tables (freed with the template).
+_START_DIGESTS: weakref.WeakKeyDictionary[SandboxTemplate, bytes] = weakref.WeakKeyDictionary()
+
+
+def _outcome_digest(template: SandboxTemplate, calls: Sequence[Mapping[str, Any]]) -> bytes:
+    """Digest of the normalised tables that running ``calls`` on a fresh copy of ``template`` gives."""
+    if not calls and template in _START_DIGESTS:
+        return _START_DIGESTS[template]
+    sandbox = template.new()
+    try:
+        replay(sandbox, calls)
+        digest = state_digest(normalized_state(sandbox))
+    finally:
+        sandbox.close()
+    if not calls:
+        _START_DIGESTS[template] = digest
+    return digest
 
 
 class ToolUseEnv(TextEnv):
@@ -87,19 +107,21 @@ class ToolUseEnv(TextEnv):
         self._validators = build_validators(self.schemas)
 
     def _start(self, task_id: str, query: str, system_prompt: str, gold_calls: Sequence[dict[str, Any]],
-               template: SandboxTemplate, gold: tuple[Any, bool] | None = None) -> tuple[Any, bool]:
-        """Open an episode; return ``(gold state, noop)`` for callers that cache it."""
+               template: SandboxTemplate, gold: tuple[bytes, bool] | None = None) -> tuple[bytes, bool]:
+        """Open an episode; return ``(gold digest, noop)`` (48 bytes or so) for callers that cache it.
+
+        The gold outcome is kept as :func:`~.verify.state_digest` of the normalised tables, not
+        the tables themselves (about 750 KiB per WorkBench task).
+        """
         if gold is None:
-            gold_sandbox = template.new()
-            replay(gold_sandbox, gold_calls)
-            gold_state = normalized_state(gold_sandbox)
-            gold = (gold_state, state_matches(gold_state, normalized_state(template.new())))
+            digest = _outcome_digest(template, gold_calls)
+            gold = (digest, digest == _outcome_digest(template, ()))
         if self._sandbox is not None:
             self._sandbox.close()
         self._sandbox = template.new()
         self._task_id, self._query, self._system_prompt = task_id, query, system_prompt
         self._gold_calls = tuple(gold_calls)
-        self._gold_state, self._noop = gold
+        self._gold_digest, self._noop = gold
         self._turns = self._calls = self._errors = self._writes = 0
         return gold
 
@@ -141,8 +163,8 @@ class ToolUseEnv(TextEnv):
         truncated = not final and self._turns >= self.max_turns
         success = None
         if final or truncated:  # no successful write: the tables are the starting ones (reads and errors write nothing)
-            success = self._noop if self._writes == 0 else state_matches(normalized_state(self._sandbox),
-                                                                        self._gold_state)
+            success = self._noop if self._writes == 0 else (state_digest(normalized_state(self._sandbox))
+                                                            == self._gold_digest)
         if final:
             obs = ("Final answer received. The final tables " + ("match" if success else "do not match")
                    + " the expected outcome.")

@@ -1,14 +1,17 @@
 """Workplace-v0 on the bundled sample workplace: gold, do-nothing, errors, isolation, fuzzing."""
 
 import copy
+import csv
 import json
 import pickle
+import shutil
 
 import gymnasium as gym
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from textgym.envs.workplace import WorkplaceEnv
+from textgym.envs.workplace.dataset import SAMPLE_DIR
 from textgym.envs.workplace.toolcalls import format_tool_calls
 from textgym.envs.workplace.tools import TOOL_SCHEMAS
 from textgym.envs.workplace.verify import replay
@@ -202,6 +205,40 @@ def test_info_tools_are_the_schemas_and_reads_are_paginated():
     body = json.loads(obs.split("\n")[1])
     assert body["pagination"] == {"total": 2, "page": 2, "page_size": 1, "total_pages": 2}
     assert body["emails"][0]["email_id"] == "00000000"  # newest first, last page
+
+
+def big_workplace(root, n_emails=200, n_tasks=20):
+    """The sample workplace with ``n_emails`` more 1,000-character emails and ``n_tasks`` delete tasks."""
+    shutil.copytree(SAMPLE_DIR, root)
+    with open(root / "processed" / "emails.csv", "a", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        for i in range(n_emails):
+            writer.writerow([f"{100 + i:08d}", "inbox", "maya.okafor@atlas.com", f"subject {i}",
+                             "2023-11-01 09:00:00", f"{i} " + "x" * 1000])
+    first = json.loads((root / "tasks.jsonl").read_text().splitlines()[0])
+    with open(root / "tasks.jsonl", "w", encoding="utf-8") as fh:
+        for i in range(n_tasks):
+            calls = [{"name": "email_delete_email", "arguments": json.dumps({"email_id": f"{100 + i:08d}"})}]
+            fh.write(json.dumps(dict(first, id=f"big-{i}", ground_truth=calls)) + "\n")
+    return root
+
+
+def test_the_gold_outcome_cache_stays_small(tmp_path):
+    """Issue 15, item 16: the cache held every task's whole gold tables (546 MiB for WorkBench's 690)."""
+    env = WorkplaceEnv(data_dir=str(big_workplace(tmp_path / "big")))
+    n = len(env.data.tasks)
+    for i in range(n):
+        _, info = env.reset(options={"task_index": i})
+        assert info["noop_task"] is False
+    assert len(env.data.gold_states) == n
+    # 20 tasks over 200 KB of emails: whole tables would pickle to megabytes; digests to ~50 bytes each.
+    assert len(pickle.dumps(env.data.gold_states)) < 128 * n
+    env.reset(options={"task_index": 3})  # the cached outcome still grades: gold wins, a wrong delete loses
+    env.step(format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": "00000103"}}]))
+    assert env.step("done")[1] == 1.0
+    env.reset(options={"task_index": 3})
+    env.step(format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": "00000104"}}]))
+    assert env.step("done")[1] == 0.0
 
 
 def test_step_limit_truncates_and_grades():
