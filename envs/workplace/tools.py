@@ -3,7 +3,11 @@
 Semantics follow ``../shared/data/workplace/TOOLS.md`` (the NeMo Gym ``workplace_assistant``
 port of WorkBench, Styles et al. 2024): all values are strings except ``page``/``page_size``;
 search tools marked paginated return 5 items per page with a ``pagination`` block, pages out of
-range clamped; the clock is frozen at 2023-11-30 23:59:00. The errors TOOLS.md defines (``"Email
+range clamped; the clock is frozen at 2023-11-30 23:59:00. Search bounds (``date_min``,
+``time_max``) are parsed as ISO dates or timestamps and compared as such, never as strings:
+``email_search_emails`` compares the date part (WorkBench's ``.dt.date`` filter),
+``calendar_search_events`` the timestamp; a bound that does not parse is a :class:`ToolError`.
+The errors TOOLS.md defines (``"Email
 not found."``, a bad enum value, a missing argument) are raised as :class:`ToolError` *before*
 anything is written, so a failed call never changes the tables; any other exception is a bug and
 propagates.
@@ -84,6 +88,42 @@ def _parse_duration(value: str) -> None:
         raise ToolError(f"Invalid duration {value!r}: expected a positive whole number of minutes.")
 
 
+def _bound(value: str | None, name: str) -> datetime | None:
+    """A search bound (``date_min``, ``time_max``, ...) as a local timestamp; ``None`` if not given.
+
+    A date alone is its midnight. Raises :class:`ToolError` for text that is not an ISO date or
+    timestamp, or that carries a UTC offset (the workplace clock has no time zone).
+    """
+    if not value:
+        return None
+    example = "a date such as '2023-11-22' or a timestamp such as '2023-11-22 10:00:00'"
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ToolError(f"Invalid {name} {value[:80]!r}: expected {example}.") from None
+    if moment.tzinfo is not None:
+        raise ToolError(f"Invalid {name} {value[:80]!r}: expected {example}, without a UTC offset.")
+    return moment
+
+
+def _stored_time(value: str) -> datetime | None:
+    """A stored timestamp (wall-clock time, any offset dropped), or ``None`` if it does not parse."""
+    try:
+        return datetime.fromisoformat(value).replace(tzinfo=None)
+    except ValueError:
+        return None
+
+
+def _within(value: datetime | None, low: Any, high: Any) -> bool:
+    """Whether ``value`` lies in ``[low, high]``, a ``None`` bound being open.
+
+    A value that did not parse (``None``) passes only when there is no bound at all.
+    """
+    if low is None and high is None:
+        return True
+    return value is not None and (low is None or value >= low) and (high is None or value <= high)
+
+
 def _check_event_id(event_id: str) -> None:
     if not (len(event_id) == 8 and event_id.isdecimal()):
         raise ToolError("Invalid event ID format: expected 8 digits, such as '00000042'.")
@@ -127,12 +167,13 @@ def email_get_email_information_by_id(sb: Sandbox, email_id: str | None = None, 
 def email_search_emails(sb: Sandbox, query: str = "", date_min: str | None = None,
                         date_max: str | None = None, page: int = 1, page_size: int = PAGE_SIZE) -> Any:
     words = query.lower().split()
+    low, high = _bound(date_min, "date_min"), _bound(date_max, "date_max")
+    low, high = (None if b is None else b.date() for b in (low, high))  # WorkBench compares dates
     found = []
     for row in sb.rows("emails"):
         text = " ".join((row["subject"], row["body"], row["sender/recipient"])).lower()
-        day = row["sent_datetime"][:10]
-        if all(w in text for w in words) and (not date_min or day >= date_min) \
-                and (not date_max or day <= date_max):
+        sent = _stored_time(row["sent_datetime"])
+        if all(w in text for w in words) and _within(None if sent is None else sent.date(), low, high):
             found.append(row)
     if not found:
         return "No emails found."
@@ -197,10 +238,10 @@ def calendar_get_event_information_by_id(sb: Sandbox, event_id: str | None = Non
 def calendar_search_events(sb: Sandbox, query: str = "", time_min: str | None = None,
                            time_max: str | None = None, page: int = 1, page_size: int = PAGE_SIZE) -> Any:
     q = query.lower()
+    low, high = _bound(time_min, "time_min"), _bound(time_max, "time_max")
     found = [r for r in sb.rows("calendar_events")
              if (q in r["event_name"].lower() or q in r["participant_email"].lower())
-             and (not time_min or r["event_start"] >= time_min)
-             and (not time_max or r["event_start"] <= time_max)]
+             and _within(_stored_time(r["event_start"]), low, high)]
     if not found:
         return "No events found."
     found.sort(key=lambda r: r["event_start"], reverse=True)
@@ -502,8 +543,8 @@ _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
                                        "field": _s("One of: " + ", ".join(EMAIL_FIELDS))},
         ["email_id", "field"]),
     "email_search_emails": (
-        "Search emails whose subject, body or sender/recipient contain every word of the query, "
-        "newest first, 5 per page.",
+        ("Search emails whose subject, body or sender/recipient contain every word of the query, "
+         "newest first, 5 per page."),
         {"query": _s("Words to search for"), "date_min": _s("Earliest date, YYYY-MM-DD"),
          "date_max": _s("Latest date, YYYY-MM-DD"), **_PAGE}, []),
     "email_send_email": ("Send an email.", {"recipient": _s("Recipient email address"),
