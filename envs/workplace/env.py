@@ -361,3 +361,8 @@ class WorkplaceEnv(ToolUseEnv):
         self._emit(task.query)
         return task.query, self._reset_info()
 
+    @property
+    def task_ids(self) -> tuple[str, ...]:
+        """The loaded tasks' ids in order (after the ``domains`` filter):
+        ``reset(options={"task_index": i})`` plays ``task_ids[i]`` (``textgym eval`` walks them)."""
+        return self._task_ids
