@@ -4,8 +4,8 @@ Each row is a command that used to print a traceback, or to fail only after the 
 (losing its results), or to run with a misread argument.
 """
 
-import json
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -60,6 +60,50 @@ CASES = [
     pytest.param(["play", TTT, "--seed", "-1"], "--seed must be >= 0", id="play-negative-seed"),
     pytest.param(["eval", TTT, "--episodes", str(10**30), "--no-progress"], "--episodes must be in [1, ",
                  id="episodes-beyond-any-length"),
+    # issue 13: choosing the tasks of a pass
+    pytest.param(["eval", TTT, *FAST, "--limit", "3"], "--limit needs tasks to walk, and "
+                 "textgym/TicTacToe-v0 has no task list", id="limit-without-a-task-list"),
+    pytest.param(["eval", TTT, "--rollouts-per-task", "4", "--no-progress"],
+                 "--rollouts-per-task needs tasks to walk", id="rollouts-without-a-task-list"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "19"],
+                 "--limit: Expected a limit in [1, 18] (the tasks chosen), got 19 (textgym/GSM8K-v0)",
+                 id="limit-beyond-the-tasks"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "0"],
+                 "--limit must be >= 1, got 0", id="limit-zero"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids",
+                  "gsm8k-sample-00001,gsm8k-test-00001"], "--task-ids: Unknown task id 'gsm8k-test-00001' "
+                 "(1 of 2 unknown); expected ids of the env's 18 tasks, e.g. 'gsm8k-sample-00000'",
+                 id="unknown-task-id"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids",
+                  "gsm8k-sample-00001,gsm8k-sample-00001"], "listed twice", id="task-id-twice"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids", ","],
+                 "Expected at least one task id", id="no-task-ids"),
+    pytest.param(["eval", "textgym/EmailToolUse-v0", "--policy", "gold", "--no-progress", "--task-ids",
+                  "email-1"], "--task-ids: textgym/EmailToolUse-v0 cannot play task 'email-1': Expected "
+                 "options['task_id'] like", id="bad-generated-task-id"),
+    pytest.param(["eval", TTT, "--no-progress", "--task-ids", "x"],
+                 "--task-ids: textgym/TicTacToe-v0 cannot play task 'x': Unknown reset options",
+                 id="task-ids-on-tictactoe"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--sample-tasks",
+                  "--limit", "3"], "--sample-tasks draws each episode's task at random; it cannot be "
+                 "combined with --limit", id="sample-tasks-and-limit"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--episodes", "8",
+                  "--rollouts-per-task", "4"], "--episodes and --rollouts-per-task 4 both set",
+                 id="episodes-and-rollouts"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--group-size", "4"],
+                 "18 episodes are not a multiple of --group-size 4", id="walk-not-a-multiple-of-groups"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--success-threshold",
+                  "nan"], "--success-threshold must be a finite number", id="nan-success-threshold"),
+    # issue 15: the openai policy's flags
+    pytest.param(["eval", TTT, *FAST, "--concurrency", "4", "--api-key", "k"],
+                 "--concurrency, --api-key only apply to --policy openai, got --policy minimax",
+                 id="openai-flags-with-minimax"),
+    pytest.param(["eval", TTT, *FAST, "--policy", "openai", "--concurrency", "0"],
+                 "--concurrency must be >= 1", id="concurrency-zero"),
+    pytest.param(["eval", TTT, *FAST, "--policy", "openai", "--timeout-s", "inf"],
+                 "--timeout-s must be a finite number > 0", id="timeout-inf"),
+    pytest.param(["eval", TTT, *FAST, "--policy", "openai", "--max-retries", "-1"],
+                 "--max-retries must be >= 0", id="negative-retries"),
     # 13. collect filters that used to be read as string literals
     pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter",
                   "outcome == win or outcome == draw"], "--filter: expected 'and' or the end of the filter at char 15",

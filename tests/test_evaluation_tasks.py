@@ -110,7 +110,7 @@ def test_task_results_rows_and_pass_at_k():
     assert rows[1]["reward_components"] == {"format": [0.0, 0.1], "lcs": [0.5, 0.4]}
     assert rows[2]["rollouts"] == 1
     summary = results.result()
-    assert summary["tasks"] == 3 and summary["complete_tasks"] == 2 and summary["rollouts_per_task"] == 2
+    assert summary["played"] == 3 and summary["complete"] == 2 and summary["rollouts_per_task"] == 2
     assert summary["success"] == "lcs >= 1"
     assert summary["pass@1"] == pytest.approx((0.5 + 0.0) / 2)
     assert summary["pass@2"] == pytest.approx((1.0 + 0.0) / 2)
@@ -121,7 +121,7 @@ def test_task_results_with_the_success_threshold_and_no_complete_task():
     results = TaskResults(["a"], k=3, success_threshold=0.5)
     results.add(0, traj("a", {"outcome": 0.5}))
     summary = results.result()
-    assert summary["complete_tasks"] == 0 and math.isnan(summary["pass@3"])
+    assert summary["complete"] == 0 and math.isnan(summary["pass@3"])
     assert next(results.rows())["success"] == [True]
 
 

@@ -5,7 +5,14 @@ the env, an output path that cannot be written) print one line starting with
 ``textgym: error:`` and exit with code 2, like any argparse usage error; they are found before
 anything is played. ``eval --output`` and ``collect`` write each episode as it finishes; a
 Ctrl-C stops the run, keeps what was written (marked incomplete), prints one line and exits
-with code 130.
+with code 130. An endpoint that fails while ``--policy openai`` plays (unreachable, timing out
+or answering garbage through every retry) stops the run the same way, with one
+``textgym: error:`` line and exit code 1.
+
+An evaluation is a pass over the tasks: on an env that lists its tasks (``task_ids``: GSM8K-v0,
+ReverseText-v0, Workplace-v0) ``eval`` and ``collect`` play each task once, in order, unless
+``--limit``, ``--task-ids``, ``--rollouts-per-task`` or ``--sample-tasks`` (random draws with
+replacement, as for training) say otherwise (:mod:`textgym.evaluation`).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any, NoReturn
 import gymnasium as gym
 
 import textgym
-from textgym.evaluation import RunningSummary
+from textgym.evaluation import RunningSummary, TaskResults, TaskWalk, plan_tasks
 from textgym.models import DTYPE_NAMES, MODEL_NAMES
 from textgym.policies import POLICY_NAMES, Policy, make_policy
 from textgym.policies.gold import GOLD_INFO_KEY
@@ -131,10 +138,59 @@ def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, A
             "top_p": args.top_p,
             "seed": args.seed,
             "stop": list(stop),
+            **{name: value for name, value in _openai_flags(args).items() if value is not None},
         }
     if args.policy in ("random", "minimax"):
         return {"seed": args.seed, "reasoning": not args.no_reasoning}
     return {"seed": args.seed}
+
+
+#: ``--flag`` -> OpenAIPolicy argument, for the flags that only ``--policy openai`` takes.
+_OPENAI_FLAGS = {"concurrency": "max_concurrency", "timeout_s": "timeout_s",
+                 "max_retries": "max_retries", "api_key": "api_key"}
+
+
+def _openai_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The OpenAIPolicy arguments of the openai-only flags (``None`` where not given)."""
+    return {arg: getattr(args, flag, None) for flag, arg in _OPENAI_FLAGS.items()}
+
+
+def _check_openai_flags(args: argparse.Namespace) -> None:
+    """Refuse the openai-only flags with another policy, and out-of-range values.
+
+    Raises:
+        UsageError: naming the flag.
+    """
+    given = [f"--{flag.replace('_', '-')}" for flag in _OPENAI_FLAGS
+             if getattr(args, flag) is not None]
+    if given and args.policy != "openai":
+        raise UsageError(f"{', '.join(given)} only apply to --policy openai, got --policy {args.policy}")
+    if args.concurrency is not None and args.concurrency < 1:
+        raise UsageError(f"--concurrency must be >= 1 (requests in flight), got {args.concurrency}")
+    if args.timeout_s is not None and not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
+        raise UsageError(f"--timeout-s must be a finite number > 0 (seconds per attempt), got {args.timeout_s}")
+    if args.max_retries is not None and args.max_retries < 0:
+        raise UsageError(f"--max-retries must be >= 0, got {args.max_retries}")
+
+
+def _endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
+    """One line on ``exc`` if it is an endpoint failure of ``--policy openai``, else ``None``.
+
+    An endpoint failure is a ``ConnectionError``, ``TimeoutError`` or ``openai.OpenAIError``
+    (:class:`~textgym.policies.openai_compat.InvalidResponseError`, an HTTP error status)
+    raised inside ``OpenAIPolicy.act``, after its retries; the same errors raised anywhere
+    else (an env, a wrapper) are bugs and keep their traceback.
+    """
+    if policy_name != "openai":
+        return None
+    import openai
+
+    from textgym.policies.openai_compat import OpenAIPolicy
+
+    if isinstance(exc, (ConnectionError, TimeoutError, openai.OpenAIError)) and _raised_in(
+            exc, OpenAIPolicy.act):
+        return _one_line(exc)
+    return None
 
 
 def _build_policy(name: str, kwargs: dict[str, Any]) -> Policy:
@@ -166,6 +222,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     table.add_column("value", justify="right")
     ret, err = summary["mean_return"], summary["stderr_return"]
     table.add_row("episodes", str(summary["episodes"]))
+    tasks = summary.get("tasks")
+    if tasks is not None:
+        each = (f", {tasks['rollouts_per_task']} rollouts each" if tasks["rollouts_per_task"] > 1
+                else ", each once" if tasks["played"] == summary["episodes"] else "")
+        table.add_row("tasks", f"{tasks['played']} of {tasks['available'] or tasks['selected']}"
+                      + each)
     table.add_row("mean return", f"{ret:.4f}" if math.isnan(err) else f"{ret:.4f} ± {err:.4f}")
     for name, value in summary["reward_components"].items():
         table.add_row(f"  component {name}", f"{value:.4f}")
@@ -173,9 +235,16 @@ def _print_summary(summary: dict[str, Any]) -> None:
         for outcome, rate in summary["outcomes"].items():
             table.add_row(outcome, f"{rate:.1%}")
     table.add_row("truncated (time limit)", f"{summary['truncated_rate']:.1%}")
+    table.add_row("completions cut at --max-new-tokens", f"{summary['length_truncated_rate']:.1%}")
     table.add_row("invalid actions", f"{summary['invalid_action_rate']:.1%}")
     table.add_row("episodes with an invalid action", f"{summary['invalid_episode_rate']:.1%}")
     table.add_row("mean turns", f"{summary['mean_turns']:.2f}")
+    if tasks is not None:
+        k = tasks["rollouts_per_task"]
+        for name in dict.fromkeys(["pass@1", f"pass@{k}"]):
+            table.add_row(f"{name} (success: {tasks['success']})", f"{tasks[name]:.1%}")
+        if k > 1:
+            table.add_row(f"mean@{k} (mean return per task)", f"{tasks[f'mean@{k}']:.4f}")
     table.add_row("episodes / s", f"{summary['episodes_per_s']:.2f}")
     if summary.get("tokens_per_s") is not None:
         table.add_row("generated tokens / s", f"{summary['tokens_per_s']:.1f}")
@@ -216,6 +285,16 @@ class _Setup:
     env_kwargs: dict[str, Any]
     wrappers: list[str]
     stop: tuple[str, ...]  # where a completion may end (the env's stop strings)
+    episodes: int
+    walk: TaskWalk | None  # each episode's task, or None: each reset draws one
+    tasks_available: int | None  # len(env.task_ids), None for an env without a task list
+
+    def task_results(self, args: argparse.Namespace) -> TaskResults | None:
+        """A fresh per-task tally of the walk (``None`` without one)."""
+        if self.walk is None:
+            return None
+        return TaskResults([t for t, _ in self.walk.tasks], self.walk.rollouts,
+                           args.success_threshold)
 
 
 #: The ``info`` key each scripted policy plays from, and which envs give it.
@@ -234,33 +313,105 @@ def _setup(args: argparse.Namespace) -> _Setup:
         UsageError: for a bad count or seed, an env that cannot be made, or a scripted
             policy that needs an ``info`` key the env does not give.
     """
-    if not 1 <= args.episodes <= sys.maxsize:
+    if args.episodes is not None and not 1 <= args.episodes <= sys.maxsize:
         raise UsageError(f"--episodes must be in [1, {sys.maxsize}], got {args.episodes}")
     if args.batch_size < 1:
         raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.group_size < 1 or args.episodes % args.group_size:
-        raise UsageError(
-            f"--episodes {args.episodes} is not a multiple of --group-size {args.group_size}; "
-            "use a multiple of the group size"
-        )
+    if args.group_size < 1:
+        raise UsageError(f"--group-size must be >= 1, got {args.group_size}")
     if args.seed < 0:
         raise UsageError(f"--seed must be >= 0 (episode seeds are non-negative), got {args.seed}")
+    _check_task_flags(args)
+    _check_openai_flags(args)
     env_kwargs = _parse_env_kwargs(args.env_kwargs)
     wrappers = [w for w in args.wrappers.split(",") if w] if args.wrappers else []
     make_env, probe = _env_factory(args.env_id, env_kwargs, wrappers)
     try:
         stop = tuple(getattr(probe.unwrapped, "stop_strings", ()))
         _, info = probe.reset(seed=args.seed)
+        if args.policy in _POLICY_NEEDS and _POLICY_NEEDS[args.policy][0] not in info:
+            key, who = _POLICY_NEEDS[args.policy]
+            fits = [p for p in POLICY_NAMES
+                    if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)]
+            raise UsageError(f"--policy {args.policy} cannot play {args.env_id}: it plays from "
+                             f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
+                             f"{fits[-1]}")
+        env_task_ids = getattr(probe.unwrapped, "task_ids", None)
+        walk = _task_walk(args, probe, env_task_ids)
     finally:
         probe.close()
-    if args.policy in _POLICY_NEEDS and _POLICY_NEEDS[args.policy][0] not in info:
-        key, who = _POLICY_NEEDS[args.policy]
-        fits = [p for p in POLICY_NAMES
-                if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)]
-        raise UsageError(f"--policy {args.policy} cannot play {args.env_id}: it plays from "
-                         f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
-                         f"{fits[-1]}")
-    return _Setup(make_env, env_kwargs, wrappers, stop)
+    episodes = len(walk) if walk is not None else args.episodes or _DEFAULT_EPISODES
+    if episodes % args.group_size:
+        raise UsageError(
+            f"{episodes} episodes are not a multiple of --group-size {args.group_size}; "
+            "use a multiple of the group size"
+        )
+    return _Setup(make_env, env_kwargs, wrappers, stop, episodes, walk,
+                  None if env_task_ids is None else len(env_task_ids))
+
+
+_DEFAULT_EPISODES = 100  # on an env without a task list, or with --sample-tasks
+
+
+def _check_task_flags(args: argparse.Namespace) -> None:
+    """Refuse task-selection flags that contradict each other (before the env is made)."""
+    if args.rollouts_per_task < 1:
+        raise UsageError(f"--rollouts-per-task must be >= 1, got {args.rollouts_per_task}")
+    if args.limit is not None and args.limit < 1:
+        raise UsageError(f"--limit must be >= 1, got {args.limit}")
+    if not math.isfinite(args.success_threshold):
+        raise UsageError(f"--success-threshold must be a finite number, got {args.success_threshold}")
+    picks = [flag for flag, given in (("--limit", args.limit is not None),
+                                      ("--task-ids", args.task_ids is not None),
+                                      ("--rollouts-per-task", args.rollouts_per_task > 1)) if given]
+    if args.sample_tasks and picks:
+        raise UsageError(f"--sample-tasks draws each episode's task at random; it cannot be "
+                         f"combined with {', '.join(picks)}, which walk the tasks in order")
+    if args.rollouts_per_task > 1 and args.episodes is not None:
+        raise UsageError(f"--episodes and --rollouts-per-task {args.rollouts_per_task} both set "
+                         "the number of episodes; give --rollouts-per-task (with --limit or "
+                         "--task-ids to choose the tasks)")
+
+
+def _task_walk(args: argparse.Namespace, probe: gym.Env,
+               env_task_ids: Sequence[str] | None) -> TaskWalk | None:
+    """The tasks ``eval``/``collect`` walk, or ``None`` when each reset draws its task.
+
+    On an env with a task list the default is every task once, in order; ``--episodes N``
+    then walks N episodes in order (starting again after the last task). ``--task-ids`` on an
+    env without a list (EmailToolUse-v0) are checked by a ``reset`` each.
+
+    Raises:
+        UsageError: for ``--limit`` / ``--rollouts-per-task`` on an env without a task list, or
+            task ids the env does not know.
+    """
+    if args.sample_tasks:
+        return None
+    task_ids = None
+    if args.task_ids is not None:
+        task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()]
+    if env_task_ids is None and task_ids is None:
+        for flag, given in (("--limit", args.limit is not None),
+                            ("--rollouts-per-task", args.rollouts_per_task > 1)):
+            if given:
+                raise UsageError(f"{flag} needs tasks to walk, and {args.env_id} has no task list "
+                                 "(only GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); "
+                                 "name tasks with --task-ids, or use --episodes")
+        return None
+    try:
+        tasks = plan_tasks(env_task_ids, limit=args.limit, task_ids=task_ids)
+    except ValueError as exc:
+        flag = "--limit" if "limit" in str(exc) else "--task-ids"
+        raise UsageError(f"{flag}: {exc} ({args.env_id})") from None
+    assert tasks is not None
+    if env_task_ids is None:
+        for task_id, options in tasks:
+            try:
+                probe.reset(seed=args.seed, options=options)
+            except ValueError as exc:
+                raise UsageError(f"--task-ids: {args.env_id} cannot play task {task_id!r}: "
+                                 f"{_one_line(exc)}") from None
+    return TaskWalk(tasks, args.rollouts_per_task, args.episodes)
 
 
 def _checked_output(check: Callable[[Path, str], None], path: Path) -> Path:
@@ -272,51 +423,75 @@ def _checked_output(check: Callable[[Path, str], None], path: Path) -> Path:
     return path
 
 
+@dataclasses.dataclass
+class _Played:
+    """How a play ended: its length, and what stopped it early (if anything)."""
+
+    elapsed: float
+    interrupted: bool = False  # Ctrl-C
+    error: str | None = None  # the endpoint of --policy openai failed (one line)
+
+    @property
+    def complete(self) -> bool:
+        return not (self.interrupted or self.error)
+
+
 def _play(args: argparse.Namespace, setup: _Setup, policy: Policy, description: str,
-          keep: Callable[[Trajectory], None]) -> tuple[float, bool]:
-    """Play ``args.episodes`` episodes; ``keep`` each finished one, in episode (seed) order.
+          keep: Callable[[int, Trajectory], None]) -> _Played:
+    """Play ``setup.episodes`` episodes; ``keep(i, episode)`` each finished one, in episode order.
 
     An episode that finishes before an earlier one is held back until that one is kept. A
-    Ctrl-C stops the play; the episodes finished by then, held back or not, are all kept.
-    ``keep`` runs with Ctrl-C held back (:func:`~textgym.results.hold_interrupts`), so it
-    never stops half way.
-
-    Returns:
-        ``(elapsed seconds, whether every episode was played)``.
+    Ctrl-C, or an endpoint failure of ``--policy openai`` (:func:`_endpoint_failure`), stops
+    the play; the episodes finished by then, held back or not, are all kept. ``keep`` runs
+    with Ctrl-C held back (:func:`~textgym.results.hold_interrupts`), so it never stops half
+    way.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     held: dict[int, Trajectory] = {}
     next_index = 0
-    complete = True
     start = time.perf_counter()
+    played = _Played(0.0)
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), disable=args.no_progress, transient=True) as progress:
-        task = progress.add_task(f"{description} {args.env_id}", total=args.episodes)
-        seeds = _GroupSeeds(args.seed, args.episodes, args.group_size)
-        episodes = iter_rollout(setup.make_env, policy, seeds, batch_size=args.batch_size)
+        task = progress.add_task(f"{description} {args.env_id}", total=setup.episodes)
+        seeds = _GroupSeeds(args.seed, setup.episodes, args.group_size)
+        episodes = iter_rollout(setup.make_env, policy, seeds, batch_size=args.batch_size,
+                                options=setup.walk)
         try:
             with contextlib.closing(episodes):
                 for index, traj in episodes:
                     held[index] = traj
                     while next_index in held:
                         with hold_interrupts():
-                            keep(held[next_index])
+                            keep(next_index, held[next_index])
                             del held[next_index]
                         next_index += 1
                     progress.advance(task)
         except KeyboardInterrupt:
-            complete = False
+            played.interrupted = True
+        except Exception as exc:
+            played.error = _endpoint_failure(args.policy, exc)
+            if played.error is None:
+                raise
     for index in sorted(held):  # finished, but after an episode the Ctrl-C cut short
         with hold_interrupts():
-            keep(held.pop(index))
-    return time.perf_counter() - start, complete
+            keep(index, held.pop(index))
+    played.elapsed = time.perf_counter() - start
+    return played
 
 
 def _summary(args: argparse.Namespace, setup: _Setup, policy: Policy, running: RunningSummary,
-             elapsed: float, complete: bool) -> dict[str, Any]:
-    """The run's summary: settings, :class:`RunningSummary` statistics, speed, completeness."""
+             tasks: TaskResults | None, played: _Played) -> dict[str, Any]:
+    """The run's summary: settings, :class:`RunningSummary` statistics, the walk's per-task
+    statistics (``tasks``, ``None`` with random draws), speed, completeness."""
     stats = running.result()
+    elapsed, complete = played.elapsed, played.complete
+    walked = None
+    if tasks is not None:
+        assert setup.walk is not None
+        walked = {"available": setup.tasks_available, "selected": len(setup.walk.tasks),
+                  **tasks.result()}
     tokens = getattr(policy, "tokens_generated", None)
     return {
         "env_id": args.env_id,
@@ -326,10 +501,13 @@ def _summary(args: argparse.Namespace, setup: _Setup, policy: Policy, running: R
         "wrappers": setup.wrappers,
         "seed": args.seed,
         "group_size": args.group_size,
-        # False after a Ctrl-C: then "episodes" counts those finished and saved.
+        # False after a Ctrl-C or an endpoint failure ("error"): then "episodes" counts those
+        # finished and saved.
         "complete": complete,
-        "episodes_requested": args.episodes,
+        "error": played.error,
+        "episodes_requested": setup.episodes,
         **stats,
+        "tasks": walked,
         "elapsed_s": elapsed,
         "episodes_per_s": stats["episodes"] / elapsed if elapsed > 0 else math.inf,
         "tokens_generated": tokens,
@@ -348,6 +526,11 @@ def verdict(summary: dict[str, Any]) -> str:
                                for name, rate in outcomes.items() if not math.isnan(rate)))
     else:
         parts.append(f"mean return {summary['mean_return']:.3f}")
+    if summary.get("tasks") is not None:
+        tasks, k = summary["tasks"], summary["tasks"]["rollouts_per_task"]
+        parts.append(f"pass@1 {tasks['pass@1']:.0%}"
+                     + (f", pass@{k} {tasks[f'pass@{k}']:.0%}" if k > 1 else "")
+                     + f" over {tasks['played']} tasks")
     if summary["truncated_rate"] > 0:
         parts.append(f"{summary['truncated_rate']:.0%} of episodes hit the turn limit")
     text = f"{who} over {summary['episodes']} episodes: " + "; ".join(parts) + "."
@@ -363,35 +546,59 @@ def cmd_eval(args: argparse.Namespace) -> int:
     setup = _setup(args)
     out_dir = _checked_output(check_dir, Path(args.output)) if args.output else None
     policy = _build_policy(args.policy, _policy_kwargs(args, setup.stop))
-    running = RunningSummary()
+    running, tasks = RunningSummary(), setup.task_results(args)
     with contextlib.ExitStack() as stack:
         sink = None
         if out_dir is not None:
-            # The old summary describes trajectories about to be overwritten.
+            # The old summary and per-task rows describe trajectories about to be overwritten.
             (out_dir / "summary.json").unlink(missing_ok=True)
+            (out_dir / "per_task.jsonl").unlink(missing_ok=True)
             sink = stack.enter_context(open_jsonl(out_dir / "trajectories.jsonl"))
 
-        def keep(traj: Trajectory) -> None:
+        def keep(index: int, traj: Trajectory) -> None:
             if sink is not None:
                 sink.write(traj.to_json())
             running.add(traj)
+            if tasks is not None:
+                tasks.add(setup.walk.task_of(index), traj)  # type: ignore[union-attr]
 
-        elapsed, complete = _play(args, setup, policy, "eval", keep)
-    summary = _summary(args, setup, policy, running, elapsed, complete)
+        played = _play(args, setup, policy, "eval", keep)
+    summary = _summary(args, setup, policy, running, tasks, played)
+    files = []
     if out_dir is not None:
         with hold_interrupts():
+            if tasks is not None:
+                with open_jsonl(out_dir / "per_task.jsonl") as rows:
+                    for row in tasks.rows():
+                        rows.write(json.dumps(_json_safe(row), ensure_ascii=False))
             write_json(out_dir / "summary.json", _json_safe(summary))
-    if not complete:
-        saved = (f"; wrote them to {out_dir / 'trajectories.jsonl'} and {out_dir / 'summary.json'}"
-                 ' ("complete": false)' if out_dir is not None else "; nothing saved (no --output)")
-        print(f"textgym: interrupted after {summary['episodes']} of {args.episodes} episodes"
-              + saved, file=sys.stderr)
-        return 130
+        files = [out_dir / name for name in ("summary.json", "trajectories.jsonl", "per_task.jsonl")
+                 if name != "per_task.jsonl" or tasks is not None]
+    if not played.complete:
+        saved = (f"; wrote them to {_and(files[1:] + files[:1])} (\"complete\": false)"
+                 if out_dir is not None else "; nothing saved (no --output)")
+        return _stopped(played, f"{summary['episodes']} of {setup.episodes} episodes{saved}")
     _print_summary(summary)
     print(verdict(summary))
     if out_dir is not None:
-        print(f"wrote {out_dir / 'summary.json'} and {out_dir / 'trajectories.jsonl'}")
+        print(f"wrote {_and(files)}")
     return 0
+
+
+def _and(paths: Sequence[Path]) -> str:
+    """``"a and b"``, ``"a, b and c"``."""
+    names = [str(p) for p in paths]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def _stopped(played: _Played, what: str) -> int:
+    """Say in one line why the play stopped and what it kept; the exit code (130 or 1)."""
+    if played.error is not None:
+        print(f"textgym: error: --policy openai failed: {played.error}; stopped after {what}",
+              file=sys.stderr)
+        return 1
+    print(f"textgym: interrupted after {what}", file=sys.stderr)
+    return 130
 
 
 def cmd_collect(args: argparse.Namespace) -> int:
@@ -406,22 +613,23 @@ def cmd_collect(args: argparse.Namespace) -> int:
     setup = _setup(args)
     out = _checked_output(check_file, Path(args.output))
     policy = _build_policy(args.policy, _policy_kwargs(args, setup.stop))
-    running = RunningSummary()
+    running, tasks = RunningSummary(), setup.task_results(args)
     with open_jsonl(out) as sink:
 
-        def keep(traj: Trajectory) -> None:
+        def keep(index: int, traj: Trajectory) -> None:
             if wanted(traj):
                 sink.write(json.dumps(sft_record(traj), ensure_ascii=False))
             running.add(traj)
+            if tasks is not None:
+                tasks.add(setup.walk.task_of(index), traj)  # type: ignore[union-attr]
 
-        elapsed, complete = _play(args, setup, policy, "collect", keep)
-    summary = _summary(args, setup, policy, running, elapsed, complete)
+        played = _play(args, setup, policy, "collect", keep)
+    summary = _summary(args, setup, policy, running, tasks, played)
     kept = f"kept {sink.count} of {summary['episodes']} episodes" + (
         f" (filter: {args.filter})" if args.filter else "")
-    if not complete:
-        print(f"textgym: interrupted after {summary['episodes']} of {args.episodes} episodes; "
-              f"{kept}; wrote {out} ({sink.count} whole records, valid JSONL)", file=sys.stderr)
-        return 130
+    if not played.complete:
+        return _stopped(played, f"{summary['episodes']} of {setup.episodes} episodes; {kept}; "
+                                f"wrote {out} ({sink.count} whole records, valid JSONL)")
     _print_summary(summary)
     print(f"{kept}; wrote {out}")
     return 0
@@ -586,7 +794,26 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
                        help="weights of an hf model; auto: bfloat16 where the CPU/GPU computes it "
                        "natively, else float32")
-        p.add_argument("--episodes", type=int, default=100)
+        p.add_argument("--episodes", type=int, default=None,
+                       help=f"episodes to play (default {_DEFAULT_EPISODES}); on an env with a task "
+                            "list (GSM8K, ReverseText, Workplace) the default is one pass over the "
+                            "tasks, and N episodes walk them in order, from the first again after "
+                            "the last")
+        p.add_argument("--limit", type=int, default=None,
+                       help="play only the first N tasks (of the env's list, or of --task-ids)")
+        p.add_argument("--task-ids", default=None,
+                       help="comma-separated task ids to play, in this order (any env whose "
+                            "reset takes options['task_id'])")
+        p.add_argument("--rollouts-per-task", type=int, default=1,
+                       help="play each task K times (consecutive episodes) and report pass@K "
+                            "and mean@K; eval --output writes per_task.jsonl")
+        p.add_argument("--success-threshold", type=float, default=1.0,
+                       help="an episode succeeds (for pass@k) when its task component (correct, "
+                            "lcs or outcome; the return for an env without one) is >= this; "
+                            "default 1.0: a right answer, an exact reversal, a win, matching tables")
+        p.add_argument("--sample-tasks", action="store_true",
+                       help="draw each episode's task at random, with replacement (as for "
+                            "training), instead of walking the task list; --episodes counts them")
         p.add_argument("--seed", type=int, default=0,
                        help="group g of episodes is reset with seed + g (one group per episode by default)")
         p.add_argument("--group-size", type=int, default=1,
@@ -599,6 +826,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--max-new-tokens", type=int, default=256)
         p.add_argument("--temperature", type=float, default=0.7)
         p.add_argument("--top-p", type=float, default=1.0)
+        p.add_argument("--concurrency", type=int, default=None,
+                       help="--policy openai: most requests in flight at once (default 8)")
+        p.add_argument("--timeout-s", type=float, default=None,
+                       help="--policy openai: seconds one attempt of a request may take (default 120)")
+        p.add_argument("--max-retries", type=int, default=None,
+                       help="--policy openai: retries of a request after a transient failure "
+                            "(default 3)")
+        p.add_argument("--api-key", default=None,
+                       help="--policy openai: bearer token (default: $OPENAI_API_KEY, which keeps "
+                            "it out of the process list; else 'EMPTY')")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         p.add_argument("--no-reasoning", action="store_true",
                        help="random/minimax: answer <move>N</move> without a <think> block")
@@ -697,10 +934,9 @@ def _run_trainer(command: str, argv: Sequence[str]) -> int:
         import tyro
 
         from textgym.algos.common import check_resumable
+        from textgym.algos.sft import read_conversations
         from textgym.data import read_jsonl
         from textgym.models import load_model
-
-        from textgym.algos.sft import read_conversations
 
         if command == "sft":
             from textgym.algos.sft import SFTConfig as Config
@@ -764,7 +1000,9 @@ def _raised_in(exc: BaseException, *functions: Callable[..., Any]) -> bool:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``textgym`` console script; returns the exit code.
 
-    0: done; 2: a usage error (one ``textgym: error:`` line); 130: interrupted by Ctrl-C (one
+    0: done; 1: the endpoint of ``--policy openai`` failed while playing (one
+    ``textgym: error:`` line; ``eval``/``collect`` keep and report what they saved, as after a
+    Ctrl-C); 2: a usage error (one ``textgym: error:`` line); 130: interrupted by Ctrl-C (one
     line; ``eval``/``collect`` keep and report what they saved).
     """
     argv = list(sys.argv[1:] if argv is None else argv)

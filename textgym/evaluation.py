@@ -328,14 +328,15 @@ class TaskResults:
                 }
 
     def result(self) -> dict[str, Any]:
-        """``tasks`` (played at least once), ``complete_tasks`` (played >= ``k`` times),
-        ``rollouts_per_task`` (``k``), ``success`` (the rule), and over the complete tasks
-        ``pass@1``, ``pass@k`` and ``mean@k`` (mean over tasks of the mean return of their
-        rollouts); NaN when no task is complete."""
+        """``played`` (tasks played at least once), ``complete`` (tasks played >= ``k``
+        times), ``rollouts_per_task`` (``k``), ``success`` (the rule) and
+        ``success_threshold``, and over the complete tasks ``pass@1``, ``pass@k`` and
+        ``mean@k`` (mean over tasks of the mean return of their rollouts); NaN when no task is
+        complete."""
         complete = [(r, s) for r, s in zip(self._returns, self._successes) if len(r) >= self.k]
         out: dict[str, Any] = {
-            "tasks": sum(bool(r) for r in self._returns),
-            "complete_tasks": len(complete),
+            "played": sum(bool(r) for r in self._returns),
+            "complete": len(complete),
             "rollouts_per_task": self.k,
             "success": self.success_rule,
             "success_threshold": self.success_threshold,
