@@ -66,8 +66,11 @@ CASES = [
     pytest.param(["eval", TTT, "--rollouts-per-task", "4", "--no-progress"],
                  "--rollouts-per-task needs tasks to walk", id="rollouts-without-a-task-list"),
     pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "19"],
-                 "--limit: Expected a limit in [1, 18] (the tasks chosen), got 19 (textgym/GSM8K-v0)",
-                 id="limit-beyond-the-tasks"),
+                 "--limit 19 is more than the 18 tasks textgym/GSM8K-v0 holds; use at most 18, or "
+                 "leave --limit out to play them all", id="limit-beyond-the-tasks"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "3",
+                  "--task-ids", "gsm8k-sample-00001,gsm8k-sample-00002"],
+                 "--limit 3 is more than the 2 tasks --task-ids lists", id="limit-beyond-the-ids"),
     pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "0"],
                  "--limit must be >= 1, got 0", id="limit-zero"),
     pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids",
@@ -90,8 +93,12 @@ CASES = [
     pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--episodes", "8",
                   "--rollouts-per-task", "4"], "--episodes and --rollouts-per-task 4 both set",
                  id="episodes-and-rollouts"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--group-size", "4"],
-                 "18 episodes are not a multiple of --group-size 4", id="walk-not-a-multiple-of-groups"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--group-size", "4",
+                  "--rollouts-per-task", "6"], "--group-size 4 groups copies of one task, and the walk "
+                 "plays each task --rollouts-per-task 6 times", id="walk-rollouts-not-in-groups"),
+    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--sample-tasks",
+                  "--episodes", "6", "--group-size", "4"], "6 episodes are not a multiple of --group-size 4",
+                 id="sampled-episodes-not-in-groups"),
     pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--success-threshold",
                   "nan"], "--success-threshold must be a finite number", id="nan-success-threshold"),
     # issue 15: the openai policy's flags

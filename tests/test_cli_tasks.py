@@ -181,3 +181,14 @@ def test_a_stale_per_task_file_is_removed(tmp_path):
     eval_run(tmp_path, "textgym/GSM8K-v0", "--policy", "gold", "--limit", "2")
     _, _, rows = eval_run(tmp_path, "textgym/TicTacToe-v0", "--policy", "random", "--episodes", "2")
     assert rows is None  # no task list: no per-task rows, and not the old ones
+
+
+def test_groups_of_a_walk_are_copies_of_one_task_sharing_a_seed(tmp_path):
+    out = tmp_path / "run"
+    assert main(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--limit", "2", "--rollouts-per-task", "4",
+                 "--group-size", "2", "--seed", "10", *QUIET, "--output", str(out)]) == 0
+    records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    first, second = env_task_ids("textgym/GSM8K-v0")[:2]
+    assert [(r["task_id"], r["seed"]) for r in records] == [
+        (first, 10), (first, 10), (first, 11), (first, 11),
+        (second, 12), (second, 12), (second, 13), (second, 13)]

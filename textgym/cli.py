@@ -398,12 +398,21 @@ def _task_walk(args: argparse.Namespace, probe: gym.Env,
                                  "(only GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); "
                                  "name tasks with --task-ids, or use --episodes")
         return None
+    chosen = len(task_ids) if task_ids is not None else len(env_task_ids)  # type: ignore[arg-type]
+    if args.limit is not None and args.limit > chosen:
+        of = "--task-ids lists" if task_ids is not None else f"{args.env_id} holds"
+        raise UsageError(f"--limit {args.limit} is more than the {chosen} tasks {of}; use at most "
+                         f"{chosen}, or leave --limit out to play them all")
     try:
         tasks = plan_tasks(env_task_ids, limit=args.limit, task_ids=task_ids)
     except ValueError as exc:
-        flag = "--limit" if "limit" in str(exc) else "--task-ids"
-        raise UsageError(f"{flag}: {exc} ({args.env_id})") from None
-    assert tasks is not None
+        raise UsageError(f"--task-ids: {exc} ({args.env_id})") from None
+    assert tasks is not None  # there is a task list, or ids
+    if args.rollouts_per_task % args.group_size:
+        raise UsageError(f"--group-size {args.group_size} groups copies of one task, and the walk "
+                         f"plays each task --rollouts-per-task {args.rollouts_per_task} times; use "
+                         "a number of rollouts per task that is a multiple of the group size "
+                         "(or --sample-tasks for random draws in groups)")
     if env_task_ids is None:
         for task_id, options in tasks:
             try:
@@ -817,7 +826,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--seed", type=int, default=0,
                        help="group g of episodes is reset with seed + g (one group per episode by default)")
         p.add_argument("--group-size", type=int, default=1,
-                       help="copies of each task sharing one seed, as in a GRPO group")
+                       help="copies of each task sharing one seed, as in a GRPO group (walking "
+                            "a task list: a divisor of --rollouts-per-task)")
         p.add_argument("--env-kwargs", default="{}", help="JSON object passed to gymnasium.make")
         p.add_argument("--wrappers", default="",
                        help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}")
@@ -842,7 +852,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p_eval = sub.add_parser("eval", help="play episodes with a policy and report statistics")
     add_play_args(p_eval)
-    p_eval.add_argument("--output", default=None, help="directory for summary.json and trajectories.jsonl")
+    p_eval.add_argument("--output", default=None,
+                        help="directory for summary.json, trajectories.jsonl and, when the tasks "
+                             "are walked, per_task.jsonl")
     p_eval.set_defaults(func=cmd_eval)
 
     p_collect = sub.add_parser("collect", help="play episodes and write chat-format JSONL for SFT")
