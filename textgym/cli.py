@@ -395,8 +395,9 @@ def _task_walk(args: argparse.Namespace, probe: gym.Env,
                             ("--rollouts-per-task", args.rollouts_per_task > 1)):
             if given:
                 raise UsageError(f"{flag} needs tasks to walk, and {args.env_id} has no task list "
-                                 "(only GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); "
-                                 "name tasks with --task-ids, or use --episodes")
+                                 "(GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); use "
+                                 "--episodes, or --task-ids on an env that makes a task from its "
+                                 "id (EmailToolUse-v0)")
         return None
     chosen = len(task_ids) if task_ids is not None else len(env_task_ids)  # type: ignore[arg-type]
     if args.limit is not None and args.limit > chosen:
