@@ -447,6 +447,9 @@ def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tupl
         _resolve_adapter_base(base, path), dtype=None, cache_dir=cache_dir, depth=depth + 1
     )
     model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    # As after from_pretrained: peft leaves the merged weights frozen, and some torch kernels
+    # take much slower paths for frozen weights (see textgym.policies.decoding._prefill).
+    model.requires_grad_(True)
     return (model if dtype is None else model.to(dtype)), tokenizer
 
 

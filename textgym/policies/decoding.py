@@ -433,7 +433,12 @@ def _prefill(
         position_ids=positions,
         past_key_values=cache,
         use_cache=True,
-        logits_to_keep=1,
+        # The last position as an index tensor, not ``logits_to_keep=1``: transformers slices
+        # ``hidden[:, -1:]`` for an int, a strided view, and torch's linear on a strided 3-D
+        # input with a weight that does not require grad (a frozen LoRA base, a merged adapter)
+        # copies the whole LM-head weight once per row: 63 s instead of 0.07 s for Gemma's
+        # 262,144 x 640 head at 28 rows (torch 2.13, CPU). Indexing gives a contiguous input.
+        logits_to_keep=torch.tensor([width_new - 1], device=device),
     )
     return cache, mask, output.logits[:, -1].float()
 
