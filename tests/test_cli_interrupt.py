@@ -43,14 +43,20 @@ def ctrl_c():
     os.kill(os.getpid(), signal.SIGINT)
 
 
+@pytest.fixture(autouse=True)
+def default_sigint():
+    """A shell starts background jobs with SIGINT ignored (the suite then hung here once);
+    these tests are about the default handler."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
-def ctrl_c_at_turn(monkeypatch, request):
+def ctrl_c_at_turn(monkeypatch):
     """``ctrl_c_at_turn(n)``: the policy presses Ctrl-C on its n-th batched turn."""
 
     def arm(turn):
-        # A shell starts background jobs with SIGINT ignored; this test is about the default.
-        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-        request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
         build = textgym.cli._build_policy
 
         def build_and_arm(name, kwargs):
