@@ -42,12 +42,19 @@ def test_gpu_suite_smoke_runs_every_part_and_resumes(tmp_path):
         "pipeline-eval-sft",
         "pipeline-grpo",
         "pipeline-eval-grpo",
+        "pipeline-mastery",
+        "pipeline-eval-mastery",
         "pipeline-report",
     }
     assert set(records) == expected
     assert all(r["returncode"] == 0 and r["device"] for r in records.values())
     pipeline = json.loads((tmp_path / "tictactoe_pipeline.json").read_text())
-    assert {row["stage"] for row in pipeline["table"]} == {"baseline", "eval-sft", "eval-grpo"}
+    assert {row["stage"] for row in pipeline["table"]} == {
+        "baseline",
+        "eval-sft",
+        "eval-grpo",
+        "eval-mastery",
+    }
     decode = json.loads((tmp_path / "llm_decode.json").read_text())
     assert set(decode["best_of_repeats"]) >= {"before", "now"}
     # A second run finds every part done and runs nothing.
