@@ -1,6 +1,10 @@
-"""Shared test settings: hypothesis profiles (CI runs the default profile)."""
+"""Shared test settings: hypothesis profiles (CI runs the default profile), a memory cap."""
 
 import os
+import re
+from pathlib import Path
+
+import pytest
 
 from hypothesis import HealthCheck, settings
 
@@ -8,3 +12,22 @@ settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile("thorough", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def memory_cap():
+    """Cap this process's address space 1 GiB above its present size while the test runs, so
+    that building anything per episode of a trillion fails at once with MemoryError instead
+    of exhausting the machine."""
+    resource = pytest.importorskip("resource")
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("needs /proc/self/status (Linux)")
+    size = int(re.search(r"VmSize:\s+(\d+) kB", status.read_text()).group(1)) * 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = size + 2**30 if hard == resource.RLIM_INFINITY else min(size + 2**30, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))

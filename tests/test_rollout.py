@@ -1,7 +1,5 @@
 """The batched rollout loop: ordering, batching invariance, conversation records."""
 
-import re
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -86,25 +84,6 @@ def test_minimax_beats_random_opponent_mostly():
 
     stats = summarize(rollout(easy, MinimaxPolicy(seed=1), list(range(300)), batch_size=32))
     assert stats["outcomes"]["loss"] == 0.0 and stats["outcomes"]["win"] > 0.9
-
-
-@pytest.fixture
-def memory_cap():
-    """Cap this process's address space 1 GiB above its present size while the test runs, so
-    that building anything per episode of a trillion fails at once with MemoryError instead
-    of exhausting the machine."""
-    resource = pytest.importorskip("resource")
-    status = Path("/proc/self/status")
-    if not status.exists():
-        pytest.skip("needs /proc/self/status (Linux)")
-    size = int(re.search(r"VmSize:\s+(\d+) kB", status.read_text()).group(1)) * 1024
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = size + 2**30 if hard == resource.RLIM_INFINITY else min(size + 2**30, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def test_seeds_are_read_as_episodes_start(memory_cap):
