@@ -29,9 +29,9 @@ import torch
 from textgym.algos.common import (
     NonFiniteGuard,
     OptimizationConfig,
+    autocast,
     check_positive_ints,
     make_optimizer,
-    autocast,
     make_token_batch,
     prepare_model,
     resolve_device,

@@ -5,6 +5,7 @@ Every result JSON records these so that a reader can tell which code ran where.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -38,11 +39,9 @@ def dist_version(name: str) -> str | None:
 def machine_info() -> dict[str, Any]:
     """Platform, Python, CPU model, core count and the 1-minute load average at the start."""
     cpu = None
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), None)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),

@@ -89,7 +89,13 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module of this script
+from _provenance import (  # sibling module of this script
+    REPO_ROOT,
+    dist_version,
+    git,
+    machine_info,
+    write_result,
+)
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)

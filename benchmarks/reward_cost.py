@@ -48,6 +48,8 @@ from _provenance import (  # sibling module of this script
     machine_info,
     write_result,
 )
+
+import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.envs.gsm8k.parsing import extract_final_answer, parse_number
 from textgym.envs.gsm8k.rewards import correct_reward
@@ -56,8 +58,6 @@ from textgym.envs.reverse_text.env import ReverseTextEnv
 from textgym.envs.reverse_text.parsing import CLOSE_TAG, OPEN_TAG, extract_reversed_text
 from textgym.envs.reverse_text.rewards import format_reward as reverse_format_reward
 from textgym.envs.reverse_text.rewards import lcs_similarity
-
-import textgym  # noqa: F401  (registers textgym/* ids)
 
 __all__ = ["Row", "main"]
 

@@ -50,7 +50,7 @@ try:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise SystemExit(f'{error}; install the baseline dependencies with: pip install "textgym[sb3]"')
+    raise SystemExit(f'{error}; install the baseline dependencies with: pip install "textgym[sb3]"') from error
 
 __all__ = ["evaluate", "main", "make_env", "train"]
 

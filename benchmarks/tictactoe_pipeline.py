@@ -56,12 +56,12 @@ from typing import Any
 import gymnasium as gym
 import torch
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module of this script
-from textgym.algos import grpo, sft
-from textgym.algos.common import latest_checkpoint, resolve_device
-from textgym.envs.tictactoe.parsing import is_answer
 
 import textgym  # noqa: F401
+from textgym.algos import grpo, sft
+from textgym.algos.common import latest_checkpoint, resolve_device
 from textgym.collect import sft_record
+from textgym.envs.tictactoe.parsing import is_answer
 from textgym.models import load_model
 from textgym.policies import MinimaxPolicy
 from textgym.policies.hf import HFPolicy

@@ -26,10 +26,10 @@ from _provenance import (  # sibling module of this script
     machine_info,
     write_result,
 )
-from textgym.envs.email_tool_use import EmailToolUseEnv
-from textgym.envs.workplace import WorkplaceEnv
 
 import textgym  # noqa: F401  (registers the ids)
+from textgym.envs.email_tool_use import EmailToolUseEnv
+from textgym.envs.workplace import WorkplaceEnv
 
 WORKPLACE = REPO_ROOT.parent / "shared" / "data" / "workplace"
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "tool_env_cost.json"

@@ -5,7 +5,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from hypothesis import HealthCheck, settings
 
 settings.register_profile("default", max_examples=100, deadline=None)

@@ -5,6 +5,7 @@ the episodes already finished (issue 15, CLI leftovers).
 A scripted server on 127.0.0.1 answers the first requests, then fails in one of four ways.
 """
 
+import contextlib
 import json
 import threading
 import time
@@ -14,10 +15,9 @@ import pytest
 
 pytest.importorskip("openai", reason='needs the openai client: pip install "textgym[openai]"')
 
-from textgym.envs.gsm8k.env import GSM8KEnv
-
 import textgym.cli
 from textgym.cli import main
+from textgym.envs.gsm8k.env import GSM8KEnv
 
 GOOD = 3  # requests answered before the failure
 
@@ -52,10 +52,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        try:
+        with contextlib.suppress(OSError):  # the client gave up (timed out) first
             self.wfile.write(body)
-        except OSError:  # the client gave up (timed out) first
-            pass
 
     def do_GET(self):
         self.send(200, json.dumps({"object": "list", "data": [{"id": "m"}]}).encode())

@@ -8,9 +8,8 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
-from textgym.envs.tictactoe.text import COMPACT_SYSTEM_PROMPT, compact_status_text
-
 from textgym import cli
+from textgym.envs.tictactoe.text import COMPACT_SYSTEM_PROMPT, compact_status_text
 
 ENV_ID = "textgym/TicTacToe-v0"
 

@@ -3,12 +3,12 @@
 import math
 
 import gymnasium as gym
-from textgym.wrappers import FormatReward, InvalidActionPenalty
 
 import textgym  # noqa: F401
 from textgym.evaluation import RunningSummary, summarize
 from textgym.policies import RandomPolicy
 from textgym.rollout import rollout
+from textgym.wrappers import FormatReward, InvalidActionPenalty
 
 
 def games(n):

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-
 from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
+
 from textgym.spaces import TOO_LONG
 from textgym.wrappers._components import add_component
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-
 from typing import Any, Literal
 
 import gymnasium as gym
+
 from textgym.wrappers._components import add_component
 
 __all__ = ["InvalidActionPenalty"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from textgym.envs.email_tool_use.generator import EmailTask, generate_task
 from textgym.envs.workplace.env import ToolUseEnv, tool_instructions
 from textgym.envs.workplace.sandbox import SandboxTemplate

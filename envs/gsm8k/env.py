@@ -10,6 +10,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from textgym.core import TextEnv
+from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
 from textgym.envs.gsm8k.parsing import (
     extract_final_answer,
     format_number,
@@ -17,9 +19,6 @@ from textgym.envs.gsm8k.parsing import (
     parse_number,
 )
 from textgym.envs.gsm8k.rewards import correct_reward, format_reward
-
-from textgym.core import TextEnv
-from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = [

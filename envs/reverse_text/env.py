@@ -10,14 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textgym.envs.reverse_text.parsing import (
-    CLOSE_TAG,
-    OPEN_TAG,
-    extract_reversed_text,
-    is_well_formed,
-)
-from textgym.envs.reverse_text.rewards import format_reward, lcs_similarity, reverse
-
 from textgym.core import TextEnv
 from textgym.data import (
     file_fingerprint,
@@ -26,6 +18,13 @@ from textgym.data import (
     read_paragraphs,
     select_task,
 )
+from textgym.envs.reverse_text.parsing import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    extract_reversed_text,
+    is_well_formed,
+)
+from textgym.envs.reverse_text.rewards import format_reward, lcs_similarity, reverse
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["CORPUS_PATH", "Passage", "ReverseTextEnv", "load_passages"]

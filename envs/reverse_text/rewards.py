@@ -11,6 +11,7 @@ of a sequence longer than 200 characters, which distorts exactly the texts this 
 from __future__ import annotations
 
 from rapidfuzz.distance import LCSseq
+
 from textgym.envs.reverse_text.parsing import is_well_formed
 
 __all__ = ["format_reward", "lcs_length", "lcs_similarity", "reverse"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.opponent import opponent_move
 from textgym.envs.tictactoe.parsing import is_well_formed
@@ -16,8 +17,6 @@ from textgym.envs.tictactoe.text import (
     render_board,
     status_text,
 )
-
-from textgym.core import TextEnv
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]

@@ -15,14 +15,14 @@ the same episode seed that reach the same board see the same reply.
 from __future__ import annotations
 
 import hashlib
-from functools import lru_cache
+from functools import cache
 
 from textgym.envs.tictactoe.board import EMPTY, apply_move, legal_moves, winner
 
 __all__ = ["best_moves", "move_values", "opponent_move", "position_value", "uniforms"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def position_value(board: str) -> int:
     """Negamax value of ``board`` for the player to move.
 
@@ -39,13 +39,13 @@ def position_value(board: str) -> int:
     return max(-position_value(apply_move(board, m)) for m in moves)
 
 
-@lru_cache(maxsize=None)
+@cache
 def move_values(board: str) -> tuple[tuple[int, int], ...]:
     """Return ``((cell, value), ...)`` for every legal move, value as in :func:`position_value`."""
     return tuple((m, -position_value(apply_move(board, m))) for m in legal_moves(board))
 
 
-@lru_cache(maxsize=None)
+@cache
 def best_moves(board: str) -> tuple[int, ...]:
     """Return every legal move of optimal value, in increasing cell order.
 

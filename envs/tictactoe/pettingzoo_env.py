@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
+
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.env import OUTCOME_REWARD, PROMPT_STYLES
 from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so prompts stay identical
@@ -27,7 +28,6 @@ from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so prompts
     render_board,
     status_text,
 )
-
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["SEATS", "TicTacToeTextAEC", "env", "read_move"]
@@ -179,7 +179,7 @@ class TicTacToeTextAEC(AECEnv):
         self._news: dict[str, list[str]] = {seat: [] for seat in SEATS}
         # The other seat's move since this seat last acted (the compact style's ``opp N``).
         self._opponent_moves: dict[str, int | None] = dict.fromkeys(SEATS)
-        self._observations: dict[str, str] = {seat: "" for seat in SEATS}
+        self._observations: dict[str, str] = dict.fromkeys(SEATS, "")
         self._actions_taken = dict.fromkeys(SEATS, 0)
         self.rewards = dict.fromkeys(SEATS, 0.0)
         self._cumulative_rewards = dict.fromkeys(SEATS, 0.0)

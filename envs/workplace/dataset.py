@@ -20,10 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from textgym.data import read_jsonl
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, SandboxTemplate
 from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS
-
-from textgym.data import read_jsonl
 
 __all__ = ["DOMAINS", "PATH_ENV_VAR", "SAMPLE_DIR", "WorkplaceData", "WorkplaceTask", "load_workplace"]
 

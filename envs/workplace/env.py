@@ -14,6 +14,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textgym.core import TextEnv
+from textgym.data import select_task
 from textgym.envs.workplace.dataset import DOMAINS, WorkplaceData, load_workplace
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, Sandbox, SandboxTemplate
 from textgym.envs.workplace.toolcalls import (
@@ -28,9 +30,6 @@ from textgym.envs.workplace.toolcalls import (
 )
 from textgym.envs.workplace.tools import WRITE_TOOLS, call_tool
 from textgym.envs.workplace.verify import normalized_state, replay, state_digest
-
-from textgym.core import TextEnv
-from textgym.data import select_task
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["FINAL_ANSWER", "ToolUseEnv", "WorkplaceEnv", "tool_instructions"]

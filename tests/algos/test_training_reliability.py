@@ -17,6 +17,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import numpy as np
+
 from textgym.algos import grpo, sft
 from textgym.algos.common import (
     NonFiniteGuard,
@@ -26,7 +27,6 @@ from textgym.algos.common import (
     set_rng_state,
 )
 from textgym.algos.sft import SFTConfig
-
 from textgym.models import build_tiny_model
 
 from .test_grpo import batch_of_trajectories, small  # noqa: F401

@@ -14,13 +14,13 @@ import time
 
 import gymnasium as gym
 import pytest
+
+import textgym  # noqa: F401  (registers the envs)
 from textgym.envs.gsm8k.parsing import extract_final_answer, parse_final_answer
 from textgym.envs.reverse_text.parsing import extract_reversed_text
 from textgym.envs.reverse_text.parsing import is_well_formed as reverse_well_formed
 from textgym.envs.tictactoe.parsing import is_answer, parse_move
 from textgym.envs.workplace.toolcalls import parse_tool_calls
-
-import textgym  # noqa: F401  (registers the envs)
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 MILLION = 1_000_000

@@ -13,7 +13,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may download
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies import Completion, Policy, conversation_start, make_policy  # noqa: E402
 from textgym.policies.hf import HFPolicy, cut_at_stop  # noqa: E402
 

@@ -2,6 +2,7 @@
 
 import gymnasium as gym
 import pytest
+
 from textgym.wrappers import FormatReward  # importing textgym registers the envs
 
 

@@ -47,18 +47,18 @@ def test_format_reward_is_fraction_of_well_formed_actions_paid_at_end():
     assert all(v == 0.0 for v in fmt[:-1])
     n = len(steps)
     assert fmt[-1] == pytest.approx(0.2 * (n - 1) / n)
-    for obs, reward, *_rest, info in steps:
+    for _obs, reward, *_rest, info in steps:
         assert sum(info["reward_components"].values()) == pytest.approx(reward)
 
 
 def test_format_reward_paid_on_truncation():
     env = FormatReward(ttt())
     env.reset(seed=0)
-    for i in range(10):
+    for _ in range(10):
         _, reward, _, truncated, info = env.step("<think>hm</think><move>x</move>")
     assert truncated and info["reward_components"]["format"] == 0.0
     env.reset(seed=0)
-    for i in range(10):
+    for _ in range(10):
         _, reward, _, truncated, info = env.step("nothing")
     assert info["reward_components"]["format"] == 0.0
 

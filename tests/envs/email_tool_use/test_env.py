@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from textgym.envs.email_tool_use import EmailToolUseEnv, generate_task
 from textgym.envs.workplace.toolcalls import format_tool_calls
 from textgym.envs.workplace.tools import TOOL_SCHEMAS, WRITE_TOOLS

@@ -6,7 +6,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from textgym.envs.reverse_text.parsing import CLOSE_TAG, OPEN_TAG, extract_reversed_text, is_well_formed
+from textgym.envs.reverse_text.parsing import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    extract_reversed_text,
+    is_well_formed,
+)
 from textgym.envs.reverse_text.rewards import format_reward, lcs_length, lcs_similarity, reverse
 
 

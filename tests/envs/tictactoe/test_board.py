@@ -85,7 +85,7 @@ class BoardMachine(RuleBasedStateMachine):
             assert any(all(self.board[i] == won for i in line) for line in B.LINES)
             # The winner is the player who moved last.
             assert won == B.other(B.to_move(self.board))
-        draw = won is None and not B.legal_moves(self.board) 
+        draw = won is None and not B.legal_moves(self.board)
         if draw:
             assert B.is_full(self.board)
 

@@ -1,7 +1,7 @@
 """The minimax opponent: exhaustive optimality, unbiased tie-breaking, seeded determinism."""
 
 from collections import Counter
-from functools import lru_cache
+from functools import cache
 
 import gymnasium as gym
 import pytest
@@ -11,7 +11,7 @@ from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.opponent import best_moves, opponent_move, position_value
 
 
-@lru_cache(maxsize=None)
+@cache
 def reference_value(board: str) -> int:
     """Independent plain minimax: +1 if the player to move wins with best play, 0 draw, -1 loss."""
     if B.winner(board) is not None:

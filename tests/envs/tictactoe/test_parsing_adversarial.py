@@ -10,9 +10,9 @@ import gymnasium as gym
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from textgym.envs.tictactoe.parsing import extract_move_text, is_answer, is_well_formed, parse_move
 
 import textgym  # noqa: F401
+from textgym.envs.tictactoe.parsing import extract_move_text, is_answer, is_well_formed, parse_move
 
 # The previous implementation, kept here as the reference semantics.
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)

@@ -75,9 +75,11 @@ def test_api_test_text_aware(monkeypatch, prompt_style):
 
 
 def test_unpatched_api_test_fails_only_on_the_array_dtype_assumption():
-    with pytest.raises(AttributeError, match="'str' object has no attribute 'dtype'"):
-        with pytest.warns(UserWarning):
-            api_test(tictactoe_text_v0.env(), num_cycles=10)
+    with (
+        pytest.raises(AttributeError, match="'str' object has no attribute 'dtype'"),
+        pytest.warns(UserWarning),
+    ):
+        api_test(tictactoe_text_v0.env(), num_cycles=10)
 
 
 @pytest.mark.parametrize("first_player", ["player_0", "player_1", "random"])
@@ -290,7 +292,7 @@ def test_marks_follow_first_player():
 def test_invalid_actions_keep_the_turn_and_truncate_at_the_limit():
     env = tictactoe_text_v0.env(max_actions_per_seat=5)
     env.reset(seed=0)
-    for i in range(5):
+    for _ in range(5):
         assert env.agent_selection == "player_0"
         env.step("no move here")
         info = env.unwrapped.infos["player_0"]

@@ -10,6 +10,7 @@ import gymnasium as gym
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from textgym.envs.workplace import WorkplaceEnv
 from textgym.envs.workplace.dataset import SAMPLE_DIR
 from textgym.envs.workplace.toolcalls import format_tool_calls

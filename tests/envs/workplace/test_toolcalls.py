@@ -5,6 +5,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from textgym.envs.workplace.toolcalls import (
     TOO_MANY_CALLS,
     build_validators,

@@ -1,6 +1,7 @@
 """Tool semantics on the bundled sample workplace: search date bounds parsed as dates and times."""
 
 import pytest
+
 from textgym.envs.workplace.dataset import load_workplace
 from textgym.envs.workplace.tools import call_tool
 
