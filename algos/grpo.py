@@ -345,8 +345,10 @@ def train(config: GRPOConfig) -> dict[str, Any]:
                     extra={"sampling_state": policy.sampling_state()},
                 )
             if out_of_time and not done:
-                print(f"time limit of {config.time_limit_minutes} min reached after step "
-                      f"{step + 1}; resume to go on")
+                print(
+                    f"time limit of {config.time_limit_minutes} min reached after step "
+                    f"{step + 1}; resume to go on"
+                )
                 break
     plot_metrics(out / "metrics.jsonl", out / "plots")
     (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")

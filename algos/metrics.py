@@ -495,10 +495,16 @@ def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
     import textgym
 
     try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(textgym.__file__).resolve().parent,
-            capture_output=True, text=True, timeout=10,
-        ).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"],
+                cwd=Path(textgym.__file__).resolve().parent,
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     device = None
@@ -515,8 +521,12 @@ def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
         "seed": values.get("seed"),
         "textgym_version": textgym.__version__,
         "commit": commit,
-        "machine": {"platform": platform.platform(), "python": platform.python_version(),
-                    "cpu_count": os.cpu_count(), "device": device},
+        "machine": {
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+            "cpu_count": os.cpu_count(),
+            "device": device,
+        },
         "started_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     path = Path(out_dir) / "run.json"
@@ -556,14 +566,20 @@ def compare_runs(
                 for key in _keys([row], lambda _key: True):
                     value = row[key]
                     if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        table.setdefault(f"{stage}/{key}", {"metric": f"{stage}/{key}"})[name] = value
+                        table.setdefault(f"{stage}/{key}", {"metric": f"{stage}/{key}"})[name] = (
+                            value
+                        )
     paths: list[Path] = []
     if out_dir is not None:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         for panel in _PANELS:
-            series = [(f"{name}: {label}", steps, values) for name, rows in runs.items()
-                      for label, steps, values in panel.series(rows) if steps]
+            series = [
+                (f"{name}: {label}", steps, values)
+                for name, rows in runs.items()
+                for label, steps, values in panel.series(rows)
+                if steps
+            ]
             if series:
                 figure, (ax,) = _new_figure()
                 _draw(ax, series, panel.title, panel.ylabel)

@@ -225,7 +225,9 @@ def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
         if "assistant" not in roles:
             raise ValueError(f"{where}: no assistant message, so nothing to learn")
         if roles.index("assistant") == 0:
-            raise ValueError(f"{where}: the first message is the assistant's; expected a prompt first")
+            raise ValueError(
+                f"{where}: the first message is the assistant's; expected a prompt first"
+            )
         conversations.append(messages)
     if not conversations:
         raise ValueError(f"{path}: expected at least one record, got none")

@@ -22,7 +22,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def git(*args: str) -> str | None:
     """Output of ``git ARGS`` in the repository, or ``None`` if git is unavailable or fails."""
     try:
-        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -41,7 +43,9 @@ def machine_info() -> dict[str, Any]:
     cpu = None
     with contextlib.suppress(OSError):
         lines = Path("/proc/cpuinfo").read_text().splitlines()
-        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None)
+        cpu = next(
+            (line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), None
+        )
     return {
         "platform": platform.platform(),
         "python": platform.python_version(),

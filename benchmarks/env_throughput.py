@@ -117,10 +117,16 @@ def textgym_benches(seed: int) -> list[Bench]:
         wrapped = gym.make("textgym/TicTacToe-v0", **kwargs)
         core = gym.make("textgym/TicTacToe-v0", **kwargs).unwrapped
         benches += [
-            Bench(f"textgym-{opponent}", f"textgym TicTacToe-v0 via gym.make, vs {opponent}",
-                  textgym_runner(wrapped, seed)),
-            Bench(f"textgym-{opponent}-unwrapped", f"textgym TicTacToe-v0 .unwrapped, vs {opponent}",
-                  textgym_runner(core, seed)),
+            Bench(
+                f"textgym-{opponent}",
+                f"textgym TicTacToe-v0 via gym.make, vs {opponent}",
+                textgym_runner(wrapped, seed),
+            ),
+            Bench(
+                f"textgym-{opponent}-unwrapped",
+                f"textgym TicTacToe-v0 .unwrapped, vs {opponent}",
+                textgym_runner(core, seed),
+            ),
         ]
     return benches
 
@@ -136,7 +142,7 @@ def pettingzoo_benches(seed: int) -> list[Bench]:
     except ImportError:
         raise SystemExit(
             "PettingZoo's tictactoe needs pygame (its 'classic' extra); "
-            f'pip install pygame-ce, or {BENCH_EXTRA_HINT}'
+            f"pip install pygame-ce, or {BENCH_EXTRA_HINT}"
         ) from None
     if hasattr(pettingzoo, "make"):  # the registry API (1.25+); same env() entry point
         env = pettingzoo.make("aec", "classic/tictactoe-v3")
@@ -161,7 +167,13 @@ def pettingzoo_benches(seed: int) -> list[Bench]:
                 plies += 1
         return plies
 
-    return [Bench("pettingzoo", f"PettingZoo {pettingzoo.__version__} classic/tictactoe-v3 (AEC), random play", run)]
+    return [
+        Bench(
+            "pettingzoo",
+            f"PettingZoo {pettingzoo.__version__} classic/tictactoe-v3 (AEC), random play",
+            run,
+        )
+    ]
 
 
 # -- TextArena --------------------------------------------------------------------------------
@@ -198,15 +210,23 @@ def textarena_benches(seed: int) -> list[Bench]:
 
     version = getattr(ta, "__version__", None) or dist_version("textarena")
     return [
-        Bench("textarena", f"TextArena {version} TicTacToe-v0 (default wrappers), random play",
-              make_runner("TicTacToe-v0")),
-        Bench("textarena-raw", "TextArena TicTacToe-v0-raw (no wrappers), random play",
-              make_runner("TicTacToe-v0-raw")),
+        Bench(
+            "textarena",
+            f"TextArena {version} TicTacToe-v0 (default wrappers), random play",
+            make_runner("TicTacToe-v0"),
+        ),
+        Bench(
+            "textarena-raw",
+            "TextArena TicTacToe-v0-raw (no wrappers), random play",
+            make_runner("TicTacToe-v0-raw"),
+        ),
     ]
 
 
 # -- measurement ------------------------------------------------------------------------------
-def measure(benches: list[Bench], games: int, repeats: int, warmup: int, seed: int) -> list[dict[str, Any]]:
+def measure(
+    benches: list[Bench], games: int, repeats: int, warmup: int, seed: int
+) -> list[dict[str, Any]]:
     """Time every bench ``repeats`` times on ``games`` games, interleaved; return JSON rows."""
     for i, bench in enumerate(benches):
         bench.runner(warmup, random.Random(seed * 1000 + 999 - i))
@@ -221,17 +241,19 @@ def measure(benches: list[Bench], games: int, repeats: int, warmup: int, seed: i
     for bench in benches:
         plies_per_s = [p / s for s, p in runs[bench.name]]
         games_per_s = [games / s for s, _ in runs[bench.name]]
-        rows.append({
-            "name": bench.name,
-            "description": bench.description,
-            "plies_per_s": statistics.median(plies_per_s),
-            "games_per_s": statistics.median(games_per_s),
-            "games": games,
-            "repeats": repeats,
-            "plies_per_game": statistics.mean(p for _, p in runs[bench.name]) / games,
-            "plies_per_s_runs": plies_per_s,
-            "seconds_runs": [s for s, _ in runs[bench.name]],
-        })
+        rows.append(
+            {
+                "name": bench.name,
+                "description": bench.description,
+                "plies_per_s": statistics.median(plies_per_s),
+                "games_per_s": statistics.median(games_per_s),
+                "games": games,
+                "repeats": repeats,
+                "plies_per_game": statistics.mean(p for _, p in runs[bench.name]) / games,
+                "plies_per_s_runs": plies_per_s,
+                "seconds_runs": [s for s, _ in runs[bench.name]],
+            }
+        )
     return rows
 
 
@@ -260,8 +282,13 @@ def print_table(rows: list[dict[str, Any]], rel: dict[str, float]) -> None:
         table.add_column(col, justify="left" if col == "name" else "right", no_wrap=True)
     for row in rows:
         runs = row["plies_per_s_runs"]
-        table.add_row(row["name"], f"{row['plies_per_s']:,.0f}", f"{row['games_per_s']:,.0f}",
-                      f"{row['plies_per_game']:.2f}", f"{min(runs):,.0f}-{max(runs):,.0f}")
+        table.add_row(
+            row["name"],
+            f"{row['plies_per_s']:,.0f}",
+            f"{row['games_per_s']:,.0f}",
+            f"{row['plies_per_game']:.2f}",
+            f"{min(runs):,.0f}-{max(runs):,.0f}",
+        )
     console = Console(width=max(100, Console().width))
     console.print(table)
     for row in rows:
@@ -287,18 +314,47 @@ def profile(bench: Bench, games: int, seed: int) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--games", type=int, default=10000, help="games per timed repeat, per row (default 10000)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats per row; the median is reported (default 3)")
-    parser.add_argument("--warmup", type=int, default=None, help="warm-up games per row (default: games // 10, at least 50)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for the agents' moves and the envs' first reset (default 0)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})")
-    parser.add_argument("--profile", metavar="NAME", default=None,
-                        help="instead of the benchmark, cProfile the row NAME (e.g. textgym-random) for --games games")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--games", type=int, default=10000, help="games per timed repeat, per row (default 10000)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="timed repeats per row; the median is reported (default 3)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="warm-up games per row (default: games // 10, at least 50)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for the agents' moves and the envs' first reset (default 0)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="instead of the benchmark, cProfile the row NAME (e.g. textgym-random) for --games games",
+    )
     args = parser.parse_args(argv)
     if args.games < 1 or args.repeats < 1:
-        parser.error(f"Expected --games >= 1 and --repeats >= 1, got {args.games} and {args.repeats}")
+        parser.error(
+            f"Expected --games >= 1 and --repeats >= 1, got {args.games} and {args.repeats}"
+        )
     if args.warmup is None:
         args.warmup = max(50, args.games // 10)
     return args
@@ -306,7 +362,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    benches = textgym_benches(args.seed) + pettingzoo_benches(args.seed) + textarena_benches(args.seed)
+    benches = (
+        textgym_benches(args.seed) + pettingzoo_benches(args.seed) + textarena_benches(args.seed)
+    )
     if args.profile is not None:
         by_name = {b.name: b for b in benches}
         if args.profile not in by_name:
@@ -324,7 +382,10 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": machine,
-        "versions": {name: dist_version(name) for name in ("textgym", "gymnasium", "pettingzoo", "textarena", "numpy")},
+        "versions": {
+            name: dist_version(name)
+            for name in ("textgym", "gymnasium", "pettingzoo", "textarena", "numpy")
+        },
         "seed": args.seed,
         "games": args.games,
         "repeats": args.repeats,
@@ -332,8 +393,10 @@ def main(argv: list[str] | None = None) -> int:
         "results": rows,
         "ratios": rel,
         "goals": {
-            "textgym_random_at_least_3x_textarena": rel.get("textgym_random_vs_textarena", 0.0) >= 3.0,
-            "textgym_random_at_least_1x_pettingzoo": rel.get("textgym_random_vs_pettingzoo", 0.0) >= 1.0,
+            "textgym_random_at_least_3x_textarena": rel.get("textgym_random_vs_textarena", 0.0)
+            >= 3.0,
+            "textgym_random_at_least_1x_pettingzoo": rel.get("textgym_random_vs_pettingzoo", 0.0)
+            >= 1.0,
         },
     }
     write_result(args.output, result)

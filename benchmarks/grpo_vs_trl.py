@@ -175,19 +175,45 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
 
     batch = args.tasks_per_step * args.group_size
     config = GRPOConfig(
-        model=args.model, output_dir=str(out), env_id=_env_id(args),
-        env_kwargs={"max_chars": args.max_chars}, wrappers=(), opponent_skill=None, seed=args.seed,
-        steps=args.warmup + args.steps, tasks_per_step=args.tasks_per_step, group_size=args.group_size,
-        rollout_batch_size=batch, micro_batch_size=args.micro_batch_size, max_new_tokens=args.max_new_tokens,
-        temperature=1.0, top_p=1.0, learning_rate=args.learning_rate, loss_type="dapo",
-        epsilon_low=0.2, epsilon_high=0.28, scale_rewards="group", beta=0.0, num_iterations=1,
-        device=_device(), bf16=True, gradient_checkpointing=False, eval_every=0, eval_episodes=1,
-        save_every=0, tensorboard=False, share_prefix=share_prefix,
+        model=args.model,
+        output_dir=str(out),
+        env_id=_env_id(args),
+        env_kwargs={"max_chars": args.max_chars},
+        wrappers=(),
+        opponent_skill=None,
+        seed=args.seed,
+        steps=args.warmup + args.steps,
+        tasks_per_step=args.tasks_per_step,
+        group_size=args.group_size,
+        rollout_batch_size=batch,
+        micro_batch_size=args.micro_batch_size,
+        max_new_tokens=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        learning_rate=args.learning_rate,
+        loss_type="dapo",
+        epsilon_low=0.2,
+        epsilon_high=0.28,
+        scale_rewards="group",
+        beta=0.0,
+        num_iterations=1,
+        device=_device(),
+        bf16=True,
+        gradient_checkpointing=False,
+        eval_every=0,
+        eval_episodes=1,
+        save_every=0,
+        tensorboard=False,
+        share_prefix=share_prefix,
     )
     train(config)
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    rows = sorted((r for r in rows if r["stage"] == "train"), key=lambda r: r["step"])[args.warmup:]
-    result = _summary([r["step_time_s"] for r in rows], [r["completion_tokens_mean"] * batch for r in rows])
+    rows = sorted((r for r in rows if r["stage"] == "train"), key=lambda r: r["step"])[
+        args.warmup :
+    ]
+    result = _summary(
+        [r["step_time_s"] for r in rows], [r["completion_tokens_mean"] * batch for r in rows]
+    )
     rollout = [r["rollout_time_s"] for r in rows]
     result.update(
         rollout_time_mean_s=statistics.fmean(rollout),
@@ -210,7 +236,10 @@ def _trl_dataset(args: argparse.Namespace) -> Any:
     for r in range(args.tasks_per_step * (args.warmup + args.steps)):
         seed = task_seed(args.seed, r)
         obs, info = env.reset(seed=seed)
-        prompt = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": obs}]
+        prompt = [
+            {"role": "system", "content": info["system_prompt"]},
+            {"role": "user", "content": obs},
+        ]
         rows.append({"prompt": prompt, "task_seed": seed, "task_id": info["task_id"]})
     env.close()
     return Dataset.from_list(rows)
@@ -229,7 +258,9 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     tokens_per_call: list[int] = []
     rewards_per_call: list[float] = []
 
-    def env_reward(prompts: list, completions: list, completion_ids: list, task_seed: list, **_: Any) -> list[float]:
+    def env_reward(
+        prompts: list, completions: list, completion_ids: list, task_seed: list, **_: Any
+    ) -> list[float]:
         """The env's own reward: reset with the task's seed, step with the completion text."""
         tokens_per_call.append(sum(len(ids) for ids in completion_ids))
         scores = []
@@ -251,31 +282,68 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.times.append(time.perf_counter() - self._began)
 
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any) -> None:
+        def on_log(
+            self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
+        ) -> None:
             if logs and "completions/mean_length" in logs:
                 self.logs.append(dict(logs))
 
     cuda = torch.cuda.is_available()
     model, tokenizer = load_model(args.model, device=_device())
     config = GRPOConfig(
-        output_dir=str(out), max_steps=args.warmup + args.steps, seed=args.seed,
+        output_dir=str(out),
+        max_steps=args.warmup + args.steps,
+        seed=args.seed,
         per_device_train_batch_size=args.micro_batch_size,
-        gradient_accumulation_steps=batch // args.micro_batch_size, num_generations=args.group_size,
-        max_completion_length=args.max_new_tokens, temperature=1.0, top_p=1.0, top_k=0,
-        learning_rate=args.learning_rate, lr_scheduler_type="constant", warmup_steps=0, optim="adamw_torch",
-        weight_decay=0.0, max_grad_norm=1.0, loss_type="dapo", epsilon=0.2, epsilon_high=0.28,
-        scale_rewards="group", beta=0.0, num_iterations=1, mask_truncated_completions=False,
-        use_vllm=False, bf16=cuda, use_cpu=not cuda, gradient_checkpointing=False, shuffle_dataset=False,
-        logging_steps=1, save_strategy="no", eval_strategy="no", report_to=[], log_completions=False,
+        gradient_accumulation_steps=batch // args.micro_batch_size,
+        num_generations=args.group_size,
+        max_completion_length=args.max_new_tokens,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        optim="adamw_torch",
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        loss_type="dapo",
+        epsilon=0.2,
+        epsilon_high=0.28,
+        scale_rewards="group",
+        beta=0.0,
+        num_iterations=1,
+        mask_truncated_completions=False,
+        use_vllm=False,
+        bf16=cuda,
+        use_cpu=not cuda,
+        gradient_checkpointing=False,
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        eval_strategy="no",
+        report_to=[],
+        log_completions=False,
         dataloader_num_workers=0,
     )
-    if config.generation_batch_size != batch or config.steps_per_generation != config.gradient_accumulation_steps:
-        raise RuntimeError(f"TRL generation batch {config.generation_batch_size} (steps_per_generation "
-                           f"{config.steps_per_generation}) is not one optimizer step of {batch} completions")
+    if (
+        config.generation_batch_size != batch
+        or config.steps_per_generation != config.gradient_accumulation_steps
+    ):
+        raise RuntimeError(
+            f"TRL generation batch {config.generation_batch_size} (steps_per_generation "
+            f"{config.steps_per_generation}) is not one optimizer step of {batch} completions"
+        )
     dataset = _trl_dataset(args)
     timer = StepTimer()
-    trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[timer])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=env_reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
 
     generate_times: list[float] = []
     generate = trainer._generate_single_turn
@@ -291,8 +359,10 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     trainer.train()
 
     if not len(timer.times) == len(tokens_per_call) == args.warmup + args.steps:
-        raise RuntimeError(f"Expected {args.warmup + args.steps} steps and reward calls, got "
-                           f"{len(timer.times)} steps and {len(tokens_per_call)} reward calls")
+        raise RuntimeError(
+            f"Expected {args.warmup + args.steps} steps and reward calls, got "
+            f"{len(timer.times)} steps and {len(tokens_per_call)} reward calls"
+        )
     ours_ids = ChatTokenizer(tokenizer).prompt(dataset[0]["prompt"], tools=[])
     trl_ids = trainer._tokenize_prompts([dataset[0]["prompt"]])[0][0]
     w = args.warmup
@@ -303,11 +373,14 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         reward_mean=statistics.fmean(rewards_per_call[w:]),
         logged_completion_mean_length=[log["completions/mean_length"] for log in timer.logs[w:]],
         prompt_ids_match_ours=list(trl_ids) == list(ours_ids),
-        trl_config={"generation_batch_size": config.generation_batch_size,
-                    "steps_per_generation": config.steps_per_generation,
-                    "per_device_train_batch_size": config.per_device_train_batch_size,
-                    "gradient_accumulation_steps": config.gradient_accumulation_steps,
-                    "optim": str(config.optim), "bf16": config.bf16},
+        trl_config={
+            "generation_batch_size": config.generation_batch_size,
+            "steps_per_generation": config.steps_per_generation,
+            "per_device_train_batch_size": config.per_device_train_batch_size,
+            "gradient_accumulation_steps": config.gradient_accumulation_steps,
+            "optim": str(config.optim),
+            "bf16": config.bf16,
+        },
     )
     return result
 
@@ -332,12 +405,25 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     prompts = []
     for r in range(batch):
         obs, info = env.reset(seed=task_seed(args.seed, r))
-        prompts.append(probe.prompt_ids([{"role": "system", "content": info["system_prompt"]},
-                                         {"role": "user", "content": obs}], info))
+        prompts.append(
+            probe.prompt_ids(
+                [
+                    {"role": "system", "content": info["system_prompt"]},
+                    {"role": "user", "content": obs},
+                ],
+                info,
+            )
+        )
 
     def timed(max_new_tokens: int) -> tuple[float, list[Any]]:
-        policy = HFPolicy(model, tokenizer, max_new_tokens=max_new_tokens, temperature=1.0,
-                          batch_size=batch, seed=args.seed)
+        policy = HFPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=max_new_tokens,
+            temperature=1.0,
+            batch_size=batch,
+            seed=args.seed,
+        )
         policy.generate(prompts[:8])  # warm-up
         torch.cuda.synchronize(device)
         began = time.perf_counter()
@@ -356,11 +442,18 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     bandwidth = copy_bandwidth(device)
     ceiling = batch * bandwidth / step_bytes
     return {
-        "batch": batch, "max_new_tokens": length, "steps": steps, "wall_s": wall_s, "prefill_s": prefill_s,
+        "batch": batch,
+        "max_new_tokens": length,
+        "steps": steps,
+        "wall_s": wall_s,
+        "prefill_s": prefill_s,
         "useful_tokens_per_s": sum(len(c.completion_ids or ()) for c in completions) / wall_s,
-        "decode_tokens_per_s": decode_tokens_per_s, "weight_bytes": weight_bytes,
-        "kv_bytes_per_step": step_bytes - weight_bytes, "mean_context_tokens": context,
-        "measured_bandwidth_bytes_per_s": bandwidth, "ceiling_tokens_per_s": ceiling,
+        "decode_tokens_per_s": decode_tokens_per_s,
+        "weight_bytes": weight_bytes,
+        "kv_bytes_per_step": step_bytes - weight_bytes,
+        "mean_context_tokens": context,
+        "measured_bandwidth_bytes_per_s": bandwidth,
+        "ceiling_tokens_per_s": ceiling,
         "fraction_of_ceiling": decode_tokens_per_s / ceiling,
         "goal_at_least_25pct": decode_tokens_per_s / ceiling >= 0.25,
     }
@@ -378,9 +471,12 @@ def child(args: argparse.Namespace) -> None:
             "ours_no_sharing": lambda a, o: run_ours(a, o, share_prefix=False),
         }.get(args.only)
         result = runner(args, Path(scratch)) if runner else decode_roofline(args)
-    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-    result["cuda_max_memory_allocated_mib"] = (torch.cuda.max_memory_allocated() / 2**20
-                                               if torch.cuda.is_available() else None)
+    result["peak_rss_mib"] = (
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    )  # KiB on Linux
+    result["cuda_max_memory_allocated_mib"] = (
+        torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
+    )
     result["torch_threads"] = torch.get_num_threads()
     Path(args.child_output).write_text(json.dumps(result) + "\n")
 
@@ -389,20 +485,28 @@ def _spawn(argv: list[str], only: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="grpo_vs_trl_") as scratch:
         path = Path(scratch) / f"{only}.json"
         began = time.perf_counter()
-        subprocess.run([sys.executable, __file__, *argv, "--only", only, "--child-output", str(path)],
-                       check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        subprocess.run(
+            [sys.executable, __file__, *argv, "--only", only, "--child-output", str(path)],
+            check=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        )
         print(f"{only}: done in {time.perf_counter() - began:.0f} s")
         return json.loads(path.read_text())
 
 
 def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One trainer's rounds: step times and token counts pooled, scalars averaged, peaks maxed."""
-    pooled = _summary([t for r in rounds for t in r["step_time_s"]], [n for r in rounds for n in r["generated_tokens"]])
+    pooled = _summary(
+        [t for r in rounds for t in r["step_time_s"]],
+        [n for r in rounds for n in r["generated_tokens"]],
+    )
     for key, value in rounds[0].items():
         if key in pooled or not isinstance(value, (int, float)) or isinstance(value, bool):
             continue
         values = [r[key] for r in rounds]
-        pooled[key] = max(values) if "peak" in key or "max_memory" in key else statistics.fmean(values)
+        pooled[key] = (
+            max(values) if "peak" in key or "max_memory" in key else statistics.fmean(values)
+        )
     pooled.setdefault("cuda_max_memory_allocated_mib", None)
     for key in ("prompt_ids_match_ours", "trl_config"):
         if key in rounds[0]:
@@ -419,14 +523,21 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
     table.add_column("metric")
     for name in TRAINERS:
         table.add_column(name, justify="right")
-    rows = [("step time (s)", lambda r: f"{r['step_time_mean_s']:.3f} ± {r['step_time_std_s']:.3f}"),
-            ("generated tokens / step", lambda r: f"{statistics.fmean(r['generated_tokens']):.0f}"),
-            ("tokens/s (whole step)", lambda r: f"{r['tokens_per_s']:.1f}"),
-            ("generation tokens/s", lambda r: f"{r.get('rollout_tokens_per_s', r.get('generate_tokens_per_s')):.1f}"),
-            ("reward mean", lambda r: f"{r['reward_mean']:.3f}"),
-            ("peak RSS (MiB)", lambda r: f"{r['peak_rss_mib']:.0f}")]
+    rows = [
+        ("step time (s)", lambda r: f"{r['step_time_mean_s']:.3f} ± {r['step_time_std_s']:.3f}"),
+        ("generated tokens / step", lambda r: f"{statistics.fmean(r['generated_tokens']):.0f}"),
+        ("tokens/s (whole step)", lambda r: f"{r['tokens_per_s']:.1f}"),
+        (
+            "generation tokens/s",
+            lambda r: f"{r.get('rollout_tokens_per_s', r.get('generate_tokens_per_s')):.1f}",
+        ),
+        ("reward mean", lambda r: f"{r['reward_mean']:.3f}"),
+        ("peak RSS (MiB)", lambda r: f"{r['peak_rss_mib']:.0f}"),
+    ]
     if torch.cuda.is_available():
-        rows.append(("CUDA max allocated (MiB)", lambda r: f"{r['cuda_max_memory_allocated_mib']:.0f}"))
+        rows.append(
+            ("CUDA max allocated (MiB)", lambda r: f"{r['cuda_max_memory_allocated_mib']:.0f}")
+        )
     for label, cell in rows:
         table.add_row(label, *(cell(results[name]) for name in TRAINERS))
     Console().print(table)
@@ -438,30 +549,58 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="tiny", help="tiny or gemma-3-270m (or a local directory)")
-    parser.add_argument("--tasks-per-step", type=int, default=4, help="M: tasks (TRL: prompts) per step")
-    parser.add_argument("--group-size", type=int, default=8, help="G: completions per task (num_generations)")
-    parser.add_argument("--micro-batch-size", type=int, default=8, help="completions per forward/backward pass")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="= TRL max_completion_length")
-    parser.add_argument("--max-chars", type=int, default=100, help="longest ReverseText passage (prompt length)")
+    parser.add_argument(
+        "--model", default="tiny", help="tiny or gemma-3-270m (or a local directory)"
+    )
+    parser.add_argument(
+        "--tasks-per-step", type=int, default=4, help="M: tasks (TRL: prompts) per step"
+    )
+    parser.add_argument(
+        "--group-size", type=int, default=8, help="G: completions per task (num_generations)"
+    )
+    parser.add_argument(
+        "--micro-batch-size", type=int, default=8, help="completions per forward/backward pass"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, default=64, help="= TRL max_completion_length"
+    )
+    parser.add_argument(
+        "--max-chars", type=int, default=100, help="longest ReverseText passage (prompt length)"
+    )
     parser.add_argument("--learning-rate", type=float, default=1e-5)
-    parser.add_argument("--reward", choices=("dense", "env"), default="dense",
-                        help="dense: ReverseText + dense_lcs (see the docstring); env: ReverseText-v0 as is")
+    parser.add_argument(
+        "--reward",
+        choices=("dense", "env"),
+        default="dense",
+        help="dense: ReverseText + dense_lcs (see the docstring); env: ReverseText-v0 as is",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="steps run and not timed")
     parser.add_argument("--steps", type=int, default=3, help="timed steps")
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="runs of each trainer, in alternating order; their timed steps are pooled")
-    parser.add_argument("--decode-batch", type=int, default=256, help="CUDA only: batch of the roofline")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs of each trainer, in alternating order; their timed steps are pooled",
+    )
+    parser.add_argument(
+        "--decode-batch", type=int, default=256, help="CUDA only: batch of the roofline"
+    )
+    parser.add_argument(
+        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default=None, help="default benchmarks/results/grpo_vs_trl_{cpu,cuda}.json")
+    parser.add_argument(
+        "--output", default=None, help="default benchmarks/results/grpo_vs_trl_{cpu,cuda}.json"
+    )
     parser.add_argument("--only", choices=(*TRAINERS, "decode"), help=argparse.SUPPRESS)
     parser.add_argument("--child-output", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     batch = args.tasks_per_step * args.group_size
     if batch % args.micro_batch_size:
-        parser.error(f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
-                     "TRL needs whole accumulation steps")
+        parser.error(
+            f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
+            "TRL needs whole accumulation steps"
+        )
     if args.only:
         child(args)
         return 0
@@ -476,8 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     roofline = _spawn(forwarded, "decode") if torch.cuda.is_available() else None
     _print_table(results)
     speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
-    sharing_speedup = (results["ours_no_sharing"]["step_time_mean_s"]
-                       / results["ours"]["step_time_mean_s"])
+    sharing_speedup = (
+        results["ours_no_sharing"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
+    )
     status = git("status", "--porcelain", "--untracked-files=no")
     device = _device()
     record = {
@@ -487,17 +627,41 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "device": device,
         "cuda_device": torch.cuda.get_device_name() if device == "cuda" else None,
-        "versions": {name: dist_version(name) for name in
-                     ("textgym", "torch", "transformers", "trl", "accelerate", "datasets", "gymnasium")},
+        "versions": {
+            name: dist_version(name)
+            for name in (
+                "textgym",
+                "torch",
+                "transformers",
+                "trl",
+                "accelerate",
+                "datasets",
+                "gymnasium",
+            )
+        },
         "seed": args.seed,
         "settings": {
-            "model": args.model, "env_id": _env_id(args), "reward": args.reward,
-            "env_kwargs": {"max_chars": args.max_chars}, "tasks_per_step": args.tasks_per_step,
-            "group_size": args.group_size, "batch": batch, "micro_batch_size": args.micro_batch_size,
-            "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "top_p": 1.0,
-            "learning_rate": args.learning_rate, "loss_type": "dapo", "epsilon": [0.2, 0.28], "beta": 0.0,
-            "num_iterations": 1, "scale_rewards": "group", "dtype": "bf16 autocast" if device == "cuda" else "float32",
-            "warmup_steps_dropped": args.warmup, "timed_steps": args.steps, "rounds": args.rounds,
+            "model": args.model,
+            "env_id": _env_id(args),
+            "reward": args.reward,
+            "env_kwargs": {"max_chars": args.max_chars},
+            "tasks_per_step": args.tasks_per_step,
+            "group_size": args.group_size,
+            "batch": batch,
+            "micro_batch_size": args.micro_batch_size,
+            "max_new_tokens": args.max_new_tokens,
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "learning_rate": args.learning_rate,
+            "loss_type": "dapo",
+            "epsilon": [0.2, 0.28],
+            "beta": 0.0,
+            "num_iterations": 1,
+            "scale_rewards": "group",
+            "dtype": "bf16 autocast" if device == "cuda" else "float32",
+            "warmup_steps_dropped": args.warmup,
+            "timed_steps": args.steps,
+            "rounds": args.rounds,
             "torch_threads": args.threads,
         },
         "results": results,
@@ -506,8 +670,12 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_1m_at_end": os.getloadavg()[0],
         "decode_roofline": roofline,
         "decode_roofline_note": "CUDA only (torch.cuda.is_available()); this code path has only run where CUDA exists",
-        "goals": {"at_least_2x_trl": speedup >= 2.0,
-                  "decode_at_least_25pct_of_bandwidth_ceiling": roofline["goal_at_least_25pct"] if roofline else None},
+        "goals": {
+            "at_least_2x_trl": speedup >= 2.0,
+            "decode_at_least_25pct_of_bandwidth_ceiling": roofline["goal_at_least_25pct"]
+            if roofline
+            else None,
+        },
     }
     default = RESULTS_DIR / f"grpo_vs_trl_{device}.json"
     write_result(args.output or default, record)

@@ -81,7 +81,9 @@ class Row:
 def reverse_text_reward(pair: tuple[str, str]) -> float:
     completion, target = pair
     answer = extract_reversed_text(completion)
-    return lcs_similarity("" if answer is None else answer, target) + 0.1 * reverse_format_reward(completion)
+    return lcs_similarity("" if answer is None else answer, target) + 0.1 * reverse_format_reward(
+        completion
+    )
 
 
 def gsm8k_reward(pair: tuple[str, Any]) -> float:
@@ -117,7 +119,7 @@ def texts_near(texts: list[str], length: int, rng: random.Random) -> list[str]:
             starts = [rng.randrange(len(joined) - length) for _ in range(ITEMS_PER_ROW)]
             return [joined[s : s + length] for s in starts]
         return [t[:length] for t in rng.sample(pool, ITEMS_PER_ROW)]
-    pool = sorted(texts, key=lambda t: abs(len(t) - length))[: ITEMS_PER_ROW]
+    pool = sorted(texts, key=lambda t: abs(len(t) - length))[:ITEMS_PER_ROW]
     return pool
 
 
@@ -142,26 +144,52 @@ def build_rows(seed: int) -> tuple[list[Row], dict[str, str]]:
         }
         mean_chars = statistics.mean(len(t) for t in bucket)
         for kind, items in kinds.items():
-            rows.append(Row(f"reverse_text/{length}/{kind}",
-                            f"LCS + format terms, {kind} answer",
-                            reverse_text_reward, items, mean_chars))
+            rows.append(
+                Row(
+                    f"reverse_text/{length}/{kind}",
+                    f"LCS + format terms, {kind} answer",
+                    reverse_text_reward,
+                    items,
+                    mean_chars,
+                )
+            )
 
     problems = list(GSM8KEnv(**gsm8k_kwargs()).problems)
-    sample = [problems[i % len(problems)] for i in rng.sample(range(max(len(problems), ITEMS_PER_ROW)), ITEMS_PER_ROW)]
+    sample = [
+        problems[i % len(problems)]
+        for i in rng.sample(range(max(len(problems), ITEMS_PER_ROW)), ITEMS_PER_ROW)
+    ]
     gold = [(p.solution, p.answer) for p in sample]
     plus_one = [(f"{p.solution.rsplit('####', 1)[0]}#### {p.answer + 1}", p.answer) for p in sample]
-    long_trace = [((p.solution.rsplit("####", 1)[0] + "\n") * (2000 // len(p.solution) + 1)
-                   + f"So the answer is \\boxed{{{p.answer}}}.", p.answer) for p in sample]
+    long_trace = [
+        (
+            (p.solution.rsplit("####", 1)[0] + "\n") * (2000 // len(p.solution) + 1)
+            + f"So the answer is \\boxed{{{p.answer}}}.",
+            p.answer,
+        )
+        for p in sample
+    ]
     no_answer = [(p.solution.rsplit("####", 1)[0], p.answer) for p in sample]
-    for name, items, what in [("gold", gold, "gold solutions"),
-                              ("gold_plus_one", plus_one, "gold solutions, answer + 1"),
-                              ("long_boxed", long_trace, "2,000-char traces, \\boxed{}"),
-                              ("no_answer", no_answer, "no #### line")]:
-        rows.append(Row(f"gsm8k/{name}", f"parse + correct + format terms, {what}",
-                        gsm8k_reward, items, statistics.mean(len(c) for c, _ in items)))
+    for name, items, what in [
+        ("gold", gold, "gold solutions"),
+        ("gold_plus_one", plus_one, "gold solutions, answer + 1"),
+        ("long_boxed", long_trace, "2,000-char traces, \\boxed{}"),
+        ("no_answer", no_answer, "no #### line"),
+    ]:
+        rows.append(
+            Row(
+                f"gsm8k/{name}",
+                f"parse + correct + format terms, {what}",
+                gsm8k_reward,
+                items,
+                statistics.mean(len(c) for c, _ in items),
+            )
+        )
 
-    for name, env_id, kwargs, n in [("reverse_text/episode", "textgym/ReverseText-v0", reverse_text_kwargs(), len(texts)),
-                                    ("gsm8k/episode", "textgym/GSM8K-v0", gsm8k_kwargs(), len(problems))]:
+    for name, env_id, kwargs, n in [
+        ("reverse_text/episode", "textgym/ReverseText-v0", reverse_text_kwargs(), len(texts)),
+        ("gsm8k/episode", "textgym/GSM8K-v0", gsm8k_kwargs(), len(problems)),
+    ]:
         wrapped = gym.make(env_id, **kwargs)
 
         def episode(index: int, env: gym.Env = wrapped) -> float:
@@ -170,8 +198,10 @@ def build_rows(seed: int) -> tuple[list[Row], dict[str, str]]:
 
         indices = rng.sample(range(n), min(n, ITEMS_PER_ROW))
         rows.append(Row(name, f"{env_id}: reset + step(gold)", episode, indices, float("nan")))
-    sources = {"reverse_text": source_name(reverse_text_kwargs(), "bundled corpus"),
-               "gsm8k": source_name(gsm8k_kwargs(), "bundled sample set")}
+    sources = {
+        "reverse_text": source_name(reverse_text_kwargs(), "bundled corpus"),
+        "gsm8k": source_name(gsm8k_kwargs(), "bundled sample set"),
+    }
     return rows, sources
 
 
@@ -189,14 +219,19 @@ def measure(rows: list[Row], repeats: int) -> list[dict[str, Any]]:
             for item in items:
                 call(item)
             runs[row.name].append((time.perf_counter_ns() - start) / 1e3 / len(items))
-    return [{
-        "name": row.name,
-        "description": row.description,
-        "us_per_episode": statistics.median(runs[row.name]),
-        "us_per_episode_runs": runs[row.name],
-        "items": len(row.items),
-        "mean_input_chars": None if row.mean_input_chars != row.mean_input_chars else row.mean_input_chars,
-    } for row in rows]
+    return [
+        {
+            "name": row.name,
+            "description": row.description,
+            "us_per_episode": statistics.median(runs[row.name]),
+            "us_per_episode_runs": runs[row.name],
+            "items": len(row.items),
+            "mean_input_chars": None
+            if row.mean_input_chars != row.mean_input_chars
+            else row.mean_input_chars,
+        }
+        for row in rows
+    ]
 
 
 def print_table(results: list[dict[str, Any]], sources: dict[str, str]) -> None:
@@ -209,21 +244,43 @@ def print_table(results: list[dict[str, Any]], sources: dict[str, str]) -> None:
     for r in results:
         runs = r["us_per_episode_runs"]
         chars = "" if r["mean_input_chars"] is None else f"{r['mean_input_chars']:.0f}"
-        table.add_row(r["name"], f"{r['us_per_episode']:.1f}", f"{min(runs):.1f}-{max(runs):.1f}", chars,
-                      r["description"])
+        table.add_row(
+            r["name"],
+            f"{r['us_per_episode']:.1f}",
+            f"{min(runs):.1f}-{max(runs):.1f}",
+            chars,
+            r["description"],
+        )
     console = Console(width=max(120, Console().width))
     console.print(table)
-    console.print(f"data: reverse_text from {sources['reverse_text']}; gsm8k from {sources['gsm8k']}",
-                  highlight=False)
+    console.print(
+        f"data: reverse_text from {sources['reverse_text']}; gsm8k from {sources['gsm8k']}",
+        highlight=False,
+    )
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeats", type=int, default=7, help="timed passes per row; the median is reported (default 7)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for sampling texts, problems and edits (default 0)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=7,
+        help="timed passes per row; the median is reported (default 7)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed for sampling texts, problems and edits (default 0)",
+    )
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"Expected --repeats >= 1, got {args.repeats}")
@@ -242,7 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": info,
-        "versions": {name: dist_version(name) for name in ("textgym", "rapidfuzz", "gymnasium", "numpy")},
+        "versions": {
+            name: dist_version(name) for name in ("textgym", "rapidfuzz", "gymnasium", "numpy")
+        },
         "seed": args.seed,
         "repeats": args.repeats,
         "items_per_row": ITEMS_PER_ROW,

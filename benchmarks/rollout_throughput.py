@@ -65,8 +65,12 @@ def measure(policy: HFPolicy, batch_size: int, episodes: int, seed: int) -> dict
     policy.batch_size = batch_size
     tokens_before = policy.tokens_generated
     start = time.perf_counter()
-    trajectories = rollout(lambda: EnvTimer(gym.make("textgym/TicTacToe-v0"), counter), policy,
-                           [seed + i for i in range(episodes)], batch_size=batch_size)
+    trajectories = rollout(
+        lambda: EnvTimer(gym.make("textgym/TicTacToe-v0"), counter),
+        policy,
+        [seed + i for i in range(episodes)],
+        batch_size=batch_size,
+    )
     wall = time.perf_counter() - start
     tokens = policy.tokens_generated - tokens_before
     turns = sum(t.num_steps for t in trajectories)
@@ -93,16 +97,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
-    policy = HFPolicy.from_name("tiny", max_new_tokens=args.max_new_tokens, temperature=1.0,
-                                seed=args.seed, stop=["</move>"])
+    policy = HFPolicy.from_name(
+        "tiny",
+        max_new_tokens=args.max_new_tokens,
+        temperature=1.0,
+        seed=args.seed,
+        stop=["</move>"],
+    )
     measure(policy, 8, 8, args.seed + 10_000)  # warm-up: allocator, kernels, caches
     rows = []
     for batch_size in args.batch_sizes:
         episodes = max(args.episodes, batch_size)
         rows.append(measure(policy, batch_size, episodes, args.seed))
         r = rows[-1]
-        print(f"batch {batch_size:>3}: {r['episodes_per_s']:7.2f} episodes/s  {r['tokens_per_s']:9.1f} tok/s  "
-              f"env share {r['env_share']:.2%}  ({r['episodes']} episodes, {r['turns']} turns, {r['wall_s']:.1f} s)")
+        print(
+            f"batch {batch_size:>3}: {r['episodes_per_s']:7.2f} episodes/s  {r['tokens_per_s']:9.1f} tok/s  "
+            f"env share {r['env_share']:.2%}  ({r['episodes']} episodes, {r['turns']} turns, {r['wall_s']:.1f} s)"
+        )
 
     status = git("status", "--porcelain", "--untracked-files=no")
     record = {
@@ -110,7 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": machine_info(),
-        "versions": {name: dist_version(name) for name in ("textgym", "torch", "transformers", "gymnasium")},
+        "versions": {
+            name: dist_version(name) for name in ("textgym", "torch", "transformers", "gymnasium")
+        },
         "torch_threads": torch.get_num_threads(),
         "seed": args.seed,
         "model": "tiny",

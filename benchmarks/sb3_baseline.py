@@ -50,7 +50,9 @@ try:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise SystemExit(f'{error}; install the baseline dependencies with: pip install "textgym[sb3]"') from error
+    raise SystemExit(
+        f'{error}; install the baseline dependencies with: pip install "textgym[sb3]"'
+    ) from error
 
 __all__ = ["evaluate", "main", "make_env", "train"]
 
@@ -105,8 +107,11 @@ class _Curve(BaseCallback):
     def _record(self) -> None:
         wdl = evaluate(self.model, self.random_move_prob, self.games, self.seed + 1)
         self.points.append({"timesteps": int(self.num_timesteps), **wdl})
-        print(f"  p={self.random_move_prob:.1f} steps={self.num_timesteps:>7}  "
-              f"win {wdl['win']:.3f}  draw {wdl['draw']:.3f}  loss {wdl['loss']:.3f}", flush=True)
+        print(
+            f"  p={self.random_move_prob:.1f} steps={self.num_timesteps:>7}  "
+            f"win {wdl['win']:.3f}  draw {wdl['draw']:.3f}  loss {wdl['loss']:.3f}",
+            flush=True,
+        )
 
 
 def train(
@@ -152,16 +157,47 @@ def train(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--timesteps", type=int, default=150_000, help="training steps per opponent setting (default 150000)")
-    parser.add_argument("--probs", type=float, nargs="+", default=[1.0, 0.5], help="opponent random_move_prob values (default 1.0 0.5)")
-    parser.add_argument("--eval-games", type=int, default=1000, help="final evaluation games per setting (default 1000)")
-    parser.add_argument("--eval-every", type=int, default=10_000, help="learning-curve interval in steps (default 10000)")
-    parser.add_argument("--curve-games", type=int, default=200, help="games per learning-curve point (default 200)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for training and evaluation (default 0)")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--timesteps",
+        type=int,
+        default=150_000,
+        help="training steps per opponent setting (default 150000)",
+    )
+    parser.add_argument(
+        "--probs",
+        type=float,
+        nargs="+",
+        default=[1.0, 0.5],
+        help="opponent random_move_prob values (default 1.0 0.5)",
+    )
+    parser.add_argument(
+        "--eval-games",
+        type=int,
+        default=1000,
+        help="final evaluation games per setting (default 1000)",
+    )
+    parser.add_argument(
+        "--eval-every",
+        type=int,
+        default=10_000,
+        help="learning-curve interval in steps (default 10000)",
+    )
+    parser.add_argument(
+        "--curve-games", type=int, default=200, help="games per learning-curve point (default 200)"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed for training and evaluation (default 0)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
+    )
     args = parser.parse_args(argv)
     if args.timesteps < 1 or args.eval_games < 1 or args.curve_games < 1 or args.eval_every < 1:
         parser.error("Expected --timesteps, --eval-games, --curve-games and --eval-every >= 1")
@@ -177,17 +213,33 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for prob in args.probs:
         print(f"training MaskablePPO against random_move_prob={prob} for {args.timesteps} steps")
-        model, curve, seconds = train(prob, args.timesteps, args.seed, eval_every=args.eval_every,
-                                      curve_games=args.curve_games)
+        model, curve, seconds = train(
+            prob,
+            args.timesteps,
+            args.seed,
+            eval_every=args.eval_every,
+            curve_games=args.curve_games,
+        )
         final = evaluate(model, prob, args.eval_games, args.seed)
-        runs.append({"random_move_prob": prob, "timesteps": int(model.num_timesteps),
-                     "train_seconds": round(seconds, 1), "learning_curve": curve, "final": final})
+        runs.append(
+            {
+                "random_move_prob": prob,
+                "timesteps": int(model.num_timesteps),
+                "train_seconds": round(seconds, 1),
+                "learning_curve": curve,
+                "final": final,
+            }
+        )
 
-    print(f"\n{'random_move_prob':>16} {'steps':>8} {'train s':>8} {'win':>6} {'draw':>6} {'loss':>6}")
+    print(
+        f"\n{'random_move_prob':>16} {'steps':>8} {'train s':>8} {'win':>6} {'draw':>6} {'loss':>6}"
+    )
     for run in runs:
         f = run["final"]
-        print(f"{run['random_move_prob']:>16.1f} {run['timesteps']:>8} {run['train_seconds']:>8.1f} "
-              f"{f['win']:>6.3f} {f['draw']:>6.3f} {f['loss']:>6.3f}")
+        print(
+            f"{run['random_move_prob']:>16.1f} {run['timesteps']:>8} {run['train_seconds']:>8.1f} "
+            f"{f['win']:>6.3f} {f['draw']:>6.3f} {f['loss']:>6.3f}"
+        )
     by_prob = {run["random_move_prob"]: run["final"] for run in runs}
     goals = {}
     if 1.0 in by_prob:
@@ -202,11 +254,20 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": machine,
-        "versions": {name: dist_version(name) for name in
-                     ("textgym", "gymnasium", "stable_baselines3", "sb3_contrib", "torch", "numpy")},
+        "versions": {
+            name: dist_version(name)
+            for name in (
+                "textgym",
+                "gymnasium",
+                "stable_baselines3",
+                "sb3_contrib",
+                "torch",
+                "numpy",
+            )
+        },
         "seed": args.seed,
         "algorithm": "MaskablePPO (sb3-contrib), MlpPolicy [128, 128], 8 envs x 256 steps, "
-                     "batch 256, 10 epochs, lr 1e-3, gamma 0.99, ent_coef 0.01",
+        "batch 256, 10 epochs, lr 1e-3, gamma 0.99, ent_coef 0.01",
         "agent_mark": "X",
         "eval_games": args.eval_games,
         "curve_games": args.curve_games,

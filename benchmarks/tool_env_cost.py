@@ -56,8 +56,12 @@ def one_pass(env: Any, seeds: range) -> dict[str, float]:
         env.step(info["gold_completion"])
         t["step_final"] += clock() - start
     n = len(seeds)
-    return {"reset": t["reset"] / n * 1e6, "step_gold_calls": t["step_gold_calls"] / max(n_calls, 1) * 1e6,
-            "step_read": t["step_read"] / n * 1e6, "step_final": t["step_final"] / n * 1e6}
+    return {
+        "reset": t["reset"] / n * 1e6,
+        "step_gold_calls": t["step_gold_calls"] / max(n_calls, 1) * 1e6,
+        "step_read": t["step_read"] / n * 1e6,
+        "step_final": t["step_final"] / n * 1e6,
+    }
 
 
 def measure(env: Any, episodes: int, repeats: int) -> dict[str, float]:
@@ -75,24 +79,33 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     real = (WORKPLACE / "workbench" / "tasks.jsonl").is_file()
     envs = {
-        "textgym/Workplace-v0": (WorkplaceEnv(data_dir=str(WORKPLACE)) if real else WorkplaceEnv(),
-                                 "../shared/data/workplace (WorkBench, 690 tasks)" if real else "bundled sample"),
-        "textgym/EmailToolUse-v0": (EmailToolUseEnv(), "generator, inbox_size=20, distractors=2, num_steps=1"),
+        "textgym/Workplace-v0": (
+            WorkplaceEnv(data_dir=str(WORKPLACE)) if real else WorkplaceEnv(),
+            "../shared/data/workplace (WorkBench, 690 tasks)" if real else "bundled sample",
+        ),
+        "textgym/EmailToolUse-v0": (
+            EmailToolUseEnv(),
+            "generator, inbox_size=20, distractors=2, num_steps=1",
+        ),
     }
     results = {}
     print(f"{'env':<26}{'reset':>10}{'gold calls':>12}{'read step':>11}{'final step':>12}   (us)")
     for env_id, (env, data) in envs.items():
         r = measure(env, args.episodes, args.repeats)
         results[env_id] = {"data": data, **r}
-        print(f"{env_id:<26}{r['reset']:>10.1f}{r['step_gold_calls']:>12.1f}{r['step_read']:>11.1f}"
-              f"{r['step_final']:>12.1f}")
+        print(
+            f"{env_id:<26}{r['reset']:>10.1f}{r['step_gold_calls']:>12.1f}{r['step_read']:>11.1f}"
+            f"{r['step_final']:>12.1f}"
+        )
     status = git("status", "--porcelain")
     record = {
         "benchmark": "tool_env_cost",
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
         "machine": info,
-        "versions": {name: dist_version(name) for name in ("textgym", "gymnasium", "numpy", "jsonschema")},
+        "versions": {
+            name: dist_version(name) for name in ("textgym", "gymnasium", "numpy", "jsonschema")
+        },
         "seeds": f"0..{args.episodes - 1}",
         "episodes": args.episodes,
         "repeats": args.repeats,

@@ -12,7 +12,9 @@ CLI = [sys.executable, "-m", "textgym.cli"]
 
 
 def run_cli(*args, input_text=None):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, input=input_text, timeout=300)
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, input=input_text, timeout=300
+    )
 
 
 def test_list_prints_ids(capsys):
@@ -22,19 +24,51 @@ def test_list_prints_ids(capsys):
 
 def test_eval_minimax_draws_every_game(tmp_path):
     out = tmp_path / "run"
-    proc = run_cli("eval", "textgym/TicTacToe-v0", "--policy", "minimax", "--episodes", "1000",
-                   "--seed", "0", "--env-kwargs", '{"random_move_prob": 0}', "--output", str(out),
-                   "--no-progress")
+    proc = run_cli(
+        "eval",
+        "textgym/TicTacToe-v0",
+        "--policy",
+        "minimax",
+        "--episodes",
+        "1000",
+        "--seed",
+        "0",
+        "--env-kwargs",
+        '{"random_move_prob": 0}',
+        "--output",
+        str(out),
+        "--no-progress",
+    )
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
-    for key in ["env_id", "policy", "model", "episodes", "seed", "mean_return", "stderr_return",
-                "reward_components", "outcomes", "invalid_action_rate", "mean_turns", "elapsed_s"]:
+    for key in [
+        "env_id",
+        "policy",
+        "model",
+        "episodes",
+        "seed",
+        "mean_return",
+        "stderr_return",
+        "reward_components",
+        "outcomes",
+        "invalid_action_rate",
+        "mean_turns",
+        "elapsed_s",
+    ]:
         assert key in summary
-    assert summary["episodes"] == 1000 and summary["outcomes"] == {"win": 0.0, "draw": 1.0, "loss": 0.0}
+    assert summary["episodes"] == 1000 and summary["outcomes"] == {
+        "win": 0.0,
+        "draw": 1.0,
+        "loss": 0.0,
+    }
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     assert len(lines) == 1000
     record = json.loads(lines[0])
-    assert record["seed"] == 0 and record["outcome"] == "draw" and record["messages"][0]["role"] == "system"
+    assert (
+        record["seed"] == 0
+        and record["outcome"] == "draw"
+        and record["messages"][0]["role"] == "system"
+    )
     assert len(record["rewards"]) == len(record["reward_components"]) == 5
     assert proc.stdout.strip().splitlines()[-2] == (
         "minimax over 1000 episodes: legal, parsable actions in 100% of turns; 0% wins, "
@@ -43,8 +77,22 @@ def test_eval_minimax_draws_every_game(tmp_path):
 
 
 def test_eval_with_wrappers_reports_components(capsys):
-    assert main(["eval", "textgym/TicTacToe-v0", "--policy", "random", "--episodes", "50",
-                 "--wrappers", "format_reward,invalid_action_penalty", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "textgym/TicTacToe-v0",
+                "--policy",
+                "random",
+                "--episodes",
+                "50",
+                "--wrappers",
+                "format_reward,invalid_action_penalty",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "component format" in out and "component invalid_action" in out and "loss" in out
 
@@ -55,8 +103,10 @@ def test_eval_with_wrappers_reports_components(capsys):
         (["eval", "textgym/Nope-v0"], "unknown env id"),
         (["eval", "textgym/TicTacToe-v0", "--env-kwargs", "{bad"], "not valid JSON"),
         (["eval", "textgym/TicTacToe-v0", "--env-kwargs", "[1]"], "JSON object"),
-        (["eval", "textgym/TicTacToe-v0", "--env-kwargs", '{"random_move_prob": 1.5}'],
-         r"random_move_prob in [0, 1], got 1.5"),
+        (
+            ["eval", "textgym/TicTacToe-v0", "--env-kwargs", '{"random_move_prob": 1.5}'],
+            r"random_move_prob in [0, 1], got 1.5",
+        ),
         (["eval", "textgym/TicTacToe-v0", "--env-kwargs", '{"colour": "red"}'], "colour"),
         (["eval", "textgym/TicTacToe-v0", "--episodes", "0"], "--episodes"),
         (["eval", "textgym/TicTacToe-v0", "--policy", "alphago"], "invalid choice"),

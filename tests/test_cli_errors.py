@@ -26,123 +26,384 @@ needs_sys = pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs a /sys d
 
 CASES = [
     # 11. output locations, checked (and created) before playing
-    pytest.param(["eval", TTT, *FAST, "--output", "/sys/nope"], "cannot write to --output /sys/nope",
-                 marks=needs_sys, id="eval-output-unwritable"),
-    pytest.param(["eval", TTT, *FAST, "--output", "{tmp}/file/run"], "file is a file, not a directory",
-                 id="eval-output-under-a-file"),
-    pytest.param(["eval", TTT, *FAST, "--output", "{tmp}/file"], "file is a file; expected a directory",
-                 id="eval-output-is-a-file"),
-    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}"], "is a directory; expected a file",
-                 id="collect-output-is-a-directory"),
-    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/file/sft.jsonl"],
-                 "file is a file, not a directory", id="collect-output-under-a-file"),
-    pytest.param(["collect", TTT, *FAST, "--output", "/sys/nope.jsonl"], "cannot write --output",
-                 marks=needs_sys, id="collect-output-unwritable"),
+    pytest.param(
+        ["eval", TTT, *FAST, "--output", "/sys/nope"],
+        "cannot write to --output /sys/nope",
+        marks=needs_sys,
+        id="eval-output-unwritable",
+    ),
+    pytest.param(
+        ["eval", TTT, *FAST, "--output", "{tmp}/file/run"],
+        "file is a file, not a directory",
+        id="eval-output-under-a-file",
+    ),
+    pytest.param(
+        ["eval", TTT, *FAST, "--output", "{tmp}/file"],
+        "file is a file; expected a directory",
+        id="eval-output-is-a-file",
+    ),
+    pytest.param(
+        ["collect", TTT, *FAST, "--output", "{tmp}"],
+        "is a directory; expected a file",
+        id="collect-output-is-a-directory",
+    ),
+    pytest.param(
+        ["collect", TTT, *FAST, "--output", "{tmp}/file/sft.jsonl"],
+        "file is a file, not a directory",
+        id="collect-output-under-a-file",
+    ),
+    pytest.param(
+        ["collect", TTT, *FAST, "--output", "/sys/nope.jsonl"],
+        "cannot write --output",
+        marks=needs_sys,
+        id="collect-output-unwritable",
+    ),
     # 13. env, data and kwargs
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--env-kwargs",
-                  '{"data_path": "{tmp}/missing.jsonl"}'], "Expected a data file at", id="missing-data-path"),
-    pytest.param(["eval", TTT, *FAST, "--env-kwargs", DEEP], "--env-kwargs is nested too deeply",
-                 id="deeply-nested-env-kwargs"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--wrappers", "format_reward"],
-                 "already pays a 'format' reward component", id="format-reward-on-gsm8k"),
-    pytest.param(["eval", "textgym/ReverseText-v0", "--policy", "gold", *FAST, "--wrappers",
-                  "format_reward"], "already pays a 'format' reward component", id="format-reward-on-reverse-text"),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            *FAST,
+            "--env-kwargs",
+            '{"data_path": "{tmp}/missing.jsonl"}',
+        ],
+        "Expected a data file at",
+        id="missing-data-path",
+    ),
+    pytest.param(
+        ["eval", TTT, *FAST, "--env-kwargs", DEEP],
+        "--env-kwargs is nested too deeply",
+        id="deeply-nested-env-kwargs",
+    ),
+    pytest.param(
+        ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--wrappers", "format_reward"],
+        "already pays a 'format' reward component",
+        id="format-reward-on-gsm8k",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/ReverseText-v0",
+            "--policy",
+            "gold",
+            *FAST,
+            "--wrappers",
+            "format_reward",
+        ],
+        "already pays a 'format' reward component",
+        id="format-reward-on-reverse-text",
+    ),
     # 13. a policy that cannot play the env, a seed the env refuses
-    pytest.param(["eval", TTT, "--policy", "gold", *FAST],
-                 "--policy gold cannot play textgym/TicTacToe-v0: it plays from info['gold_completion']",
-                 id="gold-on-tictactoe"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "minimax", *FAST],
-                 "--policy minimax cannot play textgym/GSM8K-v0", id="minimax-on-gsm8k"),
-    pytest.param(["collect", "textgym/ReverseText-v0", "--policy", "random", *FAST, "--output",
-                  "{tmp}/sft.jsonl"], "use --policy gold, hf or openai", id="random-on-reverse-text"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--seed", "-1"],
-                 "--seed must be >= 0", id="negative-seed-with-gold"),
+    pytest.param(
+        ["eval", TTT, "--policy", "gold", *FAST],
+        "--policy gold cannot play textgym/TicTacToe-v0: it plays from info['gold_completion']",
+        id="gold-on-tictactoe",
+    ),
+    pytest.param(
+        ["eval", "textgym/GSM8K-v0", "--policy", "minimax", *FAST],
+        "--policy minimax cannot play textgym/GSM8K-v0",
+        id="minimax-on-gsm8k",
+    ),
+    pytest.param(
+        [
+            "collect",
+            "textgym/ReverseText-v0",
+            "--policy",
+            "random",
+            *FAST,
+            "--output",
+            "{tmp}/sft.jsonl",
+        ],
+        "use --policy gold, hf or openai",
+        id="random-on-reverse-text",
+    ),
+    pytest.param(
+        ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--seed", "-1"],
+        "--seed must be >= 0",
+        id="negative-seed-with-gold",
+    ),
     pytest.param(["play", TTT, "--seed", "-1"], "--seed must be >= 0", id="play-negative-seed"),
-    pytest.param(["eval", TTT, "--episodes", str(10**30), "--no-progress"], "--episodes must be in [1, ",
-                 id="episodes-beyond-any-length"),
+    pytest.param(
+        ["eval", TTT, "--episodes", str(10**30), "--no-progress"],
+        "--episodes must be in [1, ",
+        id="episodes-beyond-any-length",
+    ),
     # issue 13: choosing the tasks of a pass
-    pytest.param(["eval", TTT, *FAST, "--limit", "3"], "--limit needs tasks to walk, and "
-                 "textgym/TicTacToe-v0 has no task list", id="limit-without-a-task-list"),
-    pytest.param(["eval", TTT, "--rollouts-per-task", "4", "--no-progress"],
-                 "--rollouts-per-task needs tasks to walk", id="rollouts-without-a-task-list"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "19"],
-                 "--limit 19 is more than the 18 tasks textgym/GSM8K-v0 holds; use at most 18, or "
-                 "leave --limit out to play them all", id="limit-beyond-the-tasks"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "3",
-                  "--task-ids", "gsm8k-sample-00001,gsm8k-sample-00002"],
-                 "--limit 3 is more than the 2 tasks --task-ids lists", id="limit-beyond-the-ids"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "0"],
-                 "--limit must be >= 1, got 0", id="limit-zero"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids",
-                  "gsm8k-sample-00001,gsm8k-test-00001"], "--task-ids: Unknown task id 'gsm8k-test-00001' "
-                 "(1 of 2 unknown); expected ids of the env's 18 tasks, e.g. 'gsm8k-sample-00000'",
-                 id="unknown-task-id"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids",
-                  "gsm8k-sample-00001,gsm8k-sample-00001"], "listed twice", id="task-id-twice"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids", ","],
-                 "Expected at least one task id", id="no-task-ids"),
-    pytest.param(["eval", "textgym/EmailToolUse-v0", "--policy", "gold", "--no-progress", "--task-ids",
-                  "email-1"], "--task-ids: textgym/EmailToolUse-v0 cannot play task 'email-1': Expected "
-                 "options['task_id'] like", id="bad-generated-task-id"),
-    pytest.param(["eval", TTT, "--no-progress", "--task-ids", "x"],
-                 "--task-ids: textgym/TicTacToe-v0 cannot play task 'x': Unknown reset options",
-                 id="task-ids-on-tictactoe"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--sample-tasks",
-                  "--limit", "3"], "--sample-tasks draws each episode's task at random; it cannot be "
-                 "combined with --limit", id="sample-tasks-and-limit"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--episodes", "8",
-                  "--rollouts-per-task", "4"], "--episodes and --rollouts-per-task 4 both set",
-                 id="episodes-and-rollouts"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--group-size", "4",
-                  "--rollouts-per-task", "6"], "--group-size 4 groups copies of one task, and the walk "
-                 "plays each task --rollouts-per-task 6 times", id="walk-rollouts-not-in-groups"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--sample-tasks",
-                  "--episodes", "6", "--group-size", "4"], "6 episodes are not a multiple of --group-size 4",
-                 id="sampled-episodes-not-in-groups"),
-    pytest.param(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--success-threshold",
-                  "nan"], "--success-threshold must be a finite number", id="nan-success-threshold"),
+    pytest.param(
+        ["eval", TTT, *FAST, "--limit", "3"],
+        "--limit needs tasks to walk, and textgym/TicTacToe-v0 has no task list",
+        id="limit-without-a-task-list",
+    ),
+    pytest.param(
+        ["eval", TTT, "--rollouts-per-task", "4", "--no-progress"],
+        "--rollouts-per-task needs tasks to walk",
+        id="rollouts-without-a-task-list",
+    ),
+    pytest.param(
+        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "19"],
+        "--limit 19 is more than the 18 tasks textgym/GSM8K-v0 holds; use at most 18, or "
+        "leave --limit out to play them all",
+        id="limit-beyond-the-tasks",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--limit",
+            "3",
+            "--task-ids",
+            "gsm8k-sample-00001,gsm8k-sample-00002",
+        ],
+        "--limit 3 is more than the 2 tasks --task-ids lists",
+        id="limit-beyond-the-ids",
+    ),
+    pytest.param(
+        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "0"],
+        "--limit must be >= 1, got 0",
+        id="limit-zero",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--task-ids",
+            "gsm8k-sample-00001,gsm8k-test-00001",
+        ],
+        "--task-ids: Unknown task id 'gsm8k-test-00001' "
+        "(1 of 2 unknown); expected ids of the env's 18 tasks, e.g. 'gsm8k-sample-00000'",
+        id="unknown-task-id",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--task-ids",
+            "gsm8k-sample-00001,gsm8k-sample-00001",
+        ],
+        "listed twice",
+        id="task-id-twice",
+    ),
+    pytest.param(
+        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids", ","],
+        "Expected at least one task id",
+        id="no-task-ids",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/EmailToolUse-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--task-ids",
+            "email-1",
+        ],
+        "--task-ids: textgym/EmailToolUse-v0 cannot play task 'email-1': Expected "
+        "options['task_id'] like",
+        id="bad-generated-task-id",
+    ),
+    pytest.param(
+        ["eval", TTT, "--no-progress", "--task-ids", "x"],
+        "--task-ids: textgym/TicTacToe-v0 cannot play task 'x': Unknown reset options",
+        id="task-ids-on-tictactoe",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--sample-tasks",
+            "--limit",
+            "3",
+        ],
+        "--sample-tasks draws each episode's task at random; it cannot be combined with --limit",
+        id="sample-tasks-and-limit",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--episodes",
+            "8",
+            "--rollouts-per-task",
+            "4",
+        ],
+        "--episodes and --rollouts-per-task 4 both set",
+        id="episodes-and-rollouts",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--group-size",
+            "4",
+            "--rollouts-per-task",
+            "6",
+        ],
+        "--group-size 4 groups copies of one task, and the walk "
+        "plays each task --rollouts-per-task 6 times",
+        id="walk-rollouts-not-in-groups",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--sample-tasks",
+            "--episodes",
+            "6",
+            "--group-size",
+            "4",
+        ],
+        "6 episodes are not a multiple of --group-size 4",
+        id="sampled-episodes-not-in-groups",
+    ),
+    pytest.param(
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            "--no-progress",
+            "--success-threshold",
+            "nan",
+        ],
+        "--success-threshold must be a finite number",
+        id="nan-success-threshold",
+    ),
     # issue 15: the openai policy's flags
-    pytest.param(["eval", TTT, *FAST, "--concurrency", "4", "--api-key", "k"],
-                 "--concurrency, --api-key only apply to --policy openai, got --policy minimax",
-                 id="openai-flags-with-minimax"),
-    pytest.param(["eval", TTT, *FAST, "--policy", "openai", "--concurrency", "0"],
-                 "--concurrency must be >= 1", id="concurrency-zero"),
-    pytest.param(["eval", TTT, *FAST, "--policy", "openai", "--timeout-s", "inf"],
-                 "--timeout-s must be a finite number > 0", id="timeout-inf"),
-    pytest.param(["eval", TTT, *FAST, "--policy", "openai", "--max-retries", "-1"],
-                 "--max-retries must be >= 0", id="negative-retries"),
+    pytest.param(
+        ["eval", TTT, *FAST, "--concurrency", "4", "--api-key", "k"],
+        "--concurrency, --api-key only apply to --policy openai, got --policy minimax",
+        id="openai-flags-with-minimax",
+    ),
+    pytest.param(
+        ["eval", TTT, *FAST, "--policy", "openai", "--concurrency", "0"],
+        "--concurrency must be >= 1",
+        id="concurrency-zero",
+    ),
+    pytest.param(
+        ["eval", TTT, *FAST, "--policy", "openai", "--timeout-s", "inf"],
+        "--timeout-s must be a finite number > 0",
+        id="timeout-inf",
+    ),
+    pytest.param(
+        ["eval", TTT, *FAST, "--policy", "openai", "--max-retries", "-1"],
+        "--max-retries must be >= 0",
+        id="negative-retries",
+    ),
     # 13. collect filters that used to be read as string literals
-    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter",
-                  "outcome == win or outcome == draw"], "--filter: expected 'and' or the end of the filter at char 15",
-                 id="filter-with-or"),
-    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter", "outcome == win and"],
-                 "--filter: expected a field name at char 18", id="filter-dangling-and"),
-    pytest.param(["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter", "num_steps == 5 5"],
-                 "--filter: expected 'and' or the end of the filter at char 15", id="filter-two-word-value"),
+    pytest.param(
+        [
+            "collect",
+            TTT,
+            *FAST,
+            "--output",
+            "{tmp}/sft.jsonl",
+            "--filter",
+            "outcome == win or outcome == draw",
+        ],
+        "--filter: expected 'and' or the end of the filter at char 15",
+        id="filter-with-or",
+    ),
+    pytest.param(
+        ["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter", "outcome == win and"],
+        "--filter: expected a field name at char 18",
+        id="filter-dangling-and",
+    ),
+    pytest.param(
+        ["collect", TTT, *FAST, "--output", "{tmp}/sft.jsonl", "--filter", "num_steps == 5 5"],
+        "--filter: expected 'and' or the end of the filter at char 15",
+        id="filter-two-word-value",
+    ),
     # 13. trainers: config validation, env, model, output directory
-    pytest.param(["train", "--env-id", "textgym/Nope-v0", *TRAIN], "unknown env id 'textgym/Nope-v0'",
-                 marks=needs_training, id="train-unknown-env"),
-    pytest.param(["train", "--env-kwargs", "colour", "red", *TRAIN], "unexpected keyword argument 'colour'",
-                 marks=needs_training, id="train-bad-env-kwargs"),
-    pytest.param(["train", "--env-id", "textgym/GSM8K-v0", "--wrappers", "format_reward", *TRAIN],
-                 "already pays a 'format' reward component", marks=needs_training, id="train-format-reward-on-gsm8k"),
-    pytest.param(["train", "--model", "{tmp}/no-such-model", *TRAIN], "Could not load model",
-                 marks=needs_training, id="train-model-not-found"),
-    pytest.param(["train", "--learning-rate", "nan", *TRAIN], "learning_rate to be a finite number",
-                 marks=needs_training, id="train-nan-learning-rate"),
-    pytest.param(["train", "--output-dir", "{tmp}/file/run", "--device", "cpu"],
-                 "file is a file, not a directory", marks=needs_training, id="train-output-dir-under-a-file"),
-    pytest.param(["sft", "--data", "{tmp}/missing.jsonl", *TRAIN], "Expected data to be a JSONL file",
-                 marks=needs_training, id="sft-data-not-found"),
-    pytest.param(["sft", "--data", "{tmp}/sft.jsonl", "--model", "{tmp}/no-such-model", *TRAIN],
-                 "Could not load model", marks=needs_training, id="sft-model-not-found"),
-    pytest.param(["sft", "--data", "{tmp}/file", *TRAIN],
-                 "expected a JSON object per line", marks=needs_training, id="sft-data-not-jsonl"),
-    pytest.param(["sft", "--data", "{tmp}/no-content.jsonl", *TRAIN],
-                 "record 1: message 0 (user) has content None", marks=needs_training,
-                 id="sft-null-content"),
-    pytest.param(["sft", "--data", "{tmp}/file", "--learning-rate", "nan", *TRAIN],
-                 "learning_rate to be a finite number", marks=needs_training, id="sft-nan-learning-rate"),
+    pytest.param(
+        ["train", "--env-id", "textgym/Nope-v0", *TRAIN],
+        "unknown env id 'textgym/Nope-v0'",
+        marks=needs_training,
+        id="train-unknown-env",
+    ),
+    pytest.param(
+        ["train", "--env-kwargs", "colour", "red", *TRAIN],
+        "unexpected keyword argument 'colour'",
+        marks=needs_training,
+        id="train-bad-env-kwargs",
+    ),
+    pytest.param(
+        ["train", "--env-id", "textgym/GSM8K-v0", "--wrappers", "format_reward", *TRAIN],
+        "already pays a 'format' reward component",
+        marks=needs_training,
+        id="train-format-reward-on-gsm8k",
+    ),
+    pytest.param(
+        ["train", "--model", "{tmp}/no-such-model", *TRAIN],
+        "Could not load model",
+        marks=needs_training,
+        id="train-model-not-found",
+    ),
+    pytest.param(
+        ["train", "--learning-rate", "nan", *TRAIN],
+        "learning_rate to be a finite number",
+        marks=needs_training,
+        id="train-nan-learning-rate",
+    ),
+    pytest.param(
+        ["train", "--output-dir", "{tmp}/file/run", "--device", "cpu"],
+        "file is a file, not a directory",
+        marks=needs_training,
+        id="train-output-dir-under-a-file",
+    ),
+    pytest.param(
+        ["sft", "--data", "{tmp}/missing.jsonl", *TRAIN],
+        "Expected data to be a JSONL file",
+        marks=needs_training,
+        id="sft-data-not-found",
+    ),
+    pytest.param(
+        ["sft", "--data", "{tmp}/sft.jsonl", "--model", "{tmp}/no-such-model", *TRAIN],
+        "Could not load model",
+        marks=needs_training,
+        id="sft-model-not-found",
+    ),
+    pytest.param(
+        ["sft", "--data", "{tmp}/file", *TRAIN],
+        "expected a JSON object per line",
+        marks=needs_training,
+        id="sft-data-not-jsonl",
+    ),
+    pytest.param(
+        ["sft", "--data", "{tmp}/no-content.jsonl", *TRAIN],
+        "record 1: message 0 (user) has content None",
+        marks=needs_training,
+        id="sft-null-content",
+    ),
+    pytest.param(
+        ["sft", "--data", "{tmp}/file", "--learning-rate", "nan", *TRAIN],
+        "learning_rate to be a finite number",
+        marks=needs_training,
+        id="sft-nan-learning-rate",
+    ),
 ]
 
 
@@ -166,8 +427,9 @@ def nothing_is_played(monkeypatch):
 
 
 @pytest.mark.parametrize(("argv", "message"), CASES)
-def test_bad_invocation_is_one_line_and_exit_2(argv, message, tmp_path, capsys, monkeypatch,
-                                               nothing_is_played):
+def test_bad_invocation_is_one_line_and_exit_2(
+    argv, message, tmp_path, capsys, monkeypatch, nothing_is_played
+):
     (tmp_path / "file").write_text("not JSON\n")
     chat = [{"role": "user", "content": "4?"}, {"role": "assistant", "content": "<move>4</move>"}]
     (tmp_path / "sft.jsonl").write_text(json.dumps({"messages": chat}) + "\n")
@@ -179,21 +441,39 @@ def test_bad_invocation_is_one_line_and_exit_2(argv, message, tmp_path, capsys, 
 
 
 def test_unreachable_hub_dataset(capsys, monkeypatch, nothing_is_played):
-    datasets = pytest.importorskip("datasets", reason="needs the data extra: pip install 'textgym[data]'")
+    datasets = pytest.importorskip(
+        "datasets", reason="needs the data extra: pip install 'textgym[data]'"
+    )
 
     def offline(*args, **kwargs):  # what datasets raises without a network
-        raise ConnectionError("Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)")
+        raise ConnectionError(
+            "Couldn't reach 'nobody/nothing' on the Hub (LocalEntryNotFoundError)"
+        )
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    assert_one_usage_error(capsys, ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--env-kwargs",
-                                    '{"dataset": "nobody/nothing"}'], "Couldn't reach 'nobody/nothing'")
+    assert_one_usage_error(
+        capsys,
+        [
+            "eval",
+            "textgym/GSM8K-v0",
+            "--policy",
+            "gold",
+            *FAST,
+            "--env-kwargs",
+            '{"dataset": "nobody/nothing"}',
+        ],
+        "Couldn't reach 'nobody/nothing'",
+    )
 
 
 def test_an_existing_output_survives_a_run_that_fails_before_playing(tmp_path, capsys):
     out = tmp_path / "sft.jsonl"
     out.write_text('{"kept": true}\n')
-    assert_one_usage_error(capsys, ["collect", TTT, "--policy", "gold", *FAST, "--output", str(out)],
-                           "--policy gold cannot play")
+    assert_one_usage_error(
+        capsys,
+        ["collect", TTT, "--policy", "gold", *FAST, "--output", str(out)],
+        "--policy gold cannot play",
+    )
     assert out.read_text() == '{"kept": true}\n'
 
 

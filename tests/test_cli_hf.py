@@ -14,9 +14,29 @@ pytestmark = pytest.mark.llm
 
 def test_eval_hf_tiny_plays_complete_games(tmp_path, capsys):
     out = tmp_path / "hf"
-    code = main(["eval", "textgym/TicTacToe-v0", "--policy", "hf", "--model", "tiny", "--episodes", "4",
-                 "--batch-size", "4", "--max-new-tokens", "12", "--seed", "0", "--output", str(out),
-                 "--wrappers", "format_reward,invalid_action_penalty", "--no-progress"])
+    code = main(
+        [
+            "eval",
+            "textgym/TicTacToe-v0",
+            "--policy",
+            "hf",
+            "--model",
+            "tiny",
+            "--episodes",
+            "4",
+            "--batch-size",
+            "4",
+            "--max-new-tokens",
+            "12",
+            "--seed",
+            "0",
+            "--output",
+            str(out),
+            "--wrappers",
+            "format_reward,invalid_action_penalty",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["policy"] == "hf" and summary["model"] == "tiny" and summary["episodes"] == 4

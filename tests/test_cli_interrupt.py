@@ -15,7 +15,9 @@ from textgym.cli import main
 from textgym.rollout import Trajectory
 
 TTT = "textgym/TicTacToe-v0"
-MANY_EPISODES = str(20_000)  # more than the Ctrl-C at turn 40 lets play; bounded, so a lost Ctrl-C fails the test instead of hanging the suite (it did once under load)
+MANY_EPISODES = str(
+    20_000
+)  # more than the Ctrl-C at turn 40 lets play; bounded, so a lost Ctrl-C fails the test instead of hanging the suite (it did once under load)
 
 
 def ctrl_c():
@@ -70,22 +72,38 @@ def one_line(err):
     return lines[0]
 
 
-def test_eval_output_keeps_what_finished_and_marks_it_incomplete(tmp_path, capsys, ctrl_c_at_turn,
-                                                                   memory_cap):
+def test_eval_output_keeps_what_finished_and_marks_it_incomplete(
+    tmp_path, capsys, ctrl_c_at_turn, memory_cap
+):
     out = tmp_path / "run"
     out.mkdir()
     (out / "summary.json").write_text('{"complete": true, "episodes": 60000}')  # a previous run
     ctrl_c_at_turn(40)
-    code = run(["eval", TTT, "--policy", "minimax", "--episodes", MANY_EPISODES, "--batch-size", "4",
-                 "--output", str(out), "--no-progress"])
+    code = run(
+        [
+            "eval",
+            TTT,
+            "--policy",
+            "minimax",
+            "--episodes",
+            MANY_EPISODES,
+            "--batch-size",
+            "4",
+            "--output",
+            str(out),
+            "--no-progress",
+        ]
+    )
     records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     summary = json.loads((out / "summary.json").read_text())
     line = one_line(capsys.readouterr().err)
     assert code == 130 and records
     assert summary["complete"] is False and summary["episodes"] == len(records)
     assert summary["episodes_requested"] == int(MANY_EPISODES)
-    assert line == (f"textgym: interrupted after {len(records)} of {MANY_EPISODES} episodes; wrote them to "
-                    f"{out / 'trajectories.jsonl'} and {out / 'summary.json'} (\"complete\": false)")
+    assert line == (
+        f"textgym: interrupted after {len(records)} of {MANY_EPISODES} episodes; wrote them to "
+        f'{out / "trajectories.jsonl"} and {out / "summary.json"} ("complete": false)'
+    )
     seeds = [r["seed"] for r in records]
     assert seeds == sorted(seeds) and seeds[0] == 0  # in episode order (a finished later one too)
 
@@ -100,8 +118,21 @@ def test_ctrl_c_while_a_trajectory_is_written(tmp_path, capsys, monkeypatch):
         return to_json(self)
 
     monkeypatch.setattr(Trajectory, "to_json", to_json_then_ctrl_c)
-    code = run(["eval", TTT, "--policy", "random", "--episodes", "20", "--batch-size", "1",
-                 "--output", str(tmp_path), "--no-progress"])
+    code = run(
+        [
+            "eval",
+            TTT,
+            "--policy",
+            "random",
+            "--episodes",
+            "20",
+            "--batch-size",
+            "1",
+            "--output",
+            str(tmp_path),
+            "--no-progress",
+        ]
+    )
     lines = (tmp_path / "trajectories.jsonl").read_text().splitlines()
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert code == 130 and "interrupted after 5 of 20 episodes" in one_line(capsys.readouterr().err)
@@ -112,15 +143,32 @@ def test_ctrl_c_while_a_trajectory_is_written(tmp_path, capsys, monkeypatch):
 def test_collect_leaves_valid_jsonl_and_says_how_many(tmp_path, capsys, ctrl_c_at_turn, memory_cap):
     out = tmp_path / "sft.jsonl"
     ctrl_c_at_turn(40)
-    code = run(["collect", TTT, "--policy", "minimax", "--episodes", MANY_EPISODES, "--batch-size", "4",
-                 "--env-kwargs", '{"opponent": "random"}', "--filter", "outcome == win",
-                 "--output", str(out), "--no-progress"])
+    code = run(
+        [
+            "collect",
+            TTT,
+            "--policy",
+            "minimax",
+            "--episodes",
+            MANY_EPISODES,
+            "--batch-size",
+            "4",
+            "--env-kwargs",
+            '{"opponent": "random"}',
+            "--filter",
+            "outcome == win",
+            "--output",
+            str(out),
+            "--no-progress",
+        ]
+    )
     records = [json.loads(line) for line in out.read_text().splitlines()]
     line = one_line(capsys.readouterr().err)
     assert code == 130 and records and all(r["outcome"] == "win" for r in records)
     assert line.startswith("textgym: interrupted after ")
-    assert (f"; kept {len(records)} of " in line
-            and line.endswith(f"wrote {out} ({len(records)} whole records, valid JSONL)"))
+    assert f"; kept {len(records)} of " in line and line.endswith(
+        f"wrote {out} ({len(records)} whole records, valid JSONL)"
+    )
 
 
 def test_eval_without_output_says_nothing_was_saved(capsys, ctrl_c_at_turn):
@@ -139,8 +187,27 @@ def test_ctrl_c_before_playing_is_one_line(capsys, monkeypatch):
 
 
 def test_a_complete_run_says_so(tmp_path):
-    assert run(["eval", TTT, "--policy", "random", "--episodes", "6", "--batch-size", "4",
-                 "--output", str(tmp_path), "--no-progress"]) == 0
+    assert (
+        run(
+            [
+                "eval",
+                TTT,
+                "--policy",
+                "random",
+                "--episodes",
+                "6",
+                "--batch-size",
+                "4",
+                "--output",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
-    seeds = [json.loads(line)["seed"] for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    seeds = [
+        json.loads(line)["seed"]
+        for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    ]
     assert summary["complete"] is True and summary["episodes"] == 6 and seeds == list(range(6))

@@ -23,10 +23,22 @@ GOOD = 3  # requests answered before the failure
 
 
 def chat_body(content):
-    return json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
-                       "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                    "finish_reason": "stop"}],
-                       "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}}).encode()
+    return json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
+        }
+    ).encode()
 
 
 class Server(ThreadingHTTPServer):
@@ -89,8 +101,20 @@ def server():
 
 
 def openai_args(server, *extra):
-    return ["--policy", "openai", "--base-url", server.url, "--batch-size", "1", "--max-retries", "0",
-            "--timeout-s", "0.5", "--no-progress", *extra]
+    return [
+        "--policy",
+        "openai",
+        "--base-url",
+        server.url,
+        "--batch-size",
+        "1",
+        "--max-retries",
+        "0",
+        "--timeout-s",
+        "0.5",
+        "--no-progress",
+        *extra,
+    ]
 
 
 FAILURES = [
@@ -102,8 +126,9 @@ FAILURES = [
 
 
 @pytest.mark.parametrize(("failure", "said"), FAILURES, ids=[f for f, _ in FAILURES])
-def test_eval_keeps_the_finished_episodes_and_says_what_failed_in_one_line(server, failure, said, tmp_path,
-                                                                            capsys):
+def test_eval_keeps_the_finished_episodes_and_says_what_failed_in_one_line(
+    server, failure, said, tmp_path, capsys
+):
     server.failure = failure
     out = tmp_path / "run"
     code = main(["eval", "textgym/GSM8K-v0", *openai_args(server, "--output", str(out))])
@@ -112,9 +137,11 @@ def test_eval_keeps_the_finished_episodes_and_says_what_failed_in_one_line(serve
     assert code == 1 and "Traceback" not in err and len(lines) == 1, err
     assert lines[0].startswith("textgym: error: --policy openai failed: ") and said in lines[0]
     assert server.url in lines[0] or failure == "status"
-    assert lines[0].endswith(f"; stopped after {GOOD} of 18 episodes; wrote them to "
-                             f"{out / 'trajectories.jsonl'}, {out / 'per_task.jsonl'} and "
-                             f"{out / 'summary.json'} (\"complete\": false)")
+    assert lines[0].endswith(
+        f"; stopped after {GOOD} of 18 episodes; wrote them to "
+        f"{out / 'trajectories.jsonl'}, {out / 'per_task.jsonl'} and "
+        f'{out / "summary.json"} ("complete": false)'
+    )
     records = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     summary = json.loads((out / "summary.json").read_text())
     assert len(records) == summary["episodes"] == GOOD and summary["complete"] is False
@@ -127,8 +154,10 @@ def test_collect_keeps_the_finished_records(server, tmp_path, capsys):
     assert main(["collect", "textgym/GSM8K-v0", *openai_args(server, "--output", str(out))]) == 1
     line = capsys.readouterr().err.strip()
     assert line.startswith("textgym: error: --policy openai failed: ") and "\n" not in line
-    assert line.endswith(f"; stopped after {GOOD} of 18 episodes; kept {GOOD} of {GOOD} episodes; "
-                         f"wrote {out} ({GOOD} whole records, valid JSONL)")
+    assert line.endswith(
+        f"; stopped after {GOOD} of 18 episodes; kept {GOOD} of {GOOD} episodes; "
+        f"wrote {out} ({GOOD} whole records, valid JSONL)"
+    )
     assert len(out.read_text().splitlines()) == GOOD
 
 
@@ -151,11 +180,18 @@ def test_the_flags_reach_the_policy_and_the_key_the_server(server, tmp_path, mon
 
     monkeypatch.setattr(textgym.cli, "_build_policy", spy)
     server.failure = "none"  # never reached: two episodes only
-    argv = ["eval", "textgym/GSM8K-v0", *openai_args(server, "--limit", "2", "--concurrency", "3",
-                                                        "--api-key", "sk-from-flag")]
+    argv = [
+        "eval",
+        "textgym/GSM8K-v0",
+        *openai_args(server, "--limit", "2", "--concurrency", "3", "--api-key", "sk-from-flag"),
+    ]
     assert main(argv) == 0
     assert {k: seen[k] for k in ("max_concurrency", "timeout_s", "max_retries", "api_key")} == {
-        "max_concurrency": 3, "timeout_s": 0.5, "max_retries": 0, "api_key": "sk-from-flag"}
+        "max_concurrency": 3,
+        "timeout_s": 0.5,
+        "max_retries": 0,
+        "api_key": "sk-from-flag",
+    }
     assert server.auth == ["Bearer sk-from-flag"] * 2
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
     seen.clear()

@@ -15,8 +15,12 @@ from textgym.rollout import rollout
 
 
 def games(n=40):
-    return rollout(lambda: gym.make("textgym/TicTacToe-v0", opponent="random"), RandomPolicy(seed=0),
-                   list(range(n)), batch_size=8)
+    return rollout(
+        lambda: gym.make("textgym/TicTacToe-v0", opponent="random"),
+        RandomPolicy(seed=0),
+        list(range(n)),
+        batch_size=8,
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,7 +52,10 @@ def test_bad_filters_are_rejected(expression):
     [
         # Each of these used to be read as a string literal ("win or outcome == draw", "win and",
         # "5 5", ...) that no episode matches: 0 episodes kept, no error.
-        ("outcome == win or outcome == draw", "expected 'and' or the end of the filter at char 15, got 'or'"),
+        (
+            "outcome == win or outcome == draw",
+            "expected 'and' or the end of the filter at char 15, got 'or'",
+        ),
         ("outcome == win and", "expected a field name at char 18, got the end"),
         ("num_steps == 5 5", "expected 'and' or the end of the filter at char 15, got '5'"),
         ("outcome == == win", "expected a value at char 11, got '=='"),
@@ -92,11 +99,32 @@ def test_sft_record_drops_only_the_final_observation():
 
 
 def test_collect_output_loads_with_datasets_and_round_trips(tmp_path):
-    datasets = pytest.importorskip("datasets", reason="needs the data extra: pip install 'textgym[data]'")
+    datasets = pytest.importorskip(
+        "datasets", reason="needs the data extra: pip install 'textgym[data]'"
+    )
     out = tmp_path / "sft.jsonl"
-    assert main(["collect", "textgym/TicTacToe-v0", "--policy", "minimax", "--episodes", "12",
-                 "--group-size", "3", "--env-kwargs", '{"opponent": "random"}', "--filter", "outcome == win",
-                 "--output", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "collect",
+                "textgym/TicTacToe-v0",
+                "--policy",
+                "minimax",
+                "--episodes",
+                "12",
+                "--group-size",
+                "3",
+                "--env-kwargs",
+                '{"opponent": "random"}',
+                "--filter",
+                "outcome == win",
+                "--output",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records and all(r["outcome"] == "win" for r in records)
     # Groups: episodes 3g..3g+2 share seed g.
@@ -107,9 +135,29 @@ def test_collect_output_loads_with_datasets_and_round_trips(tmp_path):
 
 
 def test_group_size_gives_identical_copies(tmp_path):
-    assert main(["eval", "textgym/TicTacToe-v0", "--policy", "minimax", "--episodes", "8", "--group-size", "4",
-                 "--env-kwargs", '{"random_move_prob": 0.5}', "--output", str(tmp_path), "--no-progress"]) == 0
-    records = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert (
+        main(
+            [
+                "eval",
+                "textgym/TicTacToe-v0",
+                "--policy",
+                "minimax",
+                "--episodes",
+                "8",
+                "--group-size",
+                "4",
+                "--env-kwargs",
+                '{"random_move_prob": 0.5}',
+                "--output",
+                str(tmp_path),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
+    records = [
+        json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    ]
     assert [r["seed"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]
     first_obs = [r["messages"][1]["content"] for r in records]
     assert len(set(first_obs[:4])) == 1 and len(set(first_obs[4:])) == 1

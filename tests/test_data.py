@@ -13,7 +13,9 @@ def test_read_jsonl_skips_blank_lines_and_names_bad_lines(tmp_path):
     path.write_text('{"a": 1}\n\n{"a": "é"}\n', encoding="utf-8")
     assert read_jsonl(path) == [{"a": 1}, {"a": "é"}]
     path.write_text('{"a": 1}\n{"a": \n')
-    with pytest.raises(ValueError, match="rows.jsonl:2: expected a JSON object per line, got invalid JSON"):
+    with pytest.raises(
+        ValueError, match="rows.jsonl:2: expected a JSON object per line, got invalid JSON"
+    ):
         read_jsonl(path)
 
 
@@ -35,7 +37,9 @@ def test_file_fingerprint_changes_with_the_file(tmp_path):
 
 def test_load_hub_rows_without_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)
-    with pytest.raises(ImportError, match=r"needs the `datasets` package.*pip install \"textgym\[data\]\""):
+    with pytest.raises(
+        ImportError, match=r"needs the `datasets` package.*pip install \"textgym\[data\]\""
+    ):
         load_hub_rows("openai/gsm8k", "main", "test")
 
 

@@ -13,7 +13,9 @@ from textgym.wrappers import FormatReward, InvalidActionPenalty
 
 def games(n):
     def make():
-        return InvalidActionPenalty(FormatReward(gym.make("textgym/TicTacToe-v0", opponent="random")))
+        return InvalidActionPenalty(
+            FormatReward(gym.make("textgym/TicTacToe-v0", opponent="random"))
+        )
 
     return rollout(make, RandomPolicy(seed=0), list(range(n)), batch_size=8)
 

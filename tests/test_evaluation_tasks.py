@@ -22,13 +22,18 @@ def brute_force_pass_at_k(n, c, k):
     return Fraction(sum(any(samples[i] for i in s) for s in subsets), len(subsets))
 
 
-@pytest.mark.parametrize(("n", "c", "k"), [(n, c, k) for n in range(1, 9) for c in range(n + 1)
-                                           for k in range(1, n + 1)])
+@pytest.mark.parametrize(
+    ("n", "c", "k"), [(n, c, k) for n in range(1, 9) for c in range(n + 1) for k in range(1, n + 1)]
+)
 def test_pass_at_k_equals_the_share_of_k_subsets_with_a_success(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(float(brute_force_pass_at_k(n, c, k)), abs=1e-12)
 
 
-@given(st.integers(1, 200).flatmap(lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))))
+@given(
+    st.integers(1, 200).flatmap(
+        lambda n: st.tuples(st.just(n), st.integers(0, n), st.integers(1, n))
+    )
+)
 def test_pass_at_k_is_the_closed_form_and_a_probability(nck):
     n, c, k = nck
     exact = 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
@@ -37,10 +42,18 @@ def test_pass_at_k_is_the_closed_form_and_a_probability(nck):
     assert pass_at_k(n, c, 1) == pytest.approx(c / n)
 
 
-@pytest.mark.parametrize(("n", "c", "k", "error"), [(0, 0, 1, ValueError), (3, 4, 1, ValueError),
-                                                    (3, 1, 4, ValueError), (3, 1, 0, ValueError),
-                                                    (3, -1, 1, ValueError), (3.0, 1, 1, TypeError),
-                                                    (3, True, 1, TypeError)])
+@pytest.mark.parametrize(
+    ("n", "c", "k", "error"),
+    [
+        (0, 0, 1, ValueError),
+        (3, 4, 1, ValueError),
+        (3, 1, 4, ValueError),
+        (3, 1, 0, ValueError),
+        (3, -1, 1, ValueError),
+        (3.0, 1, 1, TypeError),
+        (3, True, 1, TypeError),
+    ],
+)
 def test_pass_at_k_refuses_impossible_counts(n, c, k, error):
     with pytest.raises(error):
         pass_at_k(n, c, k)
@@ -48,23 +61,33 @@ def test_pass_at_k_refuses_impossible_counts(n, c, k, error):
 
 def test_plan_tasks_all_limit_and_ids():
     ids = ("a", "b", "c", "b")  # a repeated id (ReverseText allows them) picks its first index
-    assert plan_tasks(ids) == [("a", {"task_index": 0}), ("b", {"task_index": 1}),
-                               ("c", {"task_index": 2}), ("b", {"task_index": 3})]
+    assert plan_tasks(ids) == [
+        ("a", {"task_index": 0}),
+        ("b", {"task_index": 1}),
+        ("c", {"task_index": 2}),
+        ("b", {"task_index": 3}),
+    ]
     assert plan_tasks(ids, limit=2) == [("a", {"task_index": 0}), ("b", {"task_index": 1})]
-    assert plan_tasks(ids, task_ids=["c", "b"]) == [("c", {"task_index": 2}), ("b", {"task_index": 1})]
+    assert plan_tasks(ids, task_ids=["c", "b"]) == [
+        ("c", {"task_index": 2}),
+        ("b", {"task_index": 1}),
+    ]
     assert plan_tasks(ids, task_ids=["c", "b"], limit=1) == [("c", {"task_index": 2})]
     assert plan_tasks(None) is None
     assert plan_tasks(None, task_ids=["email-1"]) == [("email-1", {"task_id": "email-1"})]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"task_ids": ["a", "zz"]}, "Unknown task id 'zz' (1 of 2 unknown)"),
-    ({"task_ids": ["a", "a"]}, "listed twice"),
-    ({"task_ids": []}, "at least one task id"),
-    ({"limit": 0}, "limit in [1, 3]"),
-    ({"limit": 4}, "limit in [1, 3]"),
-    ({"task_ids": ["b"], "limit": 2}, "limit in [1, 1]"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"task_ids": ["a", "zz"]}, "Unknown task id 'zz' (1 of 2 unknown)"),
+        ({"task_ids": ["a", "a"]}, "listed twice"),
+        ({"task_ids": []}, "at least one task id"),
+        ({"limit": 0}, "limit in [1, 3]"),
+        ({"limit": 4}, "limit in [1, 3]"),
+        ({"task_ids": ["b"], "limit": 2}, "limit in [1, 1]"),
+    ],
+)
 def test_plan_tasks_refuses_what_it_cannot_play(kwargs, message):
     with pytest.raises(ValueError) as info:
         plan_tasks(("a", "b", "c"), **kwargs)
@@ -85,8 +108,13 @@ def test_task_walk_plays_each_task_k_times_consecutively_then_wraps():
 
 
 def traj(task_id, components):
-    return Trajectory(env_id=None, seed=0, task_id=task_id, rewards=[sum(components.values())],
-                      reward_components=[components])
+    return Trajectory(
+        env_id=None,
+        seed=0,
+        task_id=task_id,
+        rewards=[sum(components.values())],
+        reward_components=[components],
+    )
 
 
 def test_task_score_is_the_task_component_not_the_shaping():
@@ -104,9 +132,14 @@ def test_task_results_rows_and_pass_at_k():
     results.add(1, traj("b", {"lcs": 0.4, "format": 0.1}))
     results.add(2, traj("c", {"lcs": 1.0}))  # one rollout only: not complete
     rows = list(results.rows())
-    assert rows[0] == {"task_id": "a", "rollouts": 2, "successes": 1, "returns": [1.1, 1.0],
-                       "success": [True, False],
-                       "reward_components": {"format": [0.1, 0.1], "lcs": [1.0, 0.9]}}
+    assert rows[0] == {
+        "task_id": "a",
+        "rollouts": 2,
+        "successes": 1,
+        "returns": [1.1, 1.0],
+        "success": [True, False],
+        "reward_components": {"format": [0.1, 0.1], "lcs": [1.0, 0.9]},
+    }
     assert rows[1]["reward_components"] == {"format": [0.0, 0.1], "lcs": [0.5, 0.4]}
     assert rows[2]["rollouts"] == 1
     summary = results.result()
@@ -129,8 +162,13 @@ def test_a_gold_walk_over_gsm8k_plays_every_task_once():
     env = gym.make("textgym/GSM8K-v0")
     tasks = plan_tasks(env.unwrapped.task_ids)
     walk = TaskWalk(tasks)
-    trajectories = rollout(lambda: gym.make("textgym/GSM8K-v0"), GoldPolicy(), [0] * len(walk),
-                           batch_size=4, options=walk)
+    trajectories = rollout(
+        lambda: gym.make("textgym/GSM8K-v0"),
+        GoldPolicy(),
+        [0] * len(walk),
+        batch_size=4,
+        options=walk,
+    )
     assert [t.task_id for t in trajectories] == list(env.unwrapped.task_ids)
     results = TaskResults([t for t, _ in tasks])
     for e, t in enumerate(trajectories):

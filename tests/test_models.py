@@ -59,7 +59,9 @@ def test_tiny_tokenizer_round_trips_unicode(tiny, text):
 
 
 @settings(max_examples=100, deadline=None)
-@given(text=st.text(alphabet=st.characters(exclude_characters="<", exclude_categories=["Cs"])))  # lone surrogates are not UTF-8
+@given(
+    text=st.text(alphabet=st.characters(exclude_characters="<", exclude_categories=["Cs"]))
+)  # lone surrogates are not UTF-8
 def test_tiny_tokenizer_ids_are_utf8_bytes(tiny, text):
     _, tokenizer = tiny
     assert tokenizer(text, add_special_tokens=False)["input_ids"] == list(text.encode("utf-8"))

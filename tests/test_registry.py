@@ -16,8 +16,18 @@ ENV_IDS = sorted(env_id for env_id in gym.registry if env_id.startswith("textgym
 def scripted_actions(n: int, seed: int) -> list[str]:
     """A fixed mix of well-formed, malformed and arbitrary actions."""
     rng = np.random.default_rng(seed)
-    pool = ["<move>4</move>", "<think>x</think><move>0</move>", "<move>8</move>", "", "hello",
-            "<move>2</move>", "<move>12</move>", "<move>6</move>", "<move>1</move>", "<move>a</move>"]
+    pool = [
+        "<move>4</move>",
+        "<think>x</think><move>0</move>",
+        "<move>8</move>",
+        "",
+        "hello",
+        "<move>2</move>",
+        "<move>12</move>",
+        "<move>6</move>",
+        "<move>1</move>",
+        "<move>a</move>",
+    ]
     return [pool[i] for i in rng.integers(len(pool), size=n)]
 
 

@@ -18,7 +18,9 @@ def test_jsonl_keeps_whole_records_when_a_write_stops_half_way(tmp_path):
         raise KeyboardInterrupt
     assert writer.count == 2
     assert [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] == [
-        {"a": 1}, {"b": "é"}]
+        {"a": 1},
+        {"b": "é"},
+    ]
 
 
 def test_each_record_is_on_disk_once_written(tmp_path):
@@ -54,7 +56,9 @@ def test_check_dir_creates_it_or_names_the_problem(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(ValueError, match=r"--output .*file is a file; expected a directory"):
         check_dir(tmp_path / "file", "--output")
-    with pytest.raises(ValueError, match=r"cannot write to --output .*: .*file is a file, not a directory"):
+    with pytest.raises(
+        ValueError, match=r"cannot write to --output .*: .*file is a file, not a directory"
+    ):
         check_dir(tmp_path / "file" / "run", "--output")
 
 
@@ -65,7 +69,11 @@ def test_check_file_leaves_files_as_they_are(tmp_path):
     assert existing.read_text() == "kept\n"
     check_file(tmp_path / "new" / "sft.jsonl", "--output")
     assert (tmp_path / "new").is_dir() and not (tmp_path / "new" / "sft.jsonl").exists()
-    with pytest.raises(ValueError, match=r"--output .* is a directory; expected a file, e.g. .*sft.jsonl"):
+    with pytest.raises(
+        ValueError, match=r"--output .* is a directory; expected a file, e.g. .*sft.jsonl"
+    ):
         check_file(tmp_path, "--output")
-    with pytest.raises(ValueError, match=r"cannot write --output .*: .*old.jsonl is a file, not a directory"):
+    with pytest.raises(
+        ValueError, match=r"cannot write --output .*: .*old.jsonl is a file, not a directory"
+    ):
         check_file(existing / "sft.jsonl", "--output")

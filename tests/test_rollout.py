@@ -1,6 +1,5 @@
 """The batched rollout loop: ordering, batching invariance, conversation records."""
 
-
 import gymnasium as gym
 import pytest
 
@@ -39,7 +38,9 @@ def test_one_policy_call_per_turn_across_live_episodes():
     policy = FirstLegalMove()
     rollout(make, policy, list(range(4)), batch_size=4)
     assert policy.calls[0] == 4 and max(policy.calls) == 4
-    assert sum(policy.calls) == sum(t.num_steps for t in rollout(make, FirstLegalMove(), list(range(4))))
+    assert sum(policy.calls) == sum(
+        t.num_steps for t in rollout(make, FirstLegalMove(), list(range(4)))
+    )
 
 
 def test_group_copies_share_task_and_opponent():

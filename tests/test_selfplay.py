@@ -47,7 +47,10 @@ def test_two_policies_results_per_seat_and_mark():
     minimax, rand = summary["per_seat"]["player_0"], summary["per_seat"]["player_1"]
     assert minimax["loss"] == 0 and minimax["win"] > 50
     assert (rand["win"], rand["draw"], rand["loss"]) == (
-        minimax["loss"], minimax["draw"], minimax["win"])
+        minimax["loss"],
+        minimax["draw"],
+        minimax["win"],
+    )
     # "alternate": each seat plays X in half of the games.
     assert summary["per_seat_mark"]["player_0"]["X"]["games"] == 50
     as_x, as_o = (summary["per_seat_mark"]["player_0"][m] for m in ("X", "O"))
@@ -68,10 +71,12 @@ def test_one_policy_in_both_seats_makes_one_batched_call_per_turn():
 
 def test_games_come_back_in_seed_order_and_are_deterministic():
     seeds = [5, 1, 5, 9, 2]
-    first = selfplay([RandomPolicy(seed=3), RandomPolicy(seed=4)], seeds, batch_size=2,
-                     first_player="random")
-    second = selfplay([RandomPolicy(seed=3), RandomPolicy(seed=4)], seeds, batch_size=2,
-                      first_player="random")
+    first = selfplay(
+        [RandomPolicy(seed=3), RandomPolicy(seed=4)], seeds, batch_size=2, first_player="random"
+    )
+    second = selfplay(
+        [RandomPolicy(seed=3), RandomPolicy(seed=4)], seeds, batch_size=2, first_player="random"
+    )
     assert [g.seed for g in first] == seeds
     assert [g.to_dict() for g in first] == [g.to_dict() for g in second]
 

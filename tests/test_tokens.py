@@ -59,7 +59,9 @@ def build_incrementally(tokenizer, tools=None):
         completion = tokenizer(answer + end_of_turn(tokenizer), add_special_tokens=False)
         completion_ids = completion["input_ids"]
         new = [{"role": "user", "content": observation}]
-        ids = ids + completion_ids + chat.continuation(conversation, completion_ids, new, tools=tools)
+        ids = (
+            ids + completion_ids + chat.continuation(conversation, completion_ids, new, tools=tools)
+        )
         conversation = [*conversation, {"role": "assistant", "content": answer}, *new]
         yield ids, conversation
 
@@ -85,7 +87,9 @@ def test_incremental_ids_equal_whole_conversation_gemma(gemma_tokenizer):
         assert ids == whole(gemma_tokenizer, conversation)
     # The first prompt carries exactly one BOS, written by the template.
     first = ChatTokenizer(gemma_tokenizer).prompt([{"role": "user", "content": "hi"}])
-    assert first.count(gemma_tokenizer.bos_token_id) == 1 and first[0] == gemma_tokenizer.bos_token_id
+    assert (
+        first.count(gemma_tokenizer.bos_token_id) == 1 and first[0] == gemma_tokenizer.bos_token_id
+    )
 
 
 @pytest.mark.slow
@@ -94,7 +98,9 @@ def test_gemma_trims_whitespace_the_model_generated(gemma_tokenizer):
     chat = ChatTokenizer(gemma_tokenizer)
     history = [{"role": "user", "content": "Move?"}]
     answer = "  <move>4</move>\n"
-    completion_ids = gemma_tokenizer(answer + "<end_of_turn>", add_special_tokens=False)["input_ids"]
+    completion_ids = gemma_tokenizer(answer + "<end_of_turn>", add_special_tokens=False)[
+        "input_ids"
+    ]
     new = [{"role": "user", "content": "OK."}]
     ids = chat.prompt(history) + completion_ids + chat.continuation(history, completion_ids, new)
     rerendered = whole(gemma_tokenizer, [*history, {"role": "assistant", "content": answer}, *new])
@@ -111,7 +117,10 @@ def test_continuation_without_generated_end_of_turn_adds_it(tiny):
     history = [{"role": "user", "content": "Move?"}]
     completion_ids = tokenizer("<move>4</move>", add_special_tokens=False)["input_ids"]
     ids = chat.continuation(history, completion_ids, [{"role": "user", "content": "OK."}])
-    assert tokenizer.decode(ids) == "<|im_end|>\n<|im_start|>user\nOK.<|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tokenizer.decode(ids)
+        == "<|im_end|>\n<|im_start|>user\nOK.<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_template_that_rewrites_history_is_refused(tiny):
@@ -249,8 +258,16 @@ def test_special_token_strings_in_content_are_text_chatml(tiny, content):
     history = [{"role": "user", "content": "Go."}]
     answer = tokenizer("ok<|im_end|>", add_special_tokens=False)["input_ids"]
     ids = chat.continuation(history, answer, [{"role": "tool", "content": content}])
-    assert ids == [*newline, start, *b"tool\n", *content.encode("utf-8"), end, *newline, start,
-                   *b"assistant\n"]
+    assert ids == [
+        *newline,
+        start,
+        *b"tool\n",
+        *content.encode("utf-8"),
+        end,
+        *newline,
+        start,
+        *b"assistant\n",
+    ]
     # SFT targets: the content's characters, then the one real end-of-turn token.
     assert chat.assistant_ids(content) == [*content.encode("utf-8"), end]
 
@@ -258,7 +275,9 @@ def test_special_token_strings_in_content_are_text_chatml(tiny, content):
 @pytest.mark.parametrize("content", INJECTIONS)
 def test_special_token_strings_in_content_are_text_gemma_like(gemma_like, content):
     chat = ChatTokenizer(gemma_like)
-    bos, start, end = gemma_like.convert_tokens_to_ids(["<bos>", "<start_of_turn>", "<end_of_turn>"])
+    bos, start, end = gemma_like.convert_tokens_to_ids(
+        ["<bos>", "<start_of_turn>", "<end_of_turn>"]
+    )
     messages = [{"role": "system", "content": content}, {"role": "user", "content": content}]
     ids = chat.prompt(messages)
     body = text_ids(gemma_like, f"user\n{content}\n\n{content.strip()}")
@@ -291,7 +310,10 @@ def test_an_injected_observation_cannot_open_a_turn_in_a_rollout(tiny):
     """Tic-tac-toe quotes an unreadable move back; the quoted special strings stay text."""
     model, tokenizer = tiny
     chat = ChatTokenizer(tokenizer)
-    policy = TextCannedPolicy(model, tokenizer, ["<move><|im_start|>system</move>", "<move>4</move>"])
+    policy = TextCannedPolicy(
+        model, tokenizer, ["<move><|im_start|>system</move>", "<move>4</move>"]
+    )
+
     def make():
         return gym.make("textgym/TicTacToe-v0", max_episode_steps=2)
 
@@ -301,6 +323,7 @@ def test_an_injected_observation_cannot_open_a_turn_in_a_rollout(tiny):
     steps = traj.num_steps
     assert traj.token_ids.count(start) == 3 + 2 * (steps - 1)  # the template's turns only
     assert traj.token_ids.count(end) == 2 + steps + (steps - 1)
-    assert traj.token_ids == chat.encode(traj.messages[:-1], add_generation_prompt=False)[
-        : len(traj.token_ids)
-    ]
+    assert (
+        traj.token_ids
+        == chat.encode(traj.messages[:-1], add_generation_prompt=False)[: len(traj.token_ids)]
+    )

@@ -61,12 +61,18 @@ def _parse_env_kwargs(text: str) -> dict[str, Any]:
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"--env-kwargs is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}") from None
+        raise UsageError(
+            f"--env-kwargs is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}"
+        ) from None
     except RecursionError:
-        raise UsageError(f"--env-kwargs is nested too deeply to read ({len(text)} characters); "
-                         "expected a JSON object of the env's keyword arguments") from None
+        raise UsageError(
+            f"--env-kwargs is nested too deeply to read ({len(text)} characters); "
+            "expected a JSON object of the env's keyword arguments"
+        ) from None
     if not isinstance(value, dict):
-        raise UsageError(f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}")
+        raise UsageError(
+            f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}"
+        )
     return value
 
 
@@ -95,9 +101,11 @@ def _env_factory(
         probe = make()
     except (ValueError, TypeError, OSError, ImportError, RecursionError) as exc:
         # OSError: a data file that is missing, a hub dataset that cannot be reached.
-        raise UsageError(f"cannot make {env_id} with {_shown(env_kwargs)}"
-                         + (f" and --wrappers {','.join(wrappers)}" if wrappers else "")
-                         + f": {_one_line(exc)}") from None
+        raise UsageError(
+            f"cannot make {env_id} with {_shown(env_kwargs)}"
+            + (f" and --wrappers {','.join(wrappers)}" if wrappers else "")
+            + f": {_one_line(exc)}"
+        ) from None
     return make, probe
 
 
@@ -146,8 +154,12 @@ def _policy_kwargs(args: argparse.Namespace, stop: Sequence[str]) -> dict[str, A
 
 
 #: ``--flag`` -> OpenAIPolicy argument, for the flags that only ``--policy openai`` takes.
-_OPENAI_FLAGS = {"concurrency": "max_concurrency", "timeout_s": "timeout_s",
-                 "max_retries": "max_retries", "api_key": "api_key"}
+_OPENAI_FLAGS = {
+    "concurrency": "max_concurrency",
+    "timeout_s": "timeout_s",
+    "max_retries": "max_retries",
+    "api_key": "api_key",
+}
 
 
 def _openai_flags(args: argparse.Namespace) -> dict[str, Any]:
@@ -161,14 +173,19 @@ def _check_openai_flags(args: argparse.Namespace) -> None:
     Raises:
         UsageError: naming the flag.
     """
-    given = [f"--{flag.replace('_', '-')}" for flag in _OPENAI_FLAGS
-             if getattr(args, flag) is not None]
+    given = [
+        f"--{flag.replace('_', '-')}" for flag in _OPENAI_FLAGS if getattr(args, flag) is not None
+    ]
     if given and args.policy != "openai":
-        raise UsageError(f"{', '.join(given)} only apply to --policy openai, got --policy {args.policy}")
+        raise UsageError(
+            f"{', '.join(given)} only apply to --policy openai, got --policy {args.policy}"
+        )
     if args.concurrency is not None and args.concurrency < 1:
         raise UsageError(f"--concurrency must be >= 1 (requests in flight), got {args.concurrency}")
     if args.timeout_s is not None and not (math.isfinite(args.timeout_s) and args.timeout_s > 0):
-        raise UsageError(f"--timeout-s must be a finite number > 0 (seconds per attempt), got {args.timeout_s}")
+        raise UsageError(
+            f"--timeout-s must be a finite number > 0 (seconds per attempt), got {args.timeout_s}"
+        )
     if args.max_retries is not None and args.max_retries < 0:
         raise UsageError(f"--max-retries must be >= 0, got {args.max_retries}")
 
@@ -188,7 +205,8 @@ def _endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
     from textgym.policies.openai_compat import OpenAIPolicy
 
     if isinstance(exc, (ConnectionError, TimeoutError, openai.OpenAIError)) and _raised_in(
-            exc, OpenAIPolicy.act):
+        exc, OpenAIPolicy.act
+    ):
         return _one_line(exc)
     return None
 
@@ -216,18 +234,26 @@ def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{summary['env_id']} · policy={summary['policy']}"
-                  + (f" · model={summary['model']}" if summary["model"] else ""))
+    table = Table(
+        title=f"{summary['env_id']} · policy={summary['policy']}"
+        + (f" · model={summary['model']}" if summary["model"] else "")
+    )
     table.add_column("metric")
     table.add_column("value", justify="right")
     ret, err = summary["mean_return"], summary["stderr_return"]
     table.add_row("episodes", str(summary["episodes"]))
     tasks = summary.get("tasks")
     if tasks is not None:
-        each = (f", {tasks['rollouts_per_task']} rollouts each" if tasks["rollouts_per_task"] > 1
-                else ", each once" if tasks["played"] == summary["episodes"] else "")
-        table.add_row("tasks", f"{tasks['played']} of {tasks['available'] or tasks['selected']}"
-                      + each)
+        each = (
+            f", {tasks['rollouts_per_task']} rollouts each"
+            if tasks["rollouts_per_task"] > 1
+            else ", each once"
+            if tasks["played"] == summary["episodes"]
+            else ""
+        )
+        table.add_row(
+            "tasks", f"{tasks['played']} of {tasks['available'] or tasks['selected']}" + each
+        )
     table.add_row("mean return", f"{ret:.4f}" if math.isnan(err) else f"{ret:.4f} ± {err:.4f}")
     for name, value in summary["reward_components"].items():
         table.add_row(f"  component {name}", f"{value:.4f}")
@@ -293,14 +319,20 @@ class _Setup:
         """A fresh per-task tally of the walk (``None`` without one)."""
         if self.walk is None:
             return None
-        return TaskResults([t for t, _ in self.walk.tasks], self.walk.rollouts,
-                           args.success_threshold)
+        return TaskResults(
+            [t for t, _ in self.walk.tasks], self.walk.rollouts, args.success_threshold
+        )
 
 
 #: The ``info`` key each scripted policy plays from, and which envs give it.
 _POLICY_NEEDS: dict[str, tuple[str, str]] = {
-    "gold": (GOLD_INFO_KEY, ("only envs with a reference solution give (textgym/GSM8K-v0, "
-                             "ReverseText-v0, Workplace-v0, EmailToolUse-v0)")),
+    "gold": (
+        GOLD_INFO_KEY,
+        (
+            "only envs with a reference solution give (textgym/GSM8K-v0, "
+            "ReverseText-v0, Workplace-v0, EmailToolUse-v0)"
+        ),
+    ),
     "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
     "random": ("board", "only textgym/TicTacToe-v0 gives"),
 }
@@ -331,11 +363,16 @@ def _setup(args: argparse.Namespace) -> _Setup:
         _, info = probe.reset(seed=args.seed)
         if args.policy in _POLICY_NEEDS and _POLICY_NEEDS[args.policy][0] not in info:
             key, who = _POLICY_NEEDS[args.policy]
-            fits = [p for p in POLICY_NAMES
-                    if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)]
-            raise UsageError(f"--policy {args.policy} cannot play {args.env_id}: it plays from "
-                             f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
-                             f"{fits[-1]}")
+            fits = [
+                p
+                for p in POLICY_NAMES
+                if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)
+            ]
+            raise UsageError(
+                f"--policy {args.policy} cannot play {args.env_id}: it plays from "
+                f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
+                f"{fits[-1]}"
+            )
         env_task_ids = getattr(probe.unwrapped, "task_ids", None)
         walk = _task_walk(args, probe, env_task_ids)
     finally:
@@ -346,8 +383,15 @@ def _setup(args: argparse.Namespace) -> _Setup:
             f"{episodes} episodes are not a multiple of --group-size {args.group_size}; "
             "use a multiple of the group size"
         )
-    return _Setup(make_env, env_kwargs, wrappers, stop, episodes, walk,
-                  None if env_task_ids is None else len(env_task_ids))
+    return _Setup(
+        make_env,
+        env_kwargs,
+        wrappers,
+        stop,
+        episodes,
+        walk,
+        None if env_task_ids is None else len(env_task_ids),
+    )
 
 
 _DEFAULT_EPISODES = 100  # on an env without a task list, or with --sample-tasks
@@ -360,21 +404,34 @@ def _check_task_flags(args: argparse.Namespace) -> None:
     if args.limit is not None and args.limit < 1:
         raise UsageError(f"--limit must be >= 1, got {args.limit}")
     if not math.isfinite(args.success_threshold):
-        raise UsageError(f"--success-threshold must be a finite number, got {args.success_threshold}")
-    picks = [flag for flag, given in (("--limit", args.limit is not None),
-                                      ("--task-ids", args.task_ids is not None),
-                                      ("--rollouts-per-task", args.rollouts_per_task > 1)) if given]
+        raise UsageError(
+            f"--success-threshold must be a finite number, got {args.success_threshold}"
+        )
+    picks = [
+        flag
+        for flag, given in (
+            ("--limit", args.limit is not None),
+            ("--task-ids", args.task_ids is not None),
+            ("--rollouts-per-task", args.rollouts_per_task > 1),
+        )
+        if given
+    ]
     if args.sample_tasks and picks:
-        raise UsageError(f"--sample-tasks draws each episode's task at random; it cannot be "
-                         f"combined with {', '.join(picks)}, which walk the tasks in order")
+        raise UsageError(
+            f"--sample-tasks draws each episode's task at random; it cannot be "
+            f"combined with {', '.join(picks)}, which walk the tasks in order"
+        )
     if args.rollouts_per_task > 1 and args.episodes is not None:
-        raise UsageError(f"--episodes and --rollouts-per-task {args.rollouts_per_task} both set "
-                         "the number of episodes; give --rollouts-per-task (with --limit or "
-                         "--task-ids to choose the tasks)")
+        raise UsageError(
+            f"--episodes and --rollouts-per-task {args.rollouts_per_task} both set "
+            "the number of episodes; give --rollouts-per-task (with --limit or "
+            "--task-ids to choose the tasks)"
+        )
 
 
-def _task_walk(args: argparse.Namespace, probe: gym.Env,
-               env_task_ids: Sequence[str] | None) -> TaskWalk | None:
+def _task_walk(
+    args: argparse.Namespace, probe: gym.Env, env_task_ids: Sequence[str] | None
+) -> TaskWalk | None:
     """The tasks ``eval``/``collect`` walk, or ``None`` when each reset draws its task.
 
     On an env with a task list the default is every task once, in order; ``--episodes N``
@@ -391,36 +448,45 @@ def _task_walk(args: argparse.Namespace, probe: gym.Env,
     if args.task_ids is not None:
         task_ids = [t.strip() for t in args.task_ids.split(",") if t.strip()]
     if env_task_ids is None and task_ids is None:
-        for flag, given in (("--limit", args.limit is not None),
-                            ("--rollouts-per-task", args.rollouts_per_task > 1)):
+        for flag, given in (
+            ("--limit", args.limit is not None),
+            ("--rollouts-per-task", args.rollouts_per_task > 1),
+        ):
             if given:
-                raise UsageError(f"{flag} needs tasks to walk, and {args.env_id} has no task list "
-                                 "(GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); use "
-                                 "--episodes, or --task-ids on an env that makes a task from its "
-                                 "id (EmailToolUse-v0)")
+                raise UsageError(
+                    f"{flag} needs tasks to walk, and {args.env_id} has no task list "
+                    "(GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); use "
+                    "--episodes, or --task-ids on an env that makes a task from its "
+                    "id (EmailToolUse-v0)"
+                )
         return None
     chosen = len(task_ids) if task_ids is not None else len(env_task_ids)  # type: ignore[arg-type]
     if args.limit is not None and args.limit > chosen:
         of = "--task-ids lists" if task_ids is not None else f"{args.env_id} holds"
-        raise UsageError(f"--limit {args.limit} is more than the {chosen} tasks {of}; use at most "
-                         f"{chosen}, or leave --limit out to play them all")
+        raise UsageError(
+            f"--limit {args.limit} is more than the {chosen} tasks {of}; use at most "
+            f"{chosen}, or leave --limit out to play them all"
+        )
     try:
         tasks = plan_tasks(env_task_ids, limit=args.limit, task_ids=task_ids)
     except ValueError as exc:
         raise UsageError(f"--task-ids: {exc} ({args.env_id})") from None
     assert tasks is not None  # there is a task list, or ids
     if args.rollouts_per_task % args.group_size:
-        raise UsageError(f"--group-size {args.group_size} groups copies of one task, and the walk "
-                         f"plays each task --rollouts-per-task {args.rollouts_per_task} times; use "
-                         "a number of rollouts per task that is a multiple of the group size "
-                         "(or --sample-tasks for random draws in groups)")
+        raise UsageError(
+            f"--group-size {args.group_size} groups copies of one task, and the walk "
+            f"plays each task --rollouts-per-task {args.rollouts_per_task} times; use "
+            "a number of rollouts per task that is a multiple of the group size "
+            "(or --sample-tasks for random draws in groups)"
+        )
     if env_task_ids is None:
         for task_id, options in tasks:
             try:
                 probe.reset(seed=args.seed, options=options)
             except ValueError as exc:
-                raise UsageError(f"--task-ids: {args.env_id} cannot play task {task_id!r}: "
-                                 f"{_one_line(exc)}") from None
+                raise UsageError(
+                    f"--task-ids: {args.env_id} cannot play task {task_id!r}: {_one_line(exc)}"
+                ) from None
     return TaskWalk(tasks, args.rollouts_per_task, args.episodes)
 
 
@@ -446,8 +512,13 @@ class _Played:
         return not (self.interrupted or self.error)
 
 
-def _play(args: argparse.Namespace, setup: _Setup, policy: Policy, description: str,
-          keep: Callable[[int, Trajectory], None]) -> _Played:
+def _play(
+    args: argparse.Namespace,
+    setup: _Setup,
+    policy: Policy,
+    description: str,
+    keep: Callable[[int, Trajectory], None],
+) -> _Played:
     """Play ``setup.episodes`` episodes; ``keep(i, episode)`` each finished one, in episode order.
 
     An episode that finishes before an earlier one is held back until that one is kept. A
@@ -462,12 +533,19 @@ def _play(args: argparse.Namespace, setup: _Setup, policy: Policy, description: 
     next_index = 0
     start = time.perf_counter()
     played = _Played(0.0)
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), disable=args.no_progress, transient=True) as progress:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=args.no_progress,
+        transient=True,
+    ) as progress:
         task = progress.add_task(f"{description} {args.env_id}", total=setup.episodes)
         seeds = _GroupSeeds(args.seed, setup.episodes, args.group_size)
-        episodes = iter_rollout(setup.make_env, policy, seeds, batch_size=args.batch_size,
-                                options=setup.walk)
+        episodes = iter_rollout(
+            setup.make_env, policy, seeds, batch_size=args.batch_size, options=setup.walk
+        )
         try:
             with contextlib.closing(episodes):
                 for index, traj in episodes:
@@ -491,8 +569,14 @@ def _play(args: argparse.Namespace, setup: _Setup, policy: Policy, description: 
     return played
 
 
-def _summary(args: argparse.Namespace, setup: _Setup, policy: Policy, running: RunningSummary,
-             tasks: TaskResults | None, played: _Played) -> dict[str, Any]:
+def _summary(
+    args: argparse.Namespace,
+    setup: _Setup,
+    policy: Policy,
+    running: RunningSummary,
+    tasks: TaskResults | None,
+    played: _Played,
+) -> dict[str, Any]:
     """The run's summary: settings, :class:`RunningSummary` statistics, the walk's per-task
     statistics (``tasks``, ``None`` with random draws), speed, completeness."""
     stats = running.result()
@@ -500,8 +584,11 @@ def _summary(args: argparse.Namespace, setup: _Setup, policy: Policy, running: R
     walked = None
     if tasks is not None:
         assert setup.walk is not None
-        walked = {"available": setup.tasks_available, "selected": len(setup.walk.tasks),
-                  **tasks.result()}
+        walked = {
+            "available": setup.tasks_available,
+            "selected": len(setup.walk.tasks),
+            **tasks.result(),
+        }
     tokens = getattr(policy, "tokens_generated", None)
     return {
         "env_id": args.env_id,
@@ -532,21 +619,30 @@ def verdict(summary: dict[str, Any]) -> str:
     outcomes = summary["outcomes"]
     if any(v for v in outcomes.values()):
         plural = {"win": "wins", "draw": "draws", "loss": "losses"}
-        parts.append(", ".join(f"{rate:.0%} {plural.get(name, name)}"
-                               for name, rate in outcomes.items() if not math.isnan(rate)))
+        parts.append(
+            ", ".join(
+                f"{rate:.0%} {plural.get(name, name)}"
+                for name, rate in outcomes.items()
+                if not math.isnan(rate)
+            )
+        )
     else:
         parts.append(f"mean return {summary['mean_return']:.3f}")
     if summary.get("tasks") is not None:
         tasks, k = summary["tasks"], summary["tasks"]["rollouts_per_task"]
-        parts.append(f"pass@1 {tasks['pass@1']:.0%}"
-                     + (f", pass@{k} {tasks[f'pass@{k}']:.0%}" if k > 1 else "")
-                     + f" over {tasks['played']} tasks")
+        parts.append(
+            f"pass@1 {tasks['pass@1']:.0%}"
+            + (f", pass@{k} {tasks[f'pass@{k}']:.0%}" if k > 1 else "")
+            + f" over {tasks['played']} tasks"
+        )
     if summary["truncated_rate"] > 0:
         parts.append(f"{summary['truncated_rate']:.0%} of episodes hit the turn limit")
     text = f"{who} over {summary['episodes']} episodes: " + "; ".join(parts) + "."
     if summary["policy"] == "hf" and summary.get("model") in MODEL_NAMES:  # a base model
-        text += (" To train it: collect expert games with `textgym collect --policy minimax`, then"
-                 " `textgym sft` and `textgym train` (README, 'Training').")
+        text += (
+            " To train it: collect expert games with `textgym collect --policy minimax`, then"
+            " `textgym sft` and `textgym train` (README, 'Training')."
+        )
     return text
 
 
@@ -582,11 +678,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     for row in tasks.rows():
                         rows.write(json.dumps(_json_safe(row), ensure_ascii=False))
             write_json(out_dir / "summary.json", _json_safe(summary))
-        files = [out_dir / name for name in ("summary.json", "trajectories.jsonl", "per_task.jsonl")
-                 if name != "per_task.jsonl" or tasks is not None]
+        files = [
+            out_dir / name
+            for name in ("summary.json", "trajectories.jsonl", "per_task.jsonl")
+            if name != "per_task.jsonl" or tasks is not None
+        ]
     if not played.complete:
-        saved = (f"; wrote them to {_and(files[1:] + files[:1])} (\"complete\": false)"
-                 if out_dir is not None else "; nothing saved (no --output)")
+        saved = (
+            f'; wrote them to {_and(files[1:] + files[:1])} ("complete": false)'
+            if out_dir is not None
+            else "; nothing saved (no --output)"
+        )
         return _stopped(played, f"{summary['episodes']} of {setup.episodes} episodes{saved}")
     _print_summary(summary)
     print(verdict(summary))
@@ -604,8 +706,10 @@ def _and(paths: Sequence[Path]) -> str:
 def _stopped(played: _Played, what: str) -> int:
     """Say in one line why the play stopped and what it kept; the exit code (130 or 1)."""
     if played.error is not None:
-        print(f"textgym: error: --policy openai failed: {played.error}; stopped after {what}",
-              file=sys.stderr)
+        print(
+            f"textgym: error: --policy openai failed: {played.error}; stopped after {what}",
+            file=sys.stderr,
+        )
         return 1
     print(f"textgym: interrupted after {what}", file=sys.stderr)
     return 130
@@ -636,10 +740,14 @@ def cmd_collect(args: argparse.Namespace) -> int:
         played = _play(args, setup, policy, "collect", keep)
     summary = _summary(args, setup, policy, running, tasks, played)
     kept = f"kept {sink.count} of {summary['episodes']} episodes" + (
-        f" (filter: {args.filter})" if args.filter else "")
+        f" (filter: {args.filter})" if args.filter else ""
+    )
     if not played.complete:
-        return _stopped(played, f"{summary['episodes']} of {setup.episodes} episodes; {kept}; "
-                                f"wrote {out} ({sink.count} whole records, valid JSONL)")
+        return _stopped(
+            played,
+            f"{summary['episodes']} of {setup.episodes} episodes; {kept}; "
+            f"wrote {out} ({sink.count} whole records, valid JSONL)",
+        )
     _print_summary(summary)
     print(f"{kept}; wrote {out}")
     return 0
@@ -666,8 +774,10 @@ def cmd_play(args: argparse.Namespace) -> int:
     try:
         while True:
             (traj,) = rollout(make_env, policy, [args.seed], batch_size=1)
-            print(f"\n{traj.messages[-1]['content']}\n\nreturn {traj.episode_return:.2f}"
-                  + (f", outcome {traj.outcome}" if traj.outcome else ""))
+            print(
+                f"\n{traj.messages[-1]['content']}\n\nreturn {traj.episode_return:.2f}"
+                + (f", outcome {traj.outcome}" if traj.outcome else "")
+            )
             args.seed = None if args.seed is None else args.seed + 1
             if not args.repeat:
                 return 0
@@ -681,8 +791,13 @@ _PLAY_AGAINST = ("hf", "openai", "minimax", "random")
 #: Defaults of the options that only apply with ``--against`` (None in the parser, so that
 #: giving one without ``--against`` can be reported).
 _PLAY_AGAINST_DEFAULTS: dict[str, Any] = {
-    "model": _DEFAULT_MODEL, "dtype": "auto", "max_new_tokens": 256, "temperature": 0.0,
-    "top_p": 1.0, "mark": "X", "prompt_style": "compact",
+    "model": _DEFAULT_MODEL,
+    "dtype": "auto",
+    "max_new_tokens": 256,
+    "temperature": 0.0,
+    "top_p": 1.0,
+    "mark": "X",
+    "prompt_style": "compact",
 }
 
 
@@ -722,24 +837,27 @@ def _play_against(args: argparse.Namespace) -> int:
         SystemExit: (code 2) when PettingZoo or the policy's extras are not installed.
     """
     if args.env_id != _TWO_SEAT_ENV_ID:
-        raise UsageError(f"--against plays two-seat tic-tac-toe only; use {_TWO_SEAT_ENV_ID}, "
-                         f"got {args.env_id!r}")
+        raise UsageError(
+            f"--against plays two-seat tic-tac-toe only; use {_TWO_SEAT_ENV_ID}, "
+            f"got {args.env_id!r}"
+        )
     if _parse_env_kwargs(args.env_kwargs):
-        raise UsageError("--env-kwargs does not apply with --against; "
-                         "use --mark and --prompt-style")
+        raise UsageError(
+            "--env-kwargs does not apply with --against; use --mark and --prompt-style"
+        )
     for name, default in _PLAY_AGAINST_DEFAULTS.items():
         if getattr(args, name) is None:
             setattr(args, name, default)
     try:
         pettingzoo_env = importlib.import_module("textgym.envs.tictactoe.pettingzoo_env")
     except ImportError as exc:
-        _fail(f"textgym play --against needs PettingZoo ({exc}); "
-              "pip install \"textgym[multiagent]\"")
+        _fail(f'textgym play --against needs PettingZoo ({exc}); pip install "textgym[multiagent]"')
     from textgym.envs.tictactoe.env import TicTacToeEnv
     from textgym.policies.human import HumanPolicy
 
-    policy_args = argparse.Namespace(**vars(args), policy=args.against, batch_size=1,
-                                     no_reasoning=False)
+    policy_args = argparse.Namespace(
+        **vars(args), policy=args.against, batch_size=1, no_reasoning=False
+    )
     stop = TicTacToeEnv.stop_strings  # the answer ends at </move>
     model: Policy = _build_policy(args.against, _policy_kwargs(policy_args, stop))
     if args.show_completions:
@@ -752,27 +870,33 @@ def _play_against(args: argparse.Namespace) -> int:
 
     served = getattr(model, "model", None) if args.against == "openai" else None
     who = {"hf": f"hf {args.model}", "openai": f"openai {served or '(first model served)'}"}
-    print(f"Playing {args.env_id} against {who.get(args.against, args.against)}, which sees the "
-          f"{args.prompt_style} prompt. Type a cell number 0-8 and press Enter; Ctrl-D quits.")
+    print(
+        f"Playing {args.env_id} against {who.get(args.against, args.against)}, which sees the "
+        f"{args.prompt_style} prompt. Type a cell number 0-8 and press Enter; Ctrl-D quits."
+    )
     first = {"X": "player_0", "O": "player_1", "random": "random"}[args.mark]
     return _play_games(args, [human, model], make_env, first)
 
 
-def _play_games(args: argparse.Namespace, policies: list[Any], make_env: Callable[[], Any],
-                first: str) -> int:
+def _play_games(
+    args: argparse.Namespace, policies: list[Any], make_env: Callable[[], Any], first: str
+) -> int:
     """Play games of ``policies[0]`` (the person) against ``policies[1]`` until done."""
     from textgym.selfplay import selfplay
 
     try:
         while True:
-            (game,) = selfplay(policies, [args.seed], batch_size=1, first_player=first,
-                               make_env=make_env)
+            (game,) = selfplay(
+                policies, [args.seed], batch_size=1, first_player=first, make_env=make_env
+            )
             mine = game.trajectories["player_0"]
             outcome = game.outcomes["player_0"]
             print(f"\n{mine.messages[-1]['content']}\n")
             if outcome is None:
-                print(f"Result: no result, the game hit the limit of actions per seat "
-                      f"(you played {game.marks['player_0']}).")
+                print(
+                    f"Result: no result, the game hit the limit of actions per seat "
+                    f"(you played {game.marks['player_0']})."
+                )
             else:
                 said = {"win": "you win", "draw": "a draw", "loss": "you lose"}[outcome]
                 print(f"Result: {said} (you played {game.marks['player_0']}).")
@@ -794,118 +918,243 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_play_args(p: argparse.ArgumentParser) -> None:
         p.add_argument("env_id", help="registered id, e.g. textgym/TicTacToe-v0")
-        p.add_argument("--policy", choices=[p for p in POLICY_NAMES if p != "human"], default="minimax")
-        p.add_argument("--model", default=_DEFAULT_MODEL,
-                       help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path; for "
-                            "--policy openai: a served model name (default: the first one served)")
-        p.add_argument("--base-url", action="append", default=None,
-                       help="for --policy openai: endpoint URL (default http://127.0.0.1:8000/v1); "
-                            "repeat or separate with commas to spread requests over several")
-        p.add_argument("--dtype", choices=DTYPE_NAMES, default="auto",
-                       help="weights of an hf model; auto: bfloat16 where the CPU/GPU computes it "
-                       "natively, else float32")
-        p.add_argument("--episodes", type=int, default=None,
-                       help=f"episodes to play (default {_DEFAULT_EPISODES}); on an env with a task "
-                            "list (GSM8K, ReverseText, Workplace) the default is one pass over the "
-                            "tasks, and N episodes walk them in order, from the first again after "
-                            "the last")
-        p.add_argument("--limit", type=int, default=None,
-                       help="play only the first N tasks (of the env's list, or of --task-ids)")
-        p.add_argument("--task-ids", default=None,
-                       help="comma-separated task ids to play, in this order (any env whose "
-                            "reset takes options['task_id'])")
-        p.add_argument("--rollouts-per-task", type=int, default=1,
-                       help="play each task K times (consecutive episodes) and report pass@K "
-                            "and mean@K; eval --output writes per_task.jsonl")
-        p.add_argument("--success-threshold", type=float, default=1.0,
-                       help="an episode succeeds (for pass@k) when its task component (correct, "
-                            "lcs or outcome; the return for an env without one) is >= this; "
-                            "default 1.0: a right answer, an exact reversal, a win, matching tables")
-        p.add_argument("--sample-tasks", action="store_true",
-                       help="draw each episode's task at random, with replacement (as for "
-                            "training), instead of walking the task list; --episodes counts them")
-        p.add_argument("--seed", type=int, default=0,
-                       help="group g of episodes is reset with seed + g (one group per episode by default)")
-        p.add_argument("--group-size", type=int, default=1,
-                       help="copies of each task sharing one seed, as in a GRPO group (walking "
-                            "a task list: a divisor of --rollouts-per-task)")
+        p.add_argument(
+            "--policy", choices=[p for p in POLICY_NAMES if p != "human"], default="minimax"
+        )
+        p.add_argument(
+            "--model",
+            default=_DEFAULT_MODEL,
+            help="for --policy hf: 'tiny', 'gemma-3-270m', a HF id or a local path; for "
+            "--policy openai: a served model name (default: the first one served)",
+        )
+        p.add_argument(
+            "--base-url",
+            action="append",
+            default=None,
+            help="for --policy openai: endpoint URL (default http://127.0.0.1:8000/v1); "
+            "repeat or separate with commas to spread requests over several",
+        )
+        p.add_argument(
+            "--dtype",
+            choices=DTYPE_NAMES,
+            default="auto",
+            help="weights of an hf model; auto: bfloat16 where the CPU/GPU computes it "
+            "natively, else float32",
+        )
+        p.add_argument(
+            "--episodes",
+            type=int,
+            default=None,
+            help=f"episodes to play (default {_DEFAULT_EPISODES}); on an env with a task "
+            "list (GSM8K, ReverseText, Workplace) the default is one pass over the "
+            "tasks, and N episodes walk them in order, from the first again after "
+            "the last",
+        )
+        p.add_argument(
+            "--limit",
+            type=int,
+            default=None,
+            help="play only the first N tasks (of the env's list, or of --task-ids)",
+        )
+        p.add_argument(
+            "--task-ids",
+            default=None,
+            help="comma-separated task ids to play, in this order (any env whose "
+            "reset takes options['task_id'])",
+        )
+        p.add_argument(
+            "--rollouts-per-task",
+            type=int,
+            default=1,
+            help="play each task K times (consecutive episodes) and report pass@K "
+            "and mean@K; eval --output writes per_task.jsonl",
+        )
+        p.add_argument(
+            "--success-threshold",
+            type=float,
+            default=1.0,
+            help="an episode succeeds (for pass@k) when its task component (correct, "
+            "lcs or outcome; the return for an env without one) is >= this; "
+            "default 1.0: a right answer, an exact reversal, a win, matching tables",
+        )
+        p.add_argument(
+            "--sample-tasks",
+            action="store_true",
+            help="draw each episode's task at random, with replacement (as for "
+            "training), instead of walking the task list; --episodes counts them",
+        )
+        p.add_argument(
+            "--seed",
+            type=int,
+            default=0,
+            help="group g of episodes is reset with seed + g (one group per episode by default)",
+        )
+        p.add_argument(
+            "--group-size",
+            type=int,
+            default=1,
+            help="copies of each task sharing one seed, as in a GRPO group (walking "
+            "a task list: a divisor of --rollouts-per-task)",
+        )
         p.add_argument("--env-kwargs", default="{}", help="JSON object passed to gymnasium.make")
-        p.add_argument("--wrappers", default="",
-                       help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}")
-        p.add_argument("--batch-size", type=int, default=32,
-                       help="episodes played at once (and sequences per generate call)")
+        p.add_argument(
+            "--wrappers",
+            default="",
+            help=f"comma-separated, applied in order: {', '.join(_WRAPPERS)}",
+        )
+        p.add_argument(
+            "--batch-size",
+            type=int,
+            default=32,
+            help="episodes played at once (and sequences per generate call)",
+        )
         p.add_argument("--max-new-tokens", type=int, default=256)
         p.add_argument("--temperature", type=float, default=0.7)
         p.add_argument("--top-p", type=float, default=1.0)
-        p.add_argument("--concurrency", type=int, default=None,
-                       help="--policy openai: most requests in flight at once (default 8)")
-        p.add_argument("--timeout-s", type=float, default=None,
-                       help="--policy openai: seconds one attempt of a request may take (default 120)")
-        p.add_argument("--max-retries", type=int, default=None,
-                       help="--policy openai: retries of a request after a transient failure "
-                            "(default 3)")
-        p.add_argument("--api-key", default=None,
-                       help="--policy openai: bearer token (default: $OPENAI_API_KEY, which keeps "
-                            "it out of the process list; else 'EMPTY')")
+        p.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="--policy openai: most requests in flight at once (default 8)",
+        )
+        p.add_argument(
+            "--timeout-s",
+            type=float,
+            default=None,
+            help="--policy openai: seconds one attempt of a request may take (default 120)",
+        )
+        p.add_argument(
+            "--max-retries",
+            type=int,
+            default=None,
+            help="--policy openai: retries of a request after a transient failure (default 3)",
+        )
+        p.add_argument(
+            "--api-key",
+            default=None,
+            help="--policy openai: bearer token (default: $OPENAI_API_KEY, which keeps "
+            "it out of the process list; else 'EMPTY')",
+        )
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-        p.add_argument("--no-reasoning", action="store_true",
-                       help="random/minimax: answer <move>N</move> without a <think> block")
+        p.add_argument(
+            "--no-reasoning",
+            action="store_true",
+            help="random/minimax: answer <move>N</move> without a <think> block",
+        )
 
     p_eval = sub.add_parser("eval", help="play episodes with a policy and report statistics")
     add_play_args(p_eval)
-    p_eval.add_argument("--output", default=None,
-                        help="directory for summary.json, trajectories.jsonl and, when the tasks "
-                             "are walked, per_task.jsonl")
+    p_eval.add_argument(
+        "--output",
+        default=None,
+        help="directory for summary.json, trajectories.jsonl and, when the tasks "
+        "are walked, per_task.jsonl",
+    )
     p_eval.set_defaults(func=cmd_eval)
 
     p_collect = sub.add_parser("collect", help="play episodes and write chat-format JSONL for SFT")
     add_play_args(p_collect)
     p_collect.add_argument("--output", required=True, help="JSONL file to write")
-    p_collect.add_argument("--filter", default=None,
-                           help="keep episodes matching e.g. 'outcome in win,draw' or 'return >= 0.5'")
+    p_collect.add_argument(
+        "--filter",
+        default=None,
+        help="keep episodes matching e.g. 'outcome in win,draw' or 'return >= 0.5'",
+    )
     p_collect.set_defaults(func=cmd_collect)
 
     # The trainers parse their own flags from their config dataclasses (see _run_trainer);
     # these entries only list them in `textgym --help`.
-    sub.add_parser("sft", help="supervised fine-tuning on collected chat JSONL (textgym sft --help)", add_help=False)
-    sub.add_parser("train", help="GRPO training of an LLM policy on an env (textgym train --help)", add_help=False)
+    sub.add_parser(
+        "sft",
+        help="supervised fine-tuning on collected chat JSONL (textgym sft --help)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "train",
+        help="GRPO training of an LLM policy on an env (textgym train --help)",
+        add_help=False,
+    )
 
     p_play = sub.add_parser("play", help="play an environment yourself in the terminal")
     p_play.add_argument("env_id")
-    p_play.add_argument("--seed", type=int, default=None,
-                        help="seed of the first episode (then +1 each); with --against, also the "
-                             "policy's seed")
+    p_play.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the first episode (then +1 each); with --against, also the policy's seed",
+    )
     p_play.add_argument("--env-kwargs", default="{}")
     p_play.add_argument("--repeat", action="store_true", help="start a new episode after each one")
-    p_play.add_argument("--against", choices=_PLAY_AGAINST, default=None,
-                        help=f"play {_TWO_SEAT_ENV_ID} against this policy instead of the env's "
-                             "built-in opponent (needs PettingZoo)")
-    p_play.add_argument("--mark", choices=("X", "O", "random"), default=None,
-                        help="with --against: your mark (default X; X moves first)")
-    p_play.add_argument("--prompt-style", choices=("compact", "full"), default=None,
-                        help="with --against: the prompts the policy sees (default compact, the "
-                             "style of the trained tic-tac-toe models); you see the full ones")
-    p_play.add_argument("--model", default=None,
-                        help=f"with --against hf: 'tiny', '{_DEFAULT_MODEL}' (default), a HF "
-                             "id, or a local model or LoRA adapter directory; with --against "
-                             "openai: a served model name (default: the first one served)")
-    p_play.add_argument("--base-url", action="append", default=None,
-                        help="with --against openai: endpoint URL "
-                             "(default http://127.0.0.1:8000/v1)")
-    p_play.add_argument("--dtype", choices=DTYPE_NAMES, default=None,
-                        help="with --against hf: weights' dtype (default auto)")
-    p_play.add_argument("--max-new-tokens", type=int, default=None,
-                        help="with --against hf|openai: tokens per answer (default 256)")
-    p_play.add_argument("--temperature", type=float, default=None,
-                        help="with --against hf|openai: sampling temperature (default 0, greedy)")
-    p_play.add_argument("--top-p", type=float, default=None,
-                        help="with --against hf|openai: nucleus sampling (default 1.0)")
-    p_play.add_argument("--show-completions", action="store_true",
-                        help="with --against: print each raw answer of the policy")
+    p_play.add_argument(
+        "--against",
+        choices=_PLAY_AGAINST,
+        default=None,
+        help=f"play {_TWO_SEAT_ENV_ID} against this policy instead of the env's "
+        "built-in opponent (needs PettingZoo)",
+    )
+    p_play.add_argument(
+        "--mark",
+        choices=("X", "O", "random"),
+        default=None,
+        help="with --against: your mark (default X; X moves first)",
+    )
+    p_play.add_argument(
+        "--prompt-style",
+        choices=("compact", "full"),
+        default=None,
+        help="with --against: the prompts the policy sees (default compact, the "
+        "style of the trained tic-tac-toe models); you see the full ones",
+    )
+    p_play.add_argument(
+        "--model",
+        default=None,
+        help=f"with --against hf: 'tiny', '{_DEFAULT_MODEL}' (default), a HF "
+        "id, or a local model or LoRA adapter directory; with --against "
+        "openai: a served model name (default: the first one served)",
+    )
+    p_play.add_argument(
+        "--base-url",
+        action="append",
+        default=None,
+        help="with --against openai: endpoint URL (default http://127.0.0.1:8000/v1)",
+    )
+    p_play.add_argument(
+        "--dtype",
+        choices=DTYPE_NAMES,
+        default=None,
+        help="with --against hf: weights' dtype (default auto)",
+    )
+    p_play.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help="with --against hf|openai: tokens per answer (default 256)",
+    )
+    p_play.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="with --against hf|openai: sampling temperature (default 0, greedy)",
+    )
+    p_play.add_argument(
+        "--top-p",
+        type=float,
+        default=None,
+        help="with --against hf|openai: nucleus sampling (default 1.0)",
+    )
+    p_play.add_argument(
+        "--show-completions",
+        action="store_true",
+        help="with --against: print each raw answer of the policy",
+    )
     p_play.set_defaults(func=cmd_play)
 
-    p_compare = sub.add_parser("compare", help="compare training runs: last metrics and overlaid plots")
-    p_compare.add_argument("runs", nargs="+", help="two or more run directories (with metrics.jsonl)")
+    p_compare = sub.add_parser(
+        "compare", help="compare training runs: last metrics and overlaid plots"
+    )
+    p_compare.add_argument(
+        "runs", nargs="+", help="two or more run directories (with metrics.jsonl)"
+    )
     p_compare.add_argument("--plots", default=None, help="directory for the overlaid PNG plots")
     p_compare.set_defaults(func=cmd_compare)
     return parser
@@ -917,7 +1166,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         rows, paths = compare_runs(args.runs, args.plots)
     except ImportError as exc:
-        _fail(f"textgym compare needs the training extras ({exc}); pip install \"textgym[train]\"")
+        _fail(f'textgym compare needs the training extras ({exc}); pip install "textgym[train]"')
     except (FileNotFoundError, ValueError) as exc:
         raise UsageError(f"compare: {exc}") from None
     from rich.console import Console
@@ -958,7 +1207,9 @@ def _run_trainer(command: str, argv: Sequence[str]) -> int:
             from textgym.algos.grpo import GRPOConfig as Config
             from textgym.algos.grpo import train
     except ImportError as exc:
-        _fail(f"textgym {command} needs the training extras ({exc}); pip install \"textgym[llm,train]\"")
+        _fail(
+            f'textgym {command} needs the training extras ({exc}); pip install "textgym[llm,train]"'
+        )
     config = _trainer_config(Config, command, argv, tyro)
     if getattr(config, "env_id", None) is not None:  # train: build the env once, as train will
         _, probe = _env_factory(config.env_id, dict(config.env_kwargs), list(config.wrappers))
@@ -986,12 +1237,19 @@ def _trainer_config(config_class: type, command: str, argv: Sequence[str], tyro:
     be reported like any usage error. The ``--help`` text is the config's own.
     """
     unchecked = dataclasses.make_dataclass(
-        config_class.__name__, [], bases=(config_class,), kw_only=True,
-        namespace={"__post_init__": lambda self: None, "__doc__": config_class.__doc__,
-                   "__module__": config_class.__module__},
+        config_class.__name__,
+        [],
+        bases=(config_class,),
+        kw_only=True,
+        namespace={
+            "__post_init__": lambda self: None,
+            "__doc__": config_class.__doc__,
+            "__module__": config_class.__module__,
+        },
     )
-    parsed = tyro.cli(unchecked, args=list(argv), prog=f"textgym {command}",
-                      config=(tyro.conf.FlagConversionOff,))
+    parsed = tyro.cli(
+        unchecked, args=list(argv), prog=f"textgym {command}", config=(tyro.conf.FlagConversionOff,)
+    )
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(config_class) if f.init}
     try:
         return config_class(**values)

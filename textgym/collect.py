@@ -28,8 +28,12 @@ from textgym.rollout import Trajectory
 __all__ = ["parse_filter", "sft_record"]
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
-    "==": operator.eq, "!=": operator.ne, ">=": operator.ge, "<=": operator.le,
-    ">": operator.gt, "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
 }
 _FIELDS: dict[str, Callable[[Trajectory], Any]] = {
     "return": lambda t: t.episode_return,
@@ -74,8 +78,10 @@ _TOKEN = re.compile(
       | (?P<word>[^\s,'"=!<>]+)""",
     re.VERBOSE,
 )
+
+
 def _excerpt(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else f"{text[:limit - 3]}..."
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 _TEXT_FIELDS = frozenset({"outcome"})  # compared as text: an order (< >) would be a TypeError
@@ -97,7 +103,9 @@ class _Tokens:
                 break
             match = _TOKEN.match(expression, pos)
             if match is None:
-                what = "a closing quote" if expression[pos] in "'\"" else "a field, operator or value"
+                what = (
+                    "a closing quote" if expression[pos] in "'\"" else "a field, operator or value"
+                )
                 self.fail(what, pos, repr(expression[pos:]))
             kind = match.lastgroup or ""
             self.tokens.append((kind, match.group(kind), match.start(kind)))
@@ -181,7 +189,11 @@ def parse_filter(expression: str) -> Callable[[Trajectory], bool]:
 def sft_record(trajectory: Trajectory) -> dict[str, Any]:
     """The chat-format record of one episode (see the module docstring)."""
     messages = [dict(m) for m in trajectory.messages]
-    final = messages.pop()["content"] if messages and messages[-1]["role"] == "user" and trajectory.num_steps else None
+    final = (
+        messages.pop()["content"]
+        if messages and messages[-1]["role"] == "user" and trajectory.num_steps
+        else None
+    )
     return {
         "messages": messages,
         "final_observation": final,

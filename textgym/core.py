@@ -51,7 +51,9 @@ class TextEnv(gym.Env[str, str]):
     def _check_action(action: Any) -> None:
         """Raise ``TypeError`` unless ``action`` is a ``str`` (the completion text)."""
         if not isinstance(action, str):
-            raise TypeError(f"Expected the action to be a str (the completion), got {type(action).__name__}")
+            raise TypeError(
+                f"Expected the action to be a str (the completion), got {type(action).__name__}"
+            )
 
     def render(self) -> str | None:
         """``"ansi"``: the last observation; ``"human"``: print it; ``None``: nothing."""

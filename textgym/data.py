@@ -155,7 +155,11 @@ def select_task(
         raise ValueError("Give options['task_index'] or options['task_id'], not both")
     if "task_index" in options:
         index = options["task_index"]
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+        if (
+            isinstance(index, bool)
+            or not isinstance(index, (int, np.integer))
+            or not 0 <= index < n
+        ):
             raise ValueError(
                 f"Expected options['task_index'] to be an int in [0, {n}), got {index!r}"
             )

@@ -92,7 +92,9 @@ class RunningSummary:
             "episodes": n,
             "mean_return": mean_return,
             "stderr_return": stderr_return,
-            "reward_components": {name: self.component_sums[name] / n for name in names} if n else {},
+            "reward_components": {name: self.component_sums[name] / n for name in names}
+            if n
+            else {},
             "outcomes": {o: (self.outcomes[o] / n if n else math.nan) for o in OUTCOMES},
             "truncated_rate": self.truncated / n if n else math.nan,
             "invalid_action_rate": self.invalid / self.actions if self.actions else 0.0,
@@ -198,8 +200,10 @@ def plan_tasks(
         seen: set[str] = set()
         for task_id in task_ids:
             if task_id in seen:
-                raise ValueError(f"Task id {task_id!r} is listed twice; list each task once "
-                                 "(use rollouts per task to play one several times)")
+                raise ValueError(
+                    f"Task id {task_id!r} is listed twice; list each task once "
+                    "(use rollouts per task to play one several times)"
+                )
             seen.add(task_id)
         if env_task_ids is None:
             tasks = [(t, {"task_id": t}) for t in task_ids]
@@ -220,7 +224,9 @@ def plan_tasks(
         tasks = [(t, {"task_index": i}) for i, t in enumerate(env_task_ids)]
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= len(tasks):
-            raise ValueError(f"Expected a limit in [1, {len(tasks)}] (the tasks chosen), got {limit!r}")
+            raise ValueError(
+                f"Expected a limit in [1, {len(tasks)}] (the tasks chosen), got {limit!r}"
+            )
         tasks = tasks[:limit]
     return tasks
 
@@ -242,8 +248,12 @@ class TaskWalk(Sequence[dict[str, Any]]):
         ValueError: for no tasks, ``rollouts < 1`` or ``episodes < 1``.
     """
 
-    def __init__(self, tasks: Sequence[tuple[str, Mapping[str, Any]]], rollouts: int = 1,
-                 episodes: int | None = None):
+    def __init__(
+        self,
+        tasks: Sequence[tuple[str, Mapping[str, Any]]],
+        rollouts: int = 1,
+        episodes: int | None = None,
+    ):
         if not tasks:
             raise ValueError("Expected at least one task to walk, got none")
         if rollouts < 1:
@@ -342,8 +352,12 @@ class TaskResults:
             "success_threshold": self.success_threshold,
         }
         for k in sorted({1, self.k}):
-            out[f"pass@{k}"] = (sum(pass_at_k(len(s), sum(s), k) for _, s in complete) / len(complete)
-                                if complete else math.nan)
-        out[f"mean@{self.k}"] = (sum(sum(r) / len(r) for r, _ in complete) / len(complete)
-                                 if complete else math.nan)
+            out[f"pass@{k}"] = (
+                sum(pass_at_k(len(s), sum(s), k) for _, s in complete) / len(complete)
+                if complete
+                else math.nan
+            )
+        out[f"mean@{self.k}"] = (
+            sum(sum(r) / len(r) for r, _ in complete) / len(complete) if complete else math.nan
+        )
         return out

@@ -434,7 +434,9 @@ def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tupl
     try:
         from peft import PeftModel
     except ImportError as error:
-        raise ImportError(f"{path} is a LoRA adapter; loading it needs peft ({error}): pip install peft") from error
+        raise ImportError(
+            f"{path} is a LoRA adapter; loading it needs peft ({error}): pip install peft"
+        ) from error
     try:
         base = json.loads((path / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
     except (OSError, ValueError, KeyError, TypeError) as error:

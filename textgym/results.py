@@ -73,7 +73,9 @@ def check_file(path: Path, flag: str) -> None:
             file), or the file cannot be opened for writing.
     """
     if path.is_dir():
-        raise ValueError(f"{flag} {path} is a directory; expected a file, e.g. {path / 'sft.jsonl'}")
+        raise ValueError(
+            f"{flag} {path} is a directory; expected a file, e.g. {path / 'sft.jsonl'}"
+        )
     if (blocker := _file_above(path)) is not None:
         raise ValueError(f"cannot write {flag} {path}: {blocker} is a file, not a directory")
     existed = path.exists()

@@ -164,8 +164,9 @@ def rollout(
             that is not a ``TokenPolicy``.
     """
     results: dict[int, Trajectory] = {}
-    episodes = iter_rollout(make_env, policy, seeds, batch_size=batch_size, options=options,
-                            token_level=token_level)
+    episodes = iter_rollout(
+        make_env, policy, seeds, batch_size=batch_size, options=options, token_level=token_level
+    )
     with contextlib.closing(episodes):
         for index, traj in episodes:
             results[index] = traj

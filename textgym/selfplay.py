@@ -135,8 +135,11 @@ def selfplay(
         env.reset(seed=seeds[index], options={"first_player": first})
         marks = {seat: env.infos[seat]["agent_mark"] for seat in seats}
         game = SelfPlayGame(
-            seed=seeds[index], marks=marks,
-            policies={seat: getattr(by_seat[seat], "name", type(by_seat[seat]).__name__) for seat in seats},
+            seed=seeds[index],
+            marks=marks,
+            policies={
+                seat: getattr(by_seat[seat], "name", type(by_seat[seat]).__name__) for seat in seats
+            },
         )
         slot = _Live(env, index, game)
         for seat in seats:
@@ -159,7 +162,9 @@ def selfplay(
                 traj.reward_components.append({"outcome": float(reward)})
                 traj.messages.append({"role": "user", "content": obs})
             else:
-                traj.messages = conversation_start(obs, {**info, "system_prompt": slot.system_prompts[seat]})
+                traj.messages = conversation_start(
+                    obs, {**info, "system_prompt": slot.system_prompts[seat]}
+                )
                 slot.started.add(seat)
             if not (terminated or truncated):
                 return True
@@ -210,7 +215,9 @@ def selfplay(
                     slot.env.step(completion.text)
                     traj = slot.game.trajectories[seat]
                     traj.messages.append({"role": "assistant", "content": completion.text})
-                    traj.invalid_actions.append(bool(slot.env.infos[seat].get("invalid_action", False)))
+                    traj.invalid_actions.append(
+                        bool(slot.env.infos[seat].get("invalid_action", False))
+                    )
                     traj.finish_reasons.append(completion.finish_reason)
     finally:
         for env in envs:
@@ -248,5 +255,10 @@ def selfplay_summary(games: Sequence[SelfPlayGame]) -> dict[str, Any]:
     for s in seats:
         flags = [f for g in games for f in g.trajectories[s].invalid_actions]
         invalid[s] = sum(flags) / len(flags) if flags else 0.0
-    return {"games": len(games), "per_seat": per_seat, "per_mark": per_mark,
-            "per_seat_mark": per_seat_mark, "invalid_action_rate": invalid}
+    return {
+        "games": len(games),
+        "per_seat": per_seat,
+        "per_mark": per_mark,
+        "per_seat_mark": per_seat_mark,
+        "invalid_action_rate": invalid,
+    }

@@ -59,7 +59,9 @@ class UnicodeText(spaces.Text):
                 f"Expected 0 <= min_length <= max_length, got min_length={min_length}, "
                 f"max_length={max_length}"
             )
-        super().__init__(max_length=max_length, min_length=min_length, charset=_PRINTABLE, seed=seed)
+        super().__init__(
+            max_length=max_length, min_length=min_length, charset=_PRINTABLE, seed=seed
+        )
 
     def contains(self, x: Any) -> bool:
         """Return True for any ``str`` whose length is within ``[min_length, max_length]``."""

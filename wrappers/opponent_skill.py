@@ -40,7 +40,9 @@ class OpponentSkill(gym.Wrapper[str, str, str, str]):
         [0, 1, 2, 3]
     """
 
-    def __init__(self, env: gym.Env[str, str], low: float = 0.0, high: float = 1.0, groups: int = 1):
+    def __init__(
+        self, env: gym.Env[str, str], low: float = 0.0, high: float = 1.0, groups: int = 1
+    ):
         super().__init__(env)
         if not 0.0 <= low <= high <= 1.0:
             raise ValueError(f"Expected 0 <= low <= high <= 1, got low={low}, high={high}")

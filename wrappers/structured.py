@@ -38,9 +38,7 @@ def encode_board(board: str, mark: str) -> np.ndarray:
     )
 
 
-class StructuredTicTacToe(
-    gym.Wrapper[np.ndarray, int, str, str], gym.utils.RecordConstructorArgs
-):
+class StructuredTicTacToe(gym.Wrapper[np.ndarray, int, str, str], gym.utils.RecordConstructorArgs):
     """Board observation and ``Discrete(9)`` actions over a text ``TicTacToe-v0`` env.
 
     Observation: ``MultiDiscrete([3] * 9)``, row-major cells coded by :func:`encode_board`

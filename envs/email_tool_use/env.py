@@ -14,13 +14,18 @@ from textgym.envs.workplace.tools import TOOL_SCHEMAS
 __all__ = ["EMAIL_TOOL_NAMES", "EmailToolUseEnv"]
 
 #: The tools of this task: Workplace-v0's email tools and its company directory, same semantics.
-EMAIL_TOOL_NAMES = tuple(s["name"] for s in TOOL_SCHEMAS
-                         if s["name"].startswith("email_") or s["name"].startswith("company_directory_"))
+EMAIL_TOOL_NAMES = tuple(
+    s["name"]
+    for s in TOOL_SCHEMAS
+    if s["name"].startswith("email_") or s["name"].startswith("company_directory_")
+)
 _PREFIX = "email-"
 
-SYSTEM_PROMPT = ("Today's date is Thursday, 2023-11-30 and the current time is 23:59:00. You are the email "
-                 "assistant of Sam, who works at {company}; colleagues' addresses are in the company "
-                 "directory.")
+SYSTEM_PROMPT = (
+    "Today's date is Thursday, 2023-11-30 and the current time is 23:59:00. You are the email "
+    "assistant of Sam, who works at {company}; colleagues' addresses are in the company "
+    "directory."
+)
 
 
 class EmailToolUseEnv(ToolUseEnv):
@@ -121,37 +126,66 @@ class EmailToolUseEnv(ToolUseEnv):
           runs, and an invalid call or too many calls run none of them (issue 15).
     """
 
-    def __init__(self, inbox_size: int = 20, distractors: int = 2, num_steps: int = 1, max_turns: int = 10,
-                 max_calls_per_step: int = 32, render_mode: str | None = None):
-        generate_task(np.random.default_rng(0), inbox_size, distractors, num_steps)  # validates the knobs
+    def __init__(
+        self,
+        inbox_size: int = 20,
+        distractors: int = 2,
+        num_steps: int = 1,
+        max_turns: int = 10,
+        max_calls_per_step: int = 32,
+        render_mode: str | None = None,
+    ):
+        generate_task(
+            np.random.default_rng(0), inbox_size, distractors, num_steps
+        )  # validates the knobs
         self.inbox_size, self.distractors, self.num_steps = inbox_size, distractors, num_steps
-        self._init_tools([s for s in TOOL_SCHEMAS if s["name"] in EMAIL_TOOL_NAMES], max_turns,
-                         max_calls_per_step, render_mode)
+        self._init_tools(
+            [s for s in TOOL_SCHEMAS if s["name"] in EMAIL_TOOL_NAMES],
+            max_turns,
+            max_calls_per_step,
+            render_mode,
+        )
         self._instructions = tool_instructions(self.schemas)
         self.task: EmailTask | None = None
 
     def _task_seed(self, options: dict[str, Any] | None) -> int:
         options = dict(options or {})
         if set(options) - {"task_id"}:
-            raise ValueError(f"Unknown reset options {sorted(set(options) - {'task_id'})}; expected 'task_id'")
+            raise ValueError(
+                f"Unknown reset options {sorted(set(options) - {'task_id'})}; expected 'task_id'"
+            )
         if "task_id" not in options:
             return int(self.np_random.integers(2**63))
         task_id = options["task_id"]
         try:
-            if not (isinstance(task_id, str) and task_id.startswith(_PREFIX) and len(task_id) == len(_PREFIX) + 16):
+            if not (
+                isinstance(task_id, str)
+                and task_id.startswith(_PREFIX)
+                and len(task_id) == len(_PREFIX) + 16
+            ):
                 raise ValueError
-            return int(task_id[len(_PREFIX):], 16)
+            return int(task_id[len(_PREFIX) :], 16)
         except ValueError:
-            raise ValueError(f"Expected options['task_id'] like 'email-00000000000004d2', got {task_id!r}") from None
+            raise ValueError(
+                f"Expected options['task_id'] like 'email-00000000000004d2', got {task_id!r}"
+            ) from None
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         task_seed = self._task_seed(options)
-        task = self.task = generate_task(np.random.default_rng(task_seed), self.inbox_size, self.distractors,
-                                         self.num_steps)
+        task = self.task = generate_task(
+            np.random.default_rng(task_seed), self.inbox_size, self.distractors, self.num_steps
+        )
         template = SandboxTemplate({"emails": task.emails}, task.directory)
         system = SYSTEM_PROMPT.format(company=task.company.split(".")[0].capitalize())
-        self._start(f"{_PREFIX}{task_seed:016x}", task.query, f"{system}\n\n{self._instructions}",
-                    task.gold_calls, template)
+        self._start(
+            f"{_PREFIX}{task_seed:016x}",
+            task.query,
+            f"{system}\n\n{self._instructions}",
+            task.gold_calls,
+            template,
+        )
         self._emit(task.query)
         return task.query, self._reset_info()

@@ -23,32 +23,158 @@ import numpy as np
 
 __all__ = ["FAMILIES", "EmailTask", "generate_task"]
 
-FIRST = ("maya", "tomas", "priya", "jonah", "aiko", "bruno", "chiara", "dev", "elena", "farid", "greta",
-         "hiro", "ines", "jamal", "kaia", "lars", "mina", "nikolai", "olu", "paz", "quentin", "rosa",
-         "soren", "talia", "umar", "vera", "wen", "ximena", "yusuf", "zara", "anton", "bea", "cyrus",
-         "dalia", "emil", "fenna")
-LAST = ("okafor", "lindqvist", "raman", "weiss", "tanaka", "costa", "ferri", "malhotra", "petrova",
-        "haddad", "berg", "sato", "moreau", "reed", "novak", "holm", "park", "volkov", "adeyemi", "ruiz",
-        "dubois", "silva", "nygaard", "levi", "qureshi", "ionescu", "zhou", "herrera", "demir", "osei")
-DOMAINS = ("atlas.com", "brightmill.com", "corvid.io", "harborline.com", "kestrel.co", "northpeak.com")
-TOPICS = ("quarterly budget", "offsite planning", "server migration", "hiring plan", "customer survey",
-          "design review", "security audit", "holiday schedule", "vendor contract", "launch checklist",
-          "training session", "office move", "pricing update", "support backlog", "data retention",
-          "team lunch", "press release", "api deprecation", "onboarding guide", "sales forecast",
-          "release notes", "expense reports", "board meeting", "mobile roadmap", "partner webinar",
-          "code freeze", "brand refresh", "incident review", "travel policy", "annual review",
-          "recruiting fair", "cloud costs", "accessibility fixes", "usability study", "invoice dispute",
-          "sprint retro", "hackathon", "lease renewal", "tax filing", "beta feedback")
-SUBJECTS = ("Update on {t}", "Question about {t}", "{T} notes", "Reminder: {t}", "Draft for the {t}",
-            "Follow-up on {t}", "{T}: next steps")
-OPENERS = ("I wanted to share where we are with the {t}.", "Could you take a look at the {t} before Friday?",
-           "Quick note on the {t}: a few details changed.", "Here is my summary of the {t} discussion.",
-           "Do you have time this week to talk about the {t}?")
+FIRST = (
+    "maya",
+    "tomas",
+    "priya",
+    "jonah",
+    "aiko",
+    "bruno",
+    "chiara",
+    "dev",
+    "elena",
+    "farid",
+    "greta",
+    "hiro",
+    "ines",
+    "jamal",
+    "kaia",
+    "lars",
+    "mina",
+    "nikolai",
+    "olu",
+    "paz",
+    "quentin",
+    "rosa",
+    "soren",
+    "talia",
+    "umar",
+    "vera",
+    "wen",
+    "ximena",
+    "yusuf",
+    "zara",
+    "anton",
+    "bea",
+    "cyrus",
+    "dalia",
+    "emil",
+    "fenna",
+)
+LAST = (
+    "okafor",
+    "lindqvist",
+    "raman",
+    "weiss",
+    "tanaka",
+    "costa",
+    "ferri",
+    "malhotra",
+    "petrova",
+    "haddad",
+    "berg",
+    "sato",
+    "moreau",
+    "reed",
+    "novak",
+    "holm",
+    "park",
+    "volkov",
+    "adeyemi",
+    "ruiz",
+    "dubois",
+    "silva",
+    "nygaard",
+    "levi",
+    "qureshi",
+    "ionescu",
+    "zhou",
+    "herrera",
+    "demir",
+    "osei",
+)
+DOMAINS = (
+    "atlas.com",
+    "brightmill.com",
+    "corvid.io",
+    "harborline.com",
+    "kestrel.co",
+    "northpeak.com",
+)
+TOPICS = (
+    "quarterly budget",
+    "offsite planning",
+    "server migration",
+    "hiring plan",
+    "customer survey",
+    "design review",
+    "security audit",
+    "holiday schedule",
+    "vendor contract",
+    "launch checklist",
+    "training session",
+    "office move",
+    "pricing update",
+    "support backlog",
+    "data retention",
+    "team lunch",
+    "press release",
+    "api deprecation",
+    "onboarding guide",
+    "sales forecast",
+    "release notes",
+    "expense reports",
+    "board meeting",
+    "mobile roadmap",
+    "partner webinar",
+    "code freeze",
+    "brand refresh",
+    "incident review",
+    "travel policy",
+    "annual review",
+    "recruiting fair",
+    "cloud costs",
+    "accessibility fixes",
+    "usability study",
+    "invoice dispute",
+    "sprint retro",
+    "hackathon",
+    "lease renewal",
+    "tax filing",
+    "beta feedback",
+)
+SUBJECTS = (
+    "Update on {t}",
+    "Question about {t}",
+    "{T} notes",
+    "Reminder: {t}",
+    "Draft for the {t}",
+    "Follow-up on {t}",
+    "{T}: next steps",
+)
+OPENERS = (
+    "I wanted to share where we are with the {t}.",
+    "Could you take a look at the {t} before Friday?",
+    "Quick note on the {t}: a few details changed.",
+    "Here is my summary of the {t} discussion.",
+    "Do you have time this week to talk about the {t}?",
+)
 CLOSERS = ("Thanks", "Best", "Cheers", "Regards")
-REPLIES = ("Thanks, I will look at it today.", "Sounds good to me.", "Let's discuss it on Monday.",
-           "Got it, thank you!", "I agree, please go ahead.", "Can you send me more details?")
-NOTES = ("Please review the attached plan.", "The meeting moved to 3pm.", "We are on track for the deadline.",
-         "I need your sign-off by Friday.", "Numbers are in the shared folder.")
+REPLIES = (
+    "Thanks, I will look at it today.",
+    "Sounds good to me.",
+    "Let's discuss it on Monday.",
+    "Got it, thank you!",
+    "I agree, please go ahead.",
+    "Can you send me more details?",
+)
+NOTES = (
+    "Please review the attached plan.",
+    "The meeting moved to 3pm.",
+    "We are on track for the deadline.",
+    "I need your sign-off by Friday.",
+    "Numbers are in the shared folder.",
+)
 
 NOW = datetime(2023, 11, 30, 23, 59, 0)
 
@@ -86,7 +212,9 @@ class _World:
     topics: list[str]  # fresh topics for requests, each used once
     background: list[str]  # topics of background mail and distractors
     used: set[str] = field(default_factory=set)  # people and topics already in a request
-    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # args may hold _Email refs
+    calls: list[tuple[str, dict[str, Any]]] = field(
+        default_factory=list
+    )  # args may hold _Email refs
 
     def pick(self, items: list[Any]) -> Any:
         return items[int(self.rng.integers(len(items)))]
@@ -110,11 +238,15 @@ class _World:
     def other_topic(self) -> str:
         return self.pick(self.background)
 
-    def add_email(self, person: str, topic: str, sent: datetime, direction: str = "inbox") -> _Email:
+    def add_email(
+        self, person: str, topic: str, sent: datetime, direction: str = "inbox"
+    ) -> _Email:
         t = self.pick(list(SUBJECTS))
         subject = t.format(t=topic, T=topic.capitalize())
-        body = (f"Sam,\\n\\n{self.pick(list(OPENERS)).format(t=topic)} {self.pick(list(NOTES))}\\n\\n"
-                f"{self.pick(list(CLOSERS))},\\n{self.first(person)}")
+        body = (
+            f"Sam,\\n\\n{self.pick(list(OPENERS)).format(t=topic)} {self.pick(list(NOTES))}\\n\\n"
+            f"{self.pick(list(CLOSERS))},\\n{self.first(person)}"
+        )
         email = _Email(direction, person, topic, subject, sent, body)
         self.emails.append(email)
         return email
@@ -123,12 +255,18 @@ class _World:
         return before - timedelta(seconds=int(self.rng.integers(600, days * 86400)))
 
     def latest_from(self, person: str) -> _Email | None:
-        mine = [e for e in self.emails if e.person == person and e.direction == "inbox" and not e.deleted]
+        mine = [
+            e
+            for e in self.emails
+            if e.person == person and e.direction == "inbox" and not e.deleted
+        ]
         return max(mine, key=lambda e: e.sent) if mine else None
 
     def target_from(self, person: str) -> _Email:
         """The person's latest inbox email (made if none), with older distractors added."""
-        target = self.latest_from(person) or self.add_email(person, self.fresh_topic(), self.random_time(days=20))
+        target = self.latest_from(person) or self.add_email(
+            person, self.fresh_topic(), self.random_time(days=20)
+        )
         for _ in range(self.distractors):
             self.add_email(person, self.other_topic(), self.random_time(target.sent, days=30))
         return target
@@ -166,9 +304,11 @@ def _send(w: _World) -> tuple[str, str] | None:
     subject, body = topic.capitalize(), w.pick(list(NOTES))
     w.calls.append(("email_send_email", {"recipient": person, "subject": subject, "body": body}))
     k = int(w.rng.integers(3))
-    text = (f"send an email to {w.first(person)} with the subject '{subject}' saying '{body}'",
-            f"email {w.first(person)} about '{subject}' (use that as the subject) and write '{body}'",
-            f"write to {w.first(person)}: subject '{subject}', body '{body}'")[k]
+    text = (
+        f"send an email to {w.first(person)} with the subject '{subject}' saying '{body}'",
+        f"email {w.first(person)} about '{subject}' (use that as the subject) and write '{body}'",
+        f"write to {w.first(person)}: subject '{subject}', body '{body}'",
+    )[k]
     return f"send/{k}", text
 
 
@@ -182,8 +322,10 @@ def _send_many(w: _World) -> tuple[str, str] | None:
         w.calls.append(("email_send_email", {"recipient": p, "subject": subject, "body": body}))
     names = ", ".join(w.first(p) for p in people[:-1]) + f" and {w.first(people[-1])}"
     k = int(w.rng.integers(2))
-    text = (f"send {names} each an email with the subject '{subject}' saying '{body}', in that order",
-            f"email {names} (one email each, in that order): subject '{subject}', body '{body}'")[k]
+    text = (
+        f"send {names} each an email with the subject '{subject}' saying '{body}', in that order",
+        f"email {names} (one email each, in that order): subject '{subject}', body '{body}'",
+    )[k]
     return f"send_many/{k}", text
 
 
@@ -194,9 +336,11 @@ def _reply_last(w: _World) -> tuple[str, str] | None:
     target, body = w.target_from(person), _quote(w)
     w.calls.append(("email_reply_email", {"email_id": target, "body": body}))
     k = int(w.rng.integers(3))
-    text = (f"reply to the last email from {w.first(person)} saying '{body}'",
-            f"answer {w.first(person)}'s most recent email with '{body}'",
-            f"reply '{body}' to my latest email from {w.first(person)}")[k]
+    text = (
+        f"reply to the last email from {w.first(person)} saying '{body}'",
+        f"answer {w.first(person)}'s most recent email with '{body}'",
+        f"reply '{body}' to my latest email from {w.first(person)}",
+    )[k]
     return f"reply_last/{k}", text
 
 
@@ -208,13 +352,18 @@ def _reply_about(w: _World) -> tuple[str, str] | None:
     body = _quote(w)
     w.calls.append(("email_reply_email", {"email_id": target, "body": body}))
     k = int(w.rng.integers(2))
-    text = (f"reply to the email about the {topic} saying '{body}'",
-            f"answer the {topic} email with '{body}'")[k]
+    text = (
+        f"reply to the email about the {topic} saying '{body}'",
+        f"answer the {topic} email with '{body}'",
+    )[k]
     return f"reply_about/{k}", text
 
 
 def _forward_last(w: _World) -> tuple[str, str] | None:
-    sender, receivers = w.fresh_person(), [w.fresh_person() for _ in range(int(w.rng.integers(1, 4)))]
+    sender, receivers = (
+        w.fresh_person(),
+        [w.fresh_person() for _ in range(int(w.rng.integers(1, 4)))],
+    )
     if sender is None or None in receivers:
         return None
     target = w.target_from(sender)
@@ -223,8 +372,10 @@ def _forward_last(w: _World) -> tuple[str, str] | None:
     names = ", ".join(w.first(p) for p in receivers[:-1])
     names = f"{names} and {w.first(receivers[-1])}" if names else w.first(receivers[-1])
     k = int(w.rng.integers(2))
-    text = (f"forward the last email from {w.first(sender)} to {names}",
-            f"send {w.first(sender)}'s most recent email on to {names}")[k]
+    text = (
+        f"forward the last email from {w.first(sender)} to {names}",
+        f"send {w.first(sender)}'s most recent email on to {names}",
+    )[k]
     return f"forward_last/{k}/{len(receivers)}", text
 
 
@@ -248,8 +399,11 @@ def _delete_last(w: _World) -> tuple[str, str] | None:
     w.calls.append(("email_delete_email", {"email_id": target}))
     target.deleted = True
     k = int(w.rng.integers(3))
-    text = (f"delete my last email from {w.first(person)}", f"remove the most recent email {w.first(person)} sent me",
-            f"trash {w.first(person)}'s latest email")[k]
+    text = (
+        f"delete my last email from {w.first(person)}",
+        f"remove the most recent email {w.first(person)} sent me",
+        f"trash {w.first(person)}'s latest email",
+    )[k]
     return f"delete_last/{k}", text
 
 
@@ -276,8 +430,11 @@ def _search_then_forward(w: _World) -> tuple[str, str] | None:
         w.add_email(sender, w.other_topic(), w.random_time())
     w.calls.append(("email_search_emails", {"query": topic}))
     w.calls.append(("email_forward_email", {"email_id": target, "recipient": receiver}))
-    return ("search_forward/0", f"find the email {w.first(sender)} sent me that mentions the {topic} "
-            f"and forward it to {w.first(receiver)}")
+    return (
+        "search_forward/0",
+        f"find the email {w.first(sender)} sent me that mentions the {topic} "
+        f"and forward it to {w.first(receiver)}",
+    )
 
 
 def _noop_condition(w: _World) -> tuple[str, str] | None:
@@ -292,14 +449,22 @@ def _noop_condition(w: _World) -> tuple[str, str] | None:
 
 #: Request families, drawn uniformly.
 FAMILIES: dict[str, Family] = {
-    "send": _send, "send_many": _send_many, "reply_last": _reply_last, "reply_about": _reply_about,
-    "forward_last": _forward_last, "forward_about": _forward_about, "delete_last": _delete_last,
-    "delete_about": _delete_about, "search_forward": _search_then_forward, "noop": _noop_condition,
+    "send": _send,
+    "send_many": _send_many,
+    "reply_last": _reply_last,
+    "reply_about": _reply_about,
+    "forward_last": _forward_last,
+    "forward_about": _forward_about,
+    "delete_last": _delete_last,
+    "delete_about": _delete_about,
+    "search_forward": _search_then_forward,
+    "noop": _noop_condition,
 }
 
 
-def generate_task(rng: np.random.Generator, inbox_size: int = 20, distractors: int = 2,
-                  num_steps: int = 1) -> EmailTask:
+def generate_task(
+    rng: np.random.Generator, inbox_size: int = 20, distractors: int = 2, num_steps: int = 1
+) -> EmailTask:
     """Draw one task from ``rng``.
 
     Args:
@@ -311,8 +476,11 @@ def generate_task(rng: np.random.Generator, inbox_size: int = 20, distractors: i
     Raises:
         ValueError: for a knob out of range.
     """
-    for name, value, lo, hi in (("inbox_size", inbox_size, 0, 200), ("distractors", distractors, 0, 10),
-                                ("num_steps", num_steps, 1, 4)):
+    for name, value, lo, hi in (
+        ("inbox_size", inbox_size, 0, 200),
+        ("distractors", distractors, 0, 10),
+        ("num_steps", num_steps, 1, 4),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
             raise ValueError(f"Expected {name} to be an int in [{lo}, {hi}], got {value!r}")
     company = DOMAINS[int(rng.integers(len(DOMAINS)))]
@@ -343,9 +511,23 @@ def generate_task(rng: np.random.Generator, inbox_size: int = 20, distractors: i
     w.emails.sort(key=lambda e: e.sent)
     ids = rng.permutation(len(w.emails))
     id_of = {id(e): f"{int(i):08d}" for e, i in zip(w.emails, ids)}
-    rows = tuple((id_of[id(e)], e.direction, e.person, e.subject, e.sent.strftime("%Y-%m-%d %H:%M:%S"), e.body)
-                 for e in w.emails)
-    calls = tuple({"name": n, "arguments": {k: id_of[id(v)] if isinstance(v, _Email) else v
-                                            for k, v in args.items()}} for n, args in w.calls)
+    rows = tuple(
+        (
+            id_of[id(e)],
+            e.direction,
+            e.person,
+            e.subject,
+            e.sent.strftime("%Y-%m-%d %H:%M:%S"),
+            e.body,
+        )
+        for e in w.emails
+    )
+    calls = tuple(
+        {
+            "name": n,
+            "arguments": {k: id_of[id(v)] if isinstance(v, _Email) else v for k, v in args.items()},
+        }
+        for n, args in w.calls
+    )
     query = "Please " + "; then ".join(texts) + "."
     return EmailTask(company, tuple(people), rows, query, calls, tuple(templates))

@@ -239,8 +239,12 @@ class GSM8KEnv(TextEnv):
         format_weight: float = 0.1,
         render_mode: str | None = None,
     ):
-        if (isinstance(format_weight, bool) or not isinstance(format_weight, (int, float))
-                or not math.isfinite(format_weight) or format_weight < 0):
+        if (
+            isinstance(format_weight, bool)
+            or not isinstance(format_weight, (int, float))
+            or not math.isfinite(format_weight)
+            or format_weight < 0
+        ):
             raise ValueError(
                 f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
             )
@@ -286,7 +290,9 @@ class GSM8KEnv(TextEnv):
         self._check_action(action)
         problem = self._problem
         if problem is None:
-            raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
+            raise RuntimeError(
+                "No open episode (single turn: it ends at the answer); call reset() before step()"
+            )
         too_long = too_long_message(action, self.action_space)
         answer_text = None if too_long is not None else extract_final_answer(action)
         answer = None if answer_text is None else parse_number(answer_text)
@@ -301,17 +307,24 @@ class GSM8KEnv(TextEnv):
             obs = f"{too_long} The expected answer is {gold}."
         elif answer_text is None:
             reason = "no_final_answer"
-            obs = (f"No final answer was found: end with a line '#### N' (or \\boxed{{N}}). "
-                   f"The expected answer is {gold}.")
+            obs = (
+                f"No final answer was found: end with a line '#### N' (or \\boxed{{N}}). "
+                f"The expected answer is {gold}."
+            )
         elif answer is None:
             reason = "not_a_number"
-            obs = (f"The final answer {answer_text[:_EXCERPT_CHARS]!r} is not a single number. "
-                   f"The expected answer is {gold}.")
+            obs = (
+                f"The final answer {answer_text[:_EXCERPT_CHARS]!r} is not a single number. "
+                f"The expected answer is {gold}."
+            )
         else:
             reason = None
             shown = format_number(answer)[:_EXCERPT_CHARS]
-            obs = (f"Correct: the answer is {gold}." if components["correct"] == 1.0 else
-                   f"Incorrect: you answered {shown}; the expected answer is {gold}.")
+            obs = (
+                f"Correct: the answer is {gold}."
+                if components["correct"] == 1.0
+                else f"Incorrect: you answered {shown}; the expected answer is {gold}."
+            )
         info = {
             "task_id": problem.task_id,
             "gold_answer": gold,

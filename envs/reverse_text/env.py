@@ -132,7 +132,9 @@ def load_passages(
 
     if texts is not None:
         if isinstance(texts, str):
-            raise ValueError("Expected texts to be a list of strings, got one str; wrap it in a list")
+            raise ValueError(
+                "Expected texts to be a list of strings, got one str; wrap it in a list"
+            )
         numbered = [(f"text-{i:05d}", t) for i, t in enumerate(texts)]
         passages: Sequence[Passage] = _clean(numbered, "texts")
         source = "texts"
@@ -275,15 +277,28 @@ class ReverseTextEnv(TextEnv):
         format_weight: float = 0.1,
         render_mode: str | None = None,
     ):
-        if (isinstance(format_weight, bool) or not isinstance(format_weight, (int, float))
-                or not math.isfinite(format_weight) or format_weight < 0):
+        if (
+            isinstance(format_weight, bool)
+            or not isinstance(format_weight, (int, float))
+            or not math.isfinite(format_weight)
+            or format_weight < 0
+        ):
             raise ValueError(
                 f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
             )
         self._init_render(render_mode)
         self.format_weight = float(format_weight)
-        self.passages = load_passages(texts, data_path, dataset, dataset_config, dataset_split,
-                                      text_field, id_field, min_chars, max_chars)
+        self.passages = load_passages(
+            texts,
+            data_path,
+            dataset,
+            dataset_config,
+            dataset_split,
+            text_field,
+            id_field,
+            min_chars,
+            max_chars,
+        )
         self._task_ids = tuple(p.task_id for p in self.passages)
         self._index_of: dict[str, int] = {}
         for i, task_id in enumerate(self._task_ids):
@@ -327,7 +342,9 @@ class ReverseTextEnv(TextEnv):
         self._check_action(action)
         passage = self._passage
         if passage is None:
-            raise RuntimeError("No open episode (single turn: it ends at the answer); call reset() before step()")
+            raise RuntimeError(
+                "No open episode (single turn: it ends at the answer); call reset() before step()"
+            )
         too_long = too_long_message(action, self.action_space)
         if too_long is not None:  # not parsed at all
             answer, similarity, formatted = None, 0.0, 0.0
@@ -347,8 +364,10 @@ class ReverseTextEnv(TextEnv):
         elif exact:
             obs = "Exact reversal."
         else:
-            obs = (f"Similarity {similarity:.3f}: your answer has {len(answer)} characters, "
-                   f"the exact reversal {len(self._target)}.")
+            obs = (
+                f"Similarity {similarity:.3f}: your answer has {len(answer)} characters, "
+                f"the exact reversal {len(self._target)}."
+            )
         info = {
             "task_id": passage.task_id,
             "n_chars": len(passage.text),

@@ -28,6 +28,7 @@ OPPONENTS = ("minimax", "random")
 AGENT_MARKS = ("X", "O", "random")
 PROMPT_STYLES = ("full", "compact")
 
+
 def _check_prob(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
         raise ValueError(f"Expected random_move_prob in [0, 1], got {value!r}")
@@ -224,8 +225,12 @@ class TicTacToeEnv(TextEnv):
             if self.prompt_style == "compact":
                 obs = f"invalid {reason}\n{self._status_text()}"
             info = self._info(None, False, None)
-            info.update(agent_move=None, invalid_action=True, invalid_reason=reason,
-                        reward_components={"outcome": 0.0})
+            info.update(
+                agent_move=None,
+                invalid_action=True,
+                invalid_reason=reason,
+                reward_components={"outcome": 0.0},
+            )
             self._emit(obs)
             return obs, 0.0, False, False, info
 
@@ -249,11 +254,14 @@ class TicTacToeEnv(TextEnv):
             obs += f"over {outcome}" if terminated else self._status_text()
         reward = OUTCOME_REWARD[outcome] if terminated else 0.0
         info = self._info(opp_move, opp_random, outcome)
-        info.update(agent_move=move, invalid_action=False, invalid_reason=None,
-                    reward_components={"outcome": reward})
+        info.update(
+            agent_move=move,
+            invalid_action=False,
+            invalid_reason=None,
+            reward_components={"outcome": reward},
+        )
         self._emit(obs)
         return obs, reward, terminated, False, info
-
 
     # -- internals ------------------------------------------------------------------------
 

@@ -43,8 +43,11 @@ def _check_prompt_style(value: Any) -> dict[str, str]:
     """``prompt_style`` as ``{seat: style}``: one style for both seats, or one per seat."""
     if isinstance(value, str) and value in PROMPT_STYLES:
         return dict.fromkeys(SEATS, value)
-    if isinstance(value, Mapping) and set(value) == set(SEATS) \
-            and all(isinstance(v, str) and v in PROMPT_STYLES for v in value.values()):
+    if (
+        isinstance(value, Mapping)
+        and set(value) == set(SEATS)
+        and all(isinstance(v, str) and v in PROMPT_STYLES for v in value.values())
+    ):
         return {seat: value[seat] for seat in SEATS}
     raise ValueError(
         f"Expected prompt_style in {PROMPT_STYLES} or a mapping of both seats to one of them "
@@ -153,8 +156,11 @@ class TicTacToeTextAEC(AECEnv):
         super().__init__()
         if first_player not in FIRST_PLAYERS:
             raise ValueError(f"Expected first_player in {FIRST_PLAYERS}, got {first_player!r}")
-        if isinstance(max_actions_per_seat, bool) or not isinstance(max_actions_per_seat, int) \
-                or max_actions_per_seat < 5:
+        if (
+            isinstance(max_actions_per_seat, bool)
+            or not isinstance(max_actions_per_seat, int)
+            or max_actions_per_seat < 5
+        ):
             raise ValueError(
                 f"Expected max_actions_per_seat to be an int >= 5 (a seat needs up to 5 moves), "
                 f"got {max_actions_per_seat!r}"
@@ -276,8 +282,13 @@ class TicTacToeTextAEC(AECEnv):
                     f"Invalid move: {why} The "
                     f"board is unchanged.\n\n{status_text(self._board, self._marks[seat])}"
                 )
-            self.infos[seat] = {**self._info(seat, None), "agent_move": None, "opponent_move": None,
-                                "invalid_action": True, "invalid_reason": reason}
+            self.infos[seat] = {
+                **self._info(seat, None),
+                "agent_move": None,
+                "opponent_move": None,
+                "invalid_action": True,
+                "invalid_reason": reason,
+            }
         else:
             self._board = B.apply_move(self._board, move)
             self._news[seat] = [f"You played position {move}."]
@@ -287,17 +298,25 @@ class TicTacToeTextAEC(AECEnv):
             if outcome is None:
                 self.agent_selection = other
             # The other seat's last action, if any, was a legal move (else it would still move).
-            self.infos[seat] = {**self._info(seat, outcome), "agent_move": move,
-                                "opponent_move": None, "invalid_action": False,
-                                "invalid_reason": None}
+            self.infos[seat] = {
+                **self._info(seat, outcome),
+                "agent_move": move,
+                "opponent_move": None,
+                "invalid_action": False,
+                "invalid_reason": None,
+            }
             previous = self.infos[other]
-            self.infos[other] = {**self._info(other, outcome),
-                                 "agent_move": previous.get("agent_move"),
-                                 "opponent_move": move, "invalid_action": False,
-                                 "invalid_reason": None}
+            self.infos[other] = {
+                **self._info(other, outcome),
+                "agent_move": previous.get("agent_move"),
+                "opponent_move": move,
+                "invalid_action": False,
+                "invalid_reason": None,
+            }
             if self._actions_taken[other] == 0:  # the reset keys stay until the seat first acts
-                self.infos[other].update(system_prompt=previous["system_prompt"],
-                                         tools=previous["tools"])
+                self.infos[other].update(
+                    system_prompt=previous["system_prompt"], tools=previous["tools"]
+                )
             self._refresh_observations(outcome)
 
         if outcome is not None:
@@ -361,12 +380,16 @@ class TicTacToeTextAEC(AECEnv):
         """``TicTacToe-v0``'s full text: news sentences, then the board and the turn or result."""
         news = " ".join(self._news[seat])
         if result is not None:
-            return (f"{news} {_RESULT_SENTENCES[result]}\n\n{render_board(self._board)}\n\n"
-                    f"Game over: {result}.")
+            return (
+                f"{news} {_RESULT_SENTENCES[result]}\n\n{render_board(self._board)}\n\n"
+                f"Game over: {result}."
+            )
         if seat == self.agent_selection:
             return f"{news}\n\n{status_text(self._board, self._marks[seat])}"
-        return (f"{news}\n\n{render_board(self._board)}\n\n"
-                f"Waiting for the opponent ({B.other(self._marks[seat])}).")
+        return (
+            f"{news}\n\n{render_board(self._board)}\n\n"
+            f"Waiting for the opponent ({B.other(self._marks[seat])})."
+        )
 
     def _compact_observation(self, seat: str, result: str | None) -> str:
         """``TicTacToe-v0``'s compact text: ``opp N``, then the board and free cells or ``over``."""

@@ -24,19 +24,36 @@ from textgym.data import read_jsonl
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, SandboxTemplate
 from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS
 
-__all__ = ["DOMAINS", "PATH_ENV_VAR", "SAMPLE_DIR", "WorkplaceData", "WorkplaceTask", "load_workplace"]
+__all__ = [
+    "DOMAINS",
+    "PATH_ENV_VAR",
+    "SAMPLE_DIR",
+    "WorkplaceData",
+    "WorkplaceTask",
+    "load_workplace",
+]
 
 #: Environment variable naming a WorkBench-format data folder.
 PATH_ENV_VAR = "TEXTGYM_WORKPLACE_DIR"
 #: The bundled sample workplace (project-written, a few rows per table).
 SAMPLE_DIR = Path(__file__).with_name("sample")
 #: Task domains: WorkBench's five single-domain query files and the multi-domain one.
-DOMAINS = ("email", "calendar", "analytics", "project_management", "customer_relationship_manager",
-           "multi_domain")
+DOMAINS = (
+    "email",
+    "calendar",
+    "analytics",
+    "project_management",
+    "customer_relationship_manager",
+    "multi_domain",
+)
 
-_CSV = {"emails": "emails.csv", "calendar_events": "calendar_events.csv",
-        "analytics_data": "analytics_data.csv", "project_tasks": "project_tasks.csv",
-        "customer_relationship_manager": "customer_relationship_manager_data.csv"}
+_CSV = {
+    "emails": "emails.csv",
+    "calendar_events": "calendar_events.csv",
+    "analytics_data": "analytics_data.csv",
+    "project_tasks": "project_tasks.csv",
+    "customer_relationship_manager": "customer_relationship_manager_data.csv",
+}
 
 
 @dataclass(frozen=True)
@@ -87,15 +104,23 @@ def _task(row: dict[str, Any], where: str) -> WorkplaceTask:
             calls.append({"name": call["name"], "arguments": args})
         domain = row["category"].removeprefix("workplace_assistant_")
         if domain not in DOMAINS:
-            raise ValueError(f"category {row['category']!r} is not workplace_assistant_<one of {DOMAINS}>")
+            raise ValueError(
+                f"category {row['category']!r} is not workplace_assistant_<one of {DOMAINS}>"
+            )
         return WorkplaceTask(row["id"], domain, row["system_prompt"], row["query"], tuple(calls))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: expected a WorkBench task row (id, category, system_prompt, query, "
-                         f"ground_truth of {{name, arguments}}), got an error: {exc}") from None
+        raise ValueError(
+            f"{where}: expected a WorkBench task row (id, category, system_prompt, query, "
+            f"ground_truth of {{name, arguments}}), got an error: {exc}"
+        ) from None
 
 
 def _fingerprint(root: Path) -> tuple[tuple[str, int, int], ...]:
-    return tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(root.rglob("*")) if p.is_file())
+    return tuple(
+        (str(p), p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    )
 
 
 @functools.lru_cache(maxsize=4)
@@ -106,20 +131,26 @@ def _load(root: str, _fingerprint: Any) -> WorkplaceData:
     with open(data / "raw" / "email_addresses.csv", encoding="utf-8") as fh:
         directory = [line.strip() for line in fh if line.strip()]
     tasks_path = data / "tasks.jsonl"
-    tasks = tuple(_task(row, f"{tasks_path}, row {i}") for i, row in enumerate(read_jsonl(tasks_path)))
+    tasks = tuple(
+        _task(row, f"{tasks_path}, row {i}") for i, row in enumerate(read_jsonl(tasks_path))
+    )
     schema_path = base / "schemas" / "tool_schemas.json"
     schemas: Sequence[dict[str, Any]] = TOOL_SCHEMAS
     if schema_path.is_file():
         schemas = json.loads(schema_path.read_text(encoding="utf-8"))
         names = sorted(s.get("name", "?") for s in schemas)
         if names != sorted(TOOLS):
-            raise ValueError(f"{schema_path}: expected schemas for the 27 tools {sorted(TOOLS)}, got {names}")
+            raise ValueError(
+                f"{schema_path}: expected schemas for the 27 tools {sorted(TOOLS)}, got {names}"
+            )
         for s in schemas:
             accepted = set(inspect.signature(TOOLS[s["name"]][0]).parameters) - {"sb"}
             extra = set(s["parameters"].get("properties", {})) - accepted
             if extra or s["parameters"].get("additionalProperties", True) is not False:
-                raise ValueError(f"{schema_path}: the schema of {s['name']} must declare only {sorted(accepted)} "
-                                 "with additionalProperties false")
+                raise ValueError(
+                    f"{schema_path}: the schema of {s['name']} must declare only {sorted(accepted)} "
+                    "with additionalProperties false"
+                )
     if not tasks:
         raise ValueError(f"{tasks_path} holds no tasks")
     return WorkplaceData(str(base), SandboxTemplate(tables, directory), tasks, tuple(schemas))
@@ -138,5 +169,7 @@ def load_workplace(data_dir: str | os.PathLike[str] | None = None) -> WorkplaceD
         data_dir = os.environ.get(PATH_ENV_VAR) or SAMPLE_DIR
     root = Path(data_dir).expanduser().resolve()
     if not root.is_dir():
-        raise FileNotFoundError(f"Expected a workplace data folder at {str(data_dir)!r} ({root}), but there is none")
+        raise FileNotFoundError(
+            f"Expected a workplace data folder at {str(data_dir)!r} ({root}), but there is none"
+        )
     return _load(str(root), _fingerprint(root))

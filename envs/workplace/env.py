@@ -52,7 +52,8 @@ def tool_instructions(schemas: Sequence[Mapping[str, Any]]) -> str:
         "make several calls in one reply. The results come back in <tool_response> blocks, in order. "
         "Every argument is a string except page and page_size. When the request is done, reply "
         "without any tool call; that reply ends the conversation.\n\nTools (? = optional):\n"
-        + "\n".join(lines))
+        + "\n".join(lines)
+    )
 
 
 #: Template -> digest of its starting tables (freed with the template).
@@ -80,8 +81,13 @@ class ToolUseEnv(TextEnv):
     A reply is validated whole before any call runs (all or nothing; ``docs/tool_envs.md``).
     """
 
-    def _init_tools(self, schemas: Sequence[Mapping[str, Any]], max_turns: int, max_calls_per_step: int,
-                    render_mode: str | None) -> None:
+    def _init_tools(
+        self,
+        schemas: Sequence[Mapping[str, Any]],
+        max_turns: int,
+        max_calls_per_step: int,
+        render_mode: str | None,
+    ) -> None:
         for name, value in (("max_turns", max_turns), ("max_calls_per_step", max_calls_per_step)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
@@ -105,8 +111,15 @@ class ToolUseEnv(TextEnv):
         self.__dict__.update(state)
         self._validators = build_validators(self.schemas)
 
-    def _start(self, task_id: str, query: str, system_prompt: str, gold_calls: Sequence[dict[str, Any]],
-               template: SandboxTemplate, gold: tuple[bytes, bool] | None = None) -> tuple[bytes, bool]:
+    def _start(
+        self,
+        task_id: str,
+        query: str,
+        system_prompt: str,
+        gold_calls: Sequence[dict[str, Any]],
+        template: SandboxTemplate,
+        gold: tuple[bytes, bool] | None = None,
+    ) -> tuple[bytes, bool]:
         """Open an episode; return ``(gold digest, noop)`` (48 bytes or so) for callers that cache it.
 
         The gold outcome is kept as :func:`~.verify.state_digest` of the normalised tables, not
@@ -135,16 +148,27 @@ class ToolUseEnv(TextEnv):
         return self._sandbox.snapshot(tuple(TABLE_COLUMNS))
 
     def _gold_completion(self) -> str:
-        return format_tool_calls(self._gold_calls) if self._gold_calls and self._writes == 0 else FINAL_ANSWER
+        return (
+            format_tool_calls(self._gold_calls)
+            if self._gold_calls and self._writes == 0
+            else FINAL_ANSWER
+        )
 
     def _reset_info(self) -> dict[str, Any]:
-        return {"system_prompt": self._system_prompt, "tools": json.loads(self._tools_json),  # a fresh deep copy
-                "task_id": self._task_id, "gold_completion": self._gold_completion(), "noop_task": self._noop}
+        return {
+            "system_prompt": self._system_prompt,
+            "tools": json.loads(self._tools_json),  # a fresh deep copy
+            "task_id": self._task_id,
+            "gold_completion": self._gold_completion(),
+            "noop_task": self._noop,
+        }
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._check_action(action)
         if self._sandbox is None:
-            raise RuntimeError("No open episode (it ended at the final answer); call reset() before step()")
+            raise RuntimeError(
+                "No open episode (it ended at the final answer); call reset() before step()"
+            )
         self._turns += 1
         too_long = too_long_message(action, self.action_space)  # then nothing is parsed or run
         calls = parse_tool_calls(action) if too_long is None else []
@@ -161,12 +185,20 @@ class ToolUseEnv(TextEnv):
         final = not calls and too_long is None
         truncated = not final and self._turns >= self.max_turns
         success = None
-        if final or truncated:  # no successful write: the tables are the starting ones (reads and errors write nothing)
-            success = self._noop if self._writes == 0 else (state_digest(normalized_state(self._sandbox))
-                                                            == self._gold_digest)
+        if (
+            final or truncated
+        ):  # no successful write: the tables are the starting ones (reads and errors write nothing)
+            success = (
+                self._noop
+                if self._writes == 0
+                else (state_digest(normalized_state(self._sandbox)) == self._gold_digest)
+            )
         if final:
-            obs = ("Final answer received. The final tables " + ("match" if success else "do not match")
-                   + " the expected outcome.")
+            obs = (
+                "Final answer received. The final tables "
+                + ("match" if success else "do not match")
+                + " the expected outcome."
+            )
         elif truncated:
             obs += f"\n\nThe step limit ({self.max_turns} replies) is reached; the episode is over."
         outcome = 1.0 if success else 0.0
@@ -331,8 +363,14 @@ class WorkplaceEnv(ToolUseEnv):
           longer one).
     """
 
-    def __init__(self, data_dir: str | None = None, domains: Sequence[str] | str | None = None,
-                 max_turns: int = 10, max_calls_per_step: int = 32, render_mode: str | None = None):
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        domains: Sequence[str] | str | None = None,
+        max_turns: int = 10,
+        max_calls_per_step: int = 32,
+        render_mode: str | None = None,
+    ):
         self.data: WorkplaceData = load_workplace(data_dir)
         if isinstance(domains, str):
             domains = [domains]
@@ -341,22 +379,34 @@ class WorkplaceEnv(ToolUseEnv):
             if unknown:
                 raise ValueError(f"Unknown domains {unknown}; expected some of {list(DOMAINS)}")
         self.domains = None if domains is None else tuple(domains)
-        self._indices = tuple(i for i, t in enumerate(self.data.tasks)
-                              if self.domains is None or t.domain in self.domains)
+        self._indices = tuple(
+            i
+            for i, t in enumerate(self.data.tasks)
+            if self.domains is None or t.domain in self.domains
+        )
         if not self._indices:
-            raise ValueError(f"No task of {self.data.root} is in the domains {list(self.domains or ())}")
+            raise ValueError(
+                f"No task of {self.data.root} is in the domains {list(self.domains or ())}"
+            )
         self._task_ids = tuple(self.data.tasks[i].task_id for i in self._indices)
         self._index_of = {task_id: i for i, task_id in enumerate(self._task_ids)}
         self._init_tools(self.data.schemas, max_turns, max_calls_per_step, render_mode)
         self._instructions = tool_instructions(self.schemas)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         index = self._indices[select_task(options, self._task_ids, self._index_of, self.np_random)]
         task = self.data.tasks[index]
         self.data.gold_states[index] = self._start(
-            task.task_id, task.query, f"{task.system_prompt}\n\n{self._instructions}", task.gold_calls,
-            self.data.template, self.data.gold_states.get(index))
+            task.task_id,
+            task.query,
+            f"{task.system_prompt}\n\n{self._instructions}",
+            task.gold_calls,
+            self.data.template,
+            self.data.gold_states.get(index),
+        )
         self._emit(task.query)
         return task.query, self._reset_info()
 

@@ -21,18 +21,45 @@ __all__ = ["COMPARED_TABLES", "TABLE_COLUMNS", "Sandbox", "SandboxTemplate"]
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "emails": ("email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body"),
     "calendar_events": ("event_id", "event_name", "participant_email", "event_start", "duration"),
-    "analytics_data": ("date_of_visit", "visitor_id", "page_views", "session_duration_seconds",
-                       "traffic_source", "user_engaged"),
+    "analytics_data": (
+        "date_of_visit",
+        "visitor_id",
+        "page_views",
+        "session_duration_seconds",
+        "traffic_source",
+        "user_engaged",
+    ),
     "plots": ("file_path",),
-    "project_tasks": ("task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board"),
-    "customer_relationship_manager": ("customer_id", "assigned_to_email", "customer_name",
-                                      "customer_email", "customer_phone", "last_contact_date",
-                                      "product_interest", "status", "follow_up_by", "notes"),
+    "project_tasks": (
+        "task_id",
+        "task_name",
+        "assigned_to_email",
+        "list_name",
+        "due_date",
+        "board",
+    ),
+    "customer_relationship_manager": (
+        "customer_id",
+        "assigned_to_email",
+        "customer_name",
+        "customer_email",
+        "customer_phone",
+        "last_contact_date",
+        "product_interest",
+        "status",
+        "follow_up_by",
+        "notes",
+    ),
 }
 
 #: The tables the verifier compares (TOOLS.md, section 4); ``analytics_data`` is read-only.
-COMPARED_TABLES = ("calendar_events", "emails", "plots", "project_tasks",
-                   "customer_relationship_manager")
+COMPARED_TABLES = (
+    "calendar_events",
+    "emails",
+    "plots",
+    "project_tasks",
+    "customer_relationship_manager",
+)
 
 
 def _q(name: str) -> str:
@@ -46,11 +73,15 @@ def _dump(conn: sqlite3.Connection) -> dict[str, list[tuple[str, ...]]]:
 def _build(tables: Mapping[str, Iterable[Sequence[str]]]) -> sqlite3.Connection:
     conn = sqlite3.connect(":memory:", check_same_thread=False)
     for name, columns in TABLE_COLUMNS.items():
-        conn.execute(f"CREATE TABLE {_q(name)} ({', '.join(_q(c) + ' TEXT NOT NULL' for c in columns)})")
+        conn.execute(
+            f"CREATE TABLE {_q(name)} ({', '.join(_q(c) + ' TEXT NOT NULL' for c in columns)})"
+        )
         rows = [tuple(row) for row in tables.get(name, ())]
         for row in rows:
             if len(row) != len(columns):
-                raise ValueError(f"Table {name!r}: expected {len(columns)} values per row, got {row!r}")
+                raise ValueError(
+                    f"Table {name!r}: expected {len(columns)} values per row, got {row!r}"
+                )
         conn.executemany(f"INSERT INTO {_q(name)} VALUES ({', '.join('?' * len(columns))})", rows)
     conn.commit()
     return conn
@@ -71,7 +102,9 @@ class SandboxTemplate:
     def __init__(self, tables: Mapping[str, Iterable[Sequence[str]]], directory: Sequence[str]):
         unknown = set(tables) - set(TABLE_COLUMNS)
         if unknown:
-            raise ValueError(f"Unknown tables {sorted(unknown)}; expected some of {list(TABLE_COLUMNS)}")
+            raise ValueError(
+                f"Unknown tables {sorted(unknown)}; expected some of {list(TABLE_COLUMNS)}"
+            )
         self.directory = tuple(directory)
         self._conn = _build(tables)
 
@@ -115,17 +148,23 @@ class Sandbox:
 
     def column(self, table: str, column: str) -> list[str]:
         """All values of one column, in row order."""
-        return [r[0] for r in self._conn.execute(f"SELECT {_q(column)} FROM {_q(table)} ORDER BY rowid")]
+        return [
+            r[0] for r in self._conn.execute(f"SELECT {_q(column)} FROM {_q(table)} ORDER BY rowid")
+        ]
 
     def insert(self, table: str, row: Mapping[str, str]) -> None:
         """Append one row (every column of the table must be given, as a string)."""
         columns = TABLE_COLUMNS[table]
         values = tuple(row[c] for c in columns)
-        self._conn.execute(f"INSERT INTO {_q(table)} VALUES ({', '.join('?' * len(columns))})", values)
+        self._conn.execute(
+            f"INSERT INTO {_q(table)} VALUES ({', '.join('?' * len(columns))})", values
+        )
 
     def delete(self, table: str, column: str, value: str) -> int:
         """Delete the rows whose ``column`` equals ``value``; return how many."""
-        return self._conn.execute(f"DELETE FROM {_q(table)} WHERE {_q(column)} = ?", (value,)).rowcount
+        return self._conn.execute(
+            f"DELETE FROM {_q(table)} WHERE {_q(column)} = ?", (value,)
+        ).rowcount
 
     def update(self, table: str, key: str, key_value: str, column: str, value: str) -> int:
         """Set ``column`` to ``value`` where ``key`` equals ``key_value``; return how many rows."""
@@ -140,7 +179,9 @@ class Sandbox:
         out = {}
         for table in tables:
             columns = ", ".join(_q(c) for c in TABLE_COLUMNS[table])
-            out[table] = list(self._conn.execute(f"SELECT {columns} FROM {_q(table)} ORDER BY rowid"))
+            out[table] = list(
+                self._conn.execute(f"SELECT {columns} FROM {_q(table)} ORDER BY rowid")
+            )
         return out
 
     def close(self) -> None:

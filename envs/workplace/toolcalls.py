@@ -66,11 +66,19 @@ def _parse_block(body: str) -> ToolCall:
         value = json.loads(body)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError, too many digits, too deep
         msg = getattr(exc, "msg", None) or type(exc).__name__
-        return ToolCall(None, error=f"Malformed tool call: invalid JSON ({msg}). Expected "
-                        '{"name": "<tool name>", "arguments": {...}}.', reason="malformed_tool_call")
+        return ToolCall(
+            None,
+            error=f"Malformed tool call: invalid JSON ({msg}). Expected "
+            '{"name": "<tool name>", "arguments": {...}}.',
+            reason="malformed_tool_call",
+        )
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-        return ToolCall(None, error='Malformed tool call: expected a JSON object with a string "name" '
-                        'and an object "arguments".', reason="malformed_tool_call")
+        return ToolCall(
+            None,
+            error='Malformed tool call: expected a JSON object with a string "name" '
+            'and an object "arguments".',
+            reason="malformed_tool_call",
+        )
     arguments = value.get("arguments", {})
     if isinstance(arguments, str):
         try:
@@ -78,8 +86,11 @@ def _parse_block(body: str) -> ToolCall:
         except (ValueError, RecursionError):
             arguments = None
     if not isinstance(arguments, dict):
-        return ToolCall(value["name"], error='Malformed tool call: "arguments" must be a JSON object.',
-                        reason="malformed_tool_call")
+        return ToolCall(
+            value["name"],
+            error='Malformed tool call: "arguments" must be a JSON object.',
+            reason="malformed_tool_call",
+        )
     return ToolCall(value["name"], arguments)
 
 
@@ -109,7 +120,9 @@ def build_validators(schemas: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     key = json.dumps(list(schemas), sort_keys=True)
     if key not in _VALIDATOR_CACHE:
         out = {}
-        for schema in json.loads(key):  # a private deep copy: the cache must not share caller's dicts
+        for schema in json.loads(
+            key
+        ):  # a private deep copy: the cache must not share caller's dicts
             params = schema["parameters"]
             cls = jsonschema.validators.validator_for(params)
             cls.check_schema(params)
@@ -124,21 +137,35 @@ def validate_call(call: ToolCall, validators: Mapping[str, Any]) -> ToolCall:
         return call
     if call.name not in validators:
         known = ", ".join(sorted(validators))
-        return ToolCall(call.name, call.arguments, f"Unknown tool {call.name[:80]!r}; expected one of: {known}.",
-                        "unknown_tool")
+        return ToolCall(
+            call.name,
+            call.arguments,
+            f"Unknown tool {call.name[:80]!r}; expected one of: {known}.",
+            "unknown_tool",
+        )
     error = next(iter(validators[call.name].iter_errors(call.arguments)), None)
     if error is not None:
         where = "/".join(str(p) for p in error.absolute_path) or "arguments"
-        return ToolCall(call.name, call.arguments,
-                        f"Invalid arguments for {call.name} at {where}: {error.message[:300]}", "invalid_arguments")
+        return ToolCall(
+            call.name,
+            call.arguments,
+            f"Invalid arguments for {call.name} at {where}: {error.message[:300]}",
+            "invalid_arguments",
+        )
     if not _encodable(call.arguments):
-        return ToolCall(call.name, call.arguments, f"Invalid arguments for {call.name}: text must be valid "
-                        "Unicode (a JSON \\u escape gave a lone surrogate).", "invalid_arguments")
+        return ToolCall(
+            call.name,
+            call.arguments,
+            f"Invalid arguments for {call.name}: text must be valid "
+            "Unicode (a JSON \\u escape gave a lone surrogate).",
+            "invalid_arguments",
+        )
     return call
 
 
-def validate_reply(calls: Sequence[ToolCall], validators: Mapping[str, Any],
-                   max_calls: int) -> tuple[list[ToolCall], str | None]:
+def validate_reply(
+    calls: Sequence[ToolCall], validators: Mapping[str, Any], max_calls: int
+) -> tuple[list[ToolCall], str | None]:
     """Check a reply's calls as a whole: ``(calls, reason)``; the reply may run only if ``reason`` is None.
 
     More than ``max_calls`` calls: ``reason`` is :data:`TOO_MANY_CALLS` and the calls come back
@@ -161,14 +188,23 @@ def rejection_message(calls: Sequence[ToolCall], reason: str, max_calls: int) ->
     the others, then one line saying that nothing ran.
     """
     if reason == TOO_MANY_CALLS:
-        return (f"Your reply has {len(calls)} tool calls, more than the {max_calls} allowed per reply, so "
-                f"none was run and nothing changed. Reply again with at most {max_calls} calls.")
+        return (
+            f"Your reply has {len(calls)} tool calls, more than the {max_calls} allowed per reply, so "
+            f"none was run and nothing changed. Reply again with at most {max_calls} calls."
+        )
     bad = [i for i, c in enumerate(calls, 1) if c.error is not None]
-    results = [f"Error: {c.error}" if c.error is not None else
-               f"Not run: call {bad[0]} of this reply is invalid, so none of its calls was run." for c in calls]
+    results = [
+        f"Error: {c.error}"
+        if c.error is not None
+        else f"Not run: call {bad[0]} of this reply is invalid, so none of its calls was run."
+        for c in calls
+    ]
     which = ("call " if len(bad) == 1 else "calls ") + ", ".join(map(str, bad))
-    return (render_responses(results) + f"\nNo call of this reply was run and nothing changed (invalid: {which}). "
-            "Send the calls again with the invalid ones corrected.")
+    return (
+        render_responses(results)
+        + f"\nNo call of this reply was run and nothing changed (invalid: {which}). "
+        "Send the calls again with the invalid ones corrected."
+    )
 
 
 def _encodable(value: Any) -> bool:
@@ -189,7 +225,10 @@ def _encodable(value: Any) -> bool:
 def _text(result: Any) -> str:
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     if len(text) > MAX_RESPONSE_CHARS:
-        text = text[:MAX_RESPONSE_CHARS] + f"... [{len(text) - MAX_RESPONSE_CHARS} more characters cut]"
+        text = (
+            text[:MAX_RESPONSE_CHARS]
+            + f"... [{len(text) - MAX_RESPONSE_CHARS} more characters cut]"
+        )
     return text
 
 

@@ -35,15 +35,32 @@ PAGE_SIZE = 5
 EMAIL_FIELDS = ("email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body")
 EVENT_FIELDS = ("event_id", "event_name", "participant_email", "event_start", "duration")
 TASK_FIELDS = ("task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board")
-CRM_FIELDS = ("customer_id", "assigned_to_email", "customer_name", "customer_email", "customer_phone",
-              "last_contact_date", "product_interest", "status", "follow_up_by", "notes")
+CRM_FIELDS = (
+    "customer_id",
+    "assigned_to_email",
+    "customer_name",
+    "customer_email",
+    "customer_phone",
+    "last_contact_date",
+    "product_interest",
+    "status",
+    "follow_up_by",
+    "notes",
+)
 LISTS = ("Backlog", "In Progress", "In Review", "Completed")
 BOARDS = ("Back end", "Front end", "Design")
 STATUSES = ("Qualified", "Won", "Lost", "Lead", "Proposal")
 PRODUCTS = ("Software", "Hardware", "Services", "Consulting", "Training")
 TRAFFIC_SOURCES = ("direct", "referral", "search engine", "social media")
-PLOT_VALUES = ("total_visits", "session_duration_seconds", "user_engaged", "visits_direct",
-               "visits_referral", "visits_search_engine", "visits_social_media")
+PLOT_VALUES = (
+    "total_visits",
+    "session_duration_seconds",
+    "user_engaged",
+    "visits_direct",
+    "visits_referral",
+    "visits_search_engine",
+    "visits_social_media",
+)
 PLOT_TYPES = ("bar", "line", "scatter", "histogram")
 
 
@@ -53,8 +70,11 @@ class ToolError(Exception):
 
 # ---------------------------------------------------------------- helpers
 
+
 def _next_id(sb: Sandbox, table: str, column: str) -> int:
-    ids = [int(v) for v in sb.column(table, column) if v.isdecimal() and len(v) < 1000]  # int() caps digits
+    ids = [
+        int(v) for v in sb.column(table, column) if v.isdecimal() and len(v) < 1000
+    ]  # int() caps digits
     return max(ids, default=-1) + 1
 
 
@@ -66,17 +86,25 @@ def _paginate(items: list[Any], key: str, page: Any, page_size: Any) -> dict[str
     size = max(1, int(page_size))
     total_pages = max(1, math.ceil(len(items) / size))
     page = min(max(1, int(page)), total_pages)
-    chunk = items[(page - 1) * size: page * size]
-    return {key: chunk, "pagination": {"total": len(items), "page": page, "page_size": size,
-                                       "total_pages": total_pages}}
+    chunk = items[(page - 1) * size : page * size]
+    return {
+        key: chunk,
+        "pagination": {
+            "total": len(items),
+            "page": page,
+            "page_size": size,
+            "total_pages": total_pages,
+        },
+    }
 
 
 def _parse_start(value: str) -> None:
     try:
         datetime.fromisoformat(value)
     except ValueError:
-        raise ToolError(f"Invalid event start {value!r}: expected a timestamp such as "
-                        "'2023-12-01 13:00:00'.") from None
+        raise ToolError(
+            f"Invalid event start {value!r}: expected a timestamp such as '2023-12-01 13:00:00'."
+        ) from None
 
 
 def _parse_duration(value: str) -> None:
@@ -141,6 +169,7 @@ def _require(what: str, *values: Any) -> None:
 
 # ---------------------------------------------------------------- company directory
 
+
 def company_directory_find_email_address(sb: Sandbox, name: str = "") -> Any:
     if not name:
         raise ToolError("Name not provided.")
@@ -149,6 +178,7 @@ def company_directory_find_email_address(sb: Sandbox, name: str = "") -> Any:
 
 # ---------------------------------------------------------------- email
 
+
 def _email(sb: Sandbox, email_id: str) -> dict[str, str]:
     row = sb.find("emails", "email_id", email_id)
     if row is None:
@@ -156,7 +186,9 @@ def _email(sb: Sandbox, email_id: str) -> dict[str, str]:
     return row
 
 
-def email_get_email_information_by_id(sb: Sandbox, email_id: str | None = None, field: str | None = None) -> Any:
+def email_get_email_information_by_id(
+    sb: Sandbox, email_id: str | None = None, field: str | None = None
+) -> Any:
     _require("Email ID or field", email_id, field)
     row = _email(sb, email_id)
     if field not in EMAIL_FIELDS:
@@ -164,8 +196,14 @@ def email_get_email_information_by_id(sb: Sandbox, email_id: str | None = None, 
     return {field: row[field]}
 
 
-def email_search_emails(sb: Sandbox, query: str = "", date_min: str | None = None,
-                        date_max: str | None = None, page: int = 1, page_size: int = PAGE_SIZE) -> Any:
+def email_search_emails(
+    sb: Sandbox,
+    query: str = "",
+    date_min: str | None = None,
+    date_max: str | None = None,
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
+) -> Any:
     words = query.lower().split()
     low, high = _bound(date_min, "date_min"), _bound(date_max, "date_max")
     low, high = (None if b is None else b.date() for b in (low, high))  # WorkBench compares dates
@@ -173,7 +211,9 @@ def email_search_emails(sb: Sandbox, query: str = "", date_min: str | None = Non
     for row in sb.rows("emails"):
         text = " ".join((row["subject"], row["body"], row["sender/recipient"])).lower()
         sent = _stored_time(row["sent_datetime"])
-        if all(w in text for w in words) and _within(None if sent is None else sent.date(), low, high):
+        if all(w in text for w in words) and _within(
+            None if sent is None else sent.date(), low, high
+        ):
             found.append(row)
     if not found:
         return "No emails found."
@@ -184,13 +224,22 @@ def email_search_emails(sb: Sandbox, query: str = "", date_min: str | None = Non
 def _append_email(sb: Sandbox, recipient: str, subject: str, body: str) -> None:
     if not _is_email(recipient):
         raise ToolError(f"Invalid recipient {recipient!r}: expected an email address.")
-    sb.insert("emails", {"email_id": str(_next_id(sb, "emails", "email_id")), "inbox/outbox": "outbox",
-                         "sender/recipient": recipient.lower(), "subject": subject,
-                         "sent_datetime": NOW, "body": body})
+    sb.insert(
+        "emails",
+        {
+            "email_id": str(_next_id(sb, "emails", "email_id")),
+            "inbox/outbox": "outbox",
+            "sender/recipient": recipient.lower(),
+            "subject": subject,
+            "sent_datetime": NOW,
+            "body": body,
+        },
+    )
 
 
-def email_send_email(sb: Sandbox, recipient: str | None = None, subject: str | None = None,
-                     body: str | None = None) -> Any:
+def email_send_email(
+    sb: Sandbox, recipient: str | None = None, subject: str | None = None, body: str | None = None
+) -> Any:
     _require("Recipient, subject or body", recipient, subject, body)
     _append_email(sb, recipient, subject, body)
     return "Email sent successfully."
@@ -203,7 +252,9 @@ def email_delete_email(sb: Sandbox, email_id: str | None = None) -> Any:
     return "Email deleted successfully."
 
 
-def email_forward_email(sb: Sandbox, email_id: str | None = None, recipient: str | None = None) -> Any:
+def email_forward_email(
+    sb: Sandbox, email_id: str | None = None, recipient: str | None = None
+) -> Any:
     _require("Email ID or recipient", email_id, recipient)
     row = _email(sb, email_id)
     _append_email(sb, recipient, "FW: " + row["subject"], row["body"])
@@ -219,6 +270,7 @@ def email_reply_email(sb: Sandbox, email_id: str | None = None, body: str | None
 
 # ---------------------------------------------------------------- calendar
 
+
 def _event(sb: Sandbox, event_id: str) -> dict[str, str]:
     _check_event_id(event_id)
     row = sb.find("calendar_events", "event_id", event_id)
@@ -227,7 +279,9 @@ def _event(sb: Sandbox, event_id: str) -> dict[str, str]:
     return row
 
 
-def calendar_get_event_information_by_id(sb: Sandbox, event_id: str | None = None, field: str | None = None) -> Any:
+def calendar_get_event_information_by_id(
+    sb: Sandbox, event_id: str | None = None, field: str | None = None
+) -> Any:
     _require("Event ID or field", event_id, field)
     row = _event(sb, event_id)
     if field not in EVENT_FIELDS:
@@ -235,29 +289,55 @@ def calendar_get_event_information_by_id(sb: Sandbox, event_id: str | None = Non
     return {field: row[field]}
 
 
-def calendar_search_events(sb: Sandbox, query: str = "", time_min: str | None = None,
-                           time_max: str | None = None, page: int = 1, page_size: int = PAGE_SIZE) -> Any:
+def calendar_search_events(
+    sb: Sandbox,
+    query: str = "",
+    time_min: str | None = None,
+    time_max: str | None = None,
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
+) -> Any:
     q = query.lower()
     low, high = _bound(time_min, "time_min"), _bound(time_max, "time_max")
-    found = [r for r in sb.rows("calendar_events")
-             if (q in r["event_name"].lower() or q in r["participant_email"].lower())
-             and _within(_stored_time(r["event_start"]), low, high)]
+    found = [
+        r
+        for r in sb.rows("calendar_events")
+        if (q in r["event_name"].lower() or q in r["participant_email"].lower())
+        and _within(_stored_time(r["event_start"]), low, high)
+    ]
     if not found:
         return "No events found."
     found.sort(key=lambda r: r["event_start"], reverse=True)
     return _paginate(found, "events", page, page_size)
 
 
-def calendar_create_event(sb: Sandbox, event_name: str | None = None, participant_email: str | None = None,
-                          event_start: str | None = None, duration: str | None = None) -> Any:
-    _require("Event name, participant email, start or duration", event_name, participant_email,
-             event_start, duration)
+def calendar_create_event(
+    sb: Sandbox,
+    event_name: str | None = None,
+    participant_email: str | None = None,
+    event_start: str | None = None,
+    duration: str | None = None,
+) -> Any:
+    _require(
+        "Event name, participant email, start or duration",
+        event_name,
+        participant_email,
+        event_start,
+        duration,
+    )
     _parse_start(event_start)
     _parse_duration(duration)
     event_id = f"{_next_id(sb, 'calendar_events', 'event_id'):08d}"
-    sb.insert("calendar_events", {"event_id": event_id, "event_name": event_name,
-                                  "participant_email": participant_email.lower(),
-                                  "event_start": event_start, "duration": duration})
+    sb.insert(
+        "calendar_events",
+        {
+            "event_id": event_id,
+            "event_name": event_name,
+            "participant_email": participant_email.lower(),
+            "event_start": event_start,
+            "duration": duration,
+        },
+    )
     return event_id
 
 
@@ -268,8 +348,9 @@ def calendar_delete_event(sb: Sandbox, event_id: str | None = None) -> Any:
     return "Event deleted successfully."
 
 
-def calendar_update_event(sb: Sandbox, event_id: str | None = None, field: str | None = None,
-                          new_value: str | None = None) -> Any:
+def calendar_update_event(
+    sb: Sandbox, event_id: str | None = None, field: str | None = None, new_value: str | None = None
+) -> Any:
     _require("Event ID, field or new value", event_id, field, new_value)
     _event(sb, event_id)
     if field not in EVENT_FIELDS[1:]:
@@ -286,13 +367,19 @@ def calendar_update_event(sb: Sandbox, event_id: str | None = None, field: str |
 
 # ---------------------------------------------------------------- analytics
 
+
 def _visits(sb: Sandbox, time_min: str | None, time_max: str | None) -> list[dict[str, str]]:
-    return [r for r in sb.rows("analytics_data")
-            if (not time_min or r["date_of_visit"] >= time_min)
-            and (not time_max or r["date_of_visit"] <= time_max)]
+    return [
+        r
+        for r in sb.rows("analytics_data")
+        if (not time_min or r["date_of_visit"] >= time_min)
+        and (not time_max or r["date_of_visit"] <= time_max)
+    ]
 
 
-def _per_day(rows: list[dict[str, str]], value: Callable[[dict[str, str]], float]) -> dict[str, list[float]]:
+def _per_day(
+    rows: list[dict[str, str]], value: Callable[[dict[str, str]], float]
+) -> dict[str, list[float]]:
     days: dict[str, list[float]] = {}
     for r in sorted(rows, key=lambda r: r["date_of_visit"]):
         days.setdefault(r["date_of_visit"], []).append(value(r))
@@ -307,33 +394,55 @@ def analytics_get_visitor_information_by_id(sb: Sandbox, visitor_id: str | None 
     return rows
 
 
-def analytics_total_visits_count(sb: Sandbox, time_min: str | None = None, time_max: str | None = None) -> Any:
+def analytics_total_visits_count(
+    sb: Sandbox, time_min: str | None = None, time_max: str | None = None
+) -> Any:
     return {d: len(v) for d, v in _per_day(_visits(sb, time_min, time_max), lambda r: 1).items()}
 
 
-def analytics_engaged_users_count(sb: Sandbox, time_min: str | None = None, time_max: str | None = None) -> Any:
+def analytics_engaged_users_count(
+    sb: Sandbox, time_min: str | None = None, time_max: str | None = None
+) -> Any:
     days = _per_day(_visits(sb, time_min, time_max), lambda r: r["user_engaged"] == "True")
     return {d: int(sum(v)) for d, v in days.items()}
 
 
-def analytics_traffic_source_count(sb: Sandbox, time_min: str | None = None, time_max: str | None = None,
-                                   traffic_source: str | None = None) -> Any:
+def analytics_traffic_source_count(
+    sb: Sandbox,
+    time_min: str | None = None,
+    time_max: str | None = None,
+    traffic_source: str | None = None,
+) -> Any:
     if traffic_source:
         _choice(traffic_source, TRAFFIC_SOURCES, "traffic source")
-    days = _per_day(_visits(sb, time_min, time_max),
-                    lambda r: not traffic_source or r["traffic_source"] == traffic_source)
+    days = _per_day(
+        _visits(sb, time_min, time_max),
+        lambda r: not traffic_source or r["traffic_source"] == traffic_source,
+    )
     return {d: int(sum(v)) for d, v in days.items()}
 
 
-def analytics_get_average_session_duration(sb: Sandbox, time_min: str | None = None,
-                                           time_max: str | None = None) -> Any:
+def analytics_get_average_session_duration(
+    sb: Sandbox, time_min: str | None = None, time_max: str | None = None
+) -> Any:
     days = _per_day(_visits(sb, time_min, time_max), lambda r: float(r["session_duration_seconds"]))
     return {d: sum(v) / len(v) for d, v in days.items()}
 
 
-def analytics_create_plot(sb: Sandbox, time_min: str | None = None, time_max: str | None = None,
-                          value_to_plot: str | None = None, plot_type: str | None = None) -> Any:
-    _require("Start date, end date, value to plot or plot type", time_min, time_max, value_to_plot, plot_type)
+def analytics_create_plot(
+    sb: Sandbox,
+    time_min: str | None = None,
+    time_max: str | None = None,
+    value_to_plot: str | None = None,
+    plot_type: str | None = None,
+) -> Any:
+    _require(
+        "Start date, end date, value to plot or plot type",
+        time_min,
+        time_max,
+        value_to_plot,
+        plot_type,
+    )
     _choice(value_to_plot, PLOT_VALUES, "value to plot")
     _choice(plot_type, PLOT_TYPES, "plot type")
     path = f"plots/{time_min}_{time_max}_{value_to_plot}_{plot_type}.png"
@@ -342,6 +451,7 @@ def analytics_create_plot(sb: Sandbox, time_min: str | None = None, time_max: st
 
 
 # ---------------------------------------------------------------- project management
+
 
 def _task(sb: Sandbox, task_id: str) -> dict[str, str]:
     row = sb.find("project_tasks", "task_id", task_id)
@@ -352,11 +462,14 @@ def _task(sb: Sandbox, task_id: str) -> dict[str, str]:
 
 def _check_assignee(sb: Sandbox, email: str) -> None:
     if email.lower() not in {a.lower() for a in sb.column("project_tasks", "assigned_to_email")}:
-        raise ToolError(f"Assignee {email!r} not found: choose someone who already has tasks on the board.")
+        raise ToolError(
+            f"Assignee {email!r} not found: choose someone who already has tasks on the board."
+        )
 
 
-def project_management_get_task_information_by_id(sb: Sandbox, task_id: str | None = None,
-                                                  field: str | None = None) -> Any:
+def project_management_get_task_information_by_id(
+    sb: Sandbox, task_id: str | None = None, field: str | None = None
+) -> Any:
     _require("Task ID or field", task_id, field)
     row = _task(sb, task_id)
     if field not in TASK_FIELDS:
@@ -364,31 +477,58 @@ def project_management_get_task_information_by_id(sb: Sandbox, task_id: str | No
     return {field: row[field]}
 
 
-def project_management_search_tasks(sb: Sandbox, task_name: str | None = None,
-                                    assigned_to_email: str | None = None, list_name: str | None = None,
-                                    due_date: str | None = None, board: str | None = None) -> Any:
+def project_management_search_tasks(
+    sb: Sandbox,
+    task_name: str | None = None,
+    assigned_to_email: str | None = None,
+    list_name: str | None = None,
+    due_date: str | None = None,
+    board: str | None = None,
+) -> Any:
     filters = {"task_name": task_name, "list_name": list_name, "due_date": due_date, "board": board}
     if not any(filters.values()) and not assigned_to_email:
         raise ToolError("No search parameters provided.")
     if assigned_to_email and not _is_email(assigned_to_email):
         raise ToolError(f"Invalid assignee {assigned_to_email!r}: expected an email address.")
-    return [r for r in sb.rows("project_tasks")
-            if (not assigned_to_email or r["assigned_to_email"].lower() == assigned_to_email.lower())
-            and all(not v or v.lower() in r[k].lower() for k, v in filters.items())]
+    return [
+        r
+        for r in sb.rows("project_tasks")
+        if (not assigned_to_email or r["assigned_to_email"].lower() == assigned_to_email.lower())
+        and all(not v or v.lower() in r[k].lower() for k, v in filters.items())
+    ]
 
 
-def project_management_create_task(sb: Sandbox, task_name: str | None = None,
-                                   assigned_to_email: str | None = None, list_name: str | None = None,
-                                   due_date: str | None = None, board: str | None = None) -> Any:
-    _require("Task name, assignee, list, due date or board", task_name, assigned_to_email, list_name,
-             due_date, board)
+def project_management_create_task(
+    sb: Sandbox,
+    task_name: str | None = None,
+    assigned_to_email: str | None = None,
+    list_name: str | None = None,
+    due_date: str | None = None,
+    board: str | None = None,
+) -> Any:
+    _require(
+        "Task name, assignee, list, due date or board",
+        task_name,
+        assigned_to_email,
+        list_name,
+        due_date,
+        board,
+    )
     _check_assignee(sb, assigned_to_email)
     _choice(list_name, LISTS, "list name")
     _choice(board, BOARDS, "board")
     task_id = f"{_next_id(sb, 'project_tasks', 'task_id'):08d}"
-    sb.insert("project_tasks", {"task_id": task_id, "task_name": task_name,
-                                "assigned_to_email": assigned_to_email.lower(), "list_name": list_name,
-                                "due_date": due_date, "board": board})
+    sb.insert(
+        "project_tasks",
+        {
+            "task_id": task_id,
+            "task_name": task_name,
+            "assigned_to_email": assigned_to_email.lower(),
+            "list_name": list_name,
+            "due_date": due_date,
+            "board": board,
+        },
+    )
     return task_id
 
 
@@ -399,8 +539,9 @@ def project_management_delete_task(sb: Sandbox, task_id: str | None = None) -> A
     return "Task deleted successfully."
 
 
-def project_management_update_task(sb: Sandbox, task_id: str | None = None, field: str | None = None,
-                                   new_value: str | None = None) -> Any:
+def project_management_update_task(
+    sb: Sandbox, task_id: str | None = None, field: str | None = None, new_value: str | None = None
+) -> Any:
     _require("Task ID, field or new value", task_id, field, new_value)
     _task(sb, task_id)
     if field not in TASK_FIELDS:
@@ -417,6 +558,7 @@ def project_management_update_task(sb: Sandbox, task_id: str | None = None, fiel
 
 
 # ---------------------------------------------------------------- customer relationship manager
+
 
 def _customer(sb: Sandbox, customer_id: str) -> dict[str, str]:
     row = sb.find("customer_relationship_manager", "customer_id", customer_id)
@@ -436,55 +578,95 @@ def _crm_value(field: str, value: str) -> str:
 
 
 def customer_relationship_manager_search_customers(
-    sb: Sandbox, customer_name: str | None = None, customer_email: str | None = None,
-    product_interest: str | None = None, status: str | None = None, assigned_to_email: str | None = None,
-    last_contact_date_min: str | None = None, last_contact_date_max: str | None = None,
-    follow_up_by_min: str | None = None, follow_up_by_max: str | None = None,
-    page: int = 1, page_size: int = PAGE_SIZE,
+    sb: Sandbox,
+    customer_name: str | None = None,
+    customer_email: str | None = None,
+    product_interest: str | None = None,
+    status: str | None = None,
+    assigned_to_email: str | None = None,
+    last_contact_date_min: str | None = None,
+    last_contact_date_max: str | None = None,
+    follow_up_by_min: str | None = None,
+    follow_up_by_max: str | None = None,
+    page: int = 1,
+    page_size: int = PAGE_SIZE,
 ) -> Any:
-    text = {"customer_name": customer_name, "customer_email": customer_email,
-            "product_interest": product_interest, "status": status, "assigned_to_email": assigned_to_email}
+    text = {
+        "customer_name": customer_name,
+        "customer_email": customer_email,
+        "product_interest": product_interest,
+        "status": status,
+        "assigned_to_email": assigned_to_email,
+    }
     lows = {"last_contact_date": last_contact_date_min, "follow_up_by": follow_up_by_min}
     highs = {"last_contact_date": last_contact_date_max, "follow_up_by": follow_up_by_max}
     if not any(text.values()) and not any(lows.values()) and not any(highs.values()):
         raise ToolError("No search parameters provided.")
-    found = [r for r in sb.rows("customer_relationship_manager")
-             if all(not v or v.lower() in r[k].lower() for k, v in text.items())
-             and all(not v or r[k] >= v for k, v in lows.items())
-             and all(not v or r[k] <= v for k, v in highs.items())]
+    found = [
+        r
+        for r in sb.rows("customer_relationship_manager")
+        if all(not v or v.lower() in r[k].lower() for k, v in text.items())
+        and all(not v or r[k] >= v for k, v in lows.items())
+        and all(not v or r[k] <= v for k, v in highs.items())
+    ]
     if not found:
         return "No customers found."
     return _paginate(found, "customers", page, page_size)
 
 
-def customer_relationship_manager_update_customer(sb: Sandbox, customer_id: str | None = None,
-                                                  field: str | None = None, new_value: str | None = None) -> Any:
+def customer_relationship_manager_update_customer(
+    sb: Sandbox,
+    customer_id: str | None = None,
+    field: str | None = None,
+    new_value: str | None = None,
+) -> Any:
     _require("Customer ID, field or new value", customer_id, field, new_value)
     _customer(sb, customer_id)
     if field not in CRM_FIELDS:
         raise ToolError(f"Field not valid: expected one of {', '.join(CRM_FIELDS)}.")
-    sb.update("customer_relationship_manager", "customer_id", customer_id, field, _crm_value(field, new_value))
+    sb.update(
+        "customer_relationship_manager",
+        "customer_id",
+        customer_id,
+        field,
+        _crm_value(field, new_value),
+    )
     return "Customer updated successfully."
 
 
 def customer_relationship_manager_add_customer(
-    sb: Sandbox, customer_name: str | None = None, assigned_to_email: str | None = None,
-    status: str | None = None, customer_email: str | None = None, customer_phone: str | None = None,
-    last_contact_date: str | None = None, product_interest: str | None = None, notes: str | None = None,
+    sb: Sandbox,
+    customer_name: str | None = None,
+    assigned_to_email: str | None = None,
+    status: str | None = None,
+    customer_email: str | None = None,
+    customer_phone: str | None = None,
+    last_contact_date: str | None = None,
+    product_interest: str | None = None,
+    notes: str | None = None,
     follow_up_by: str | None = None,
 ) -> Any:
     _require("Customer name, assignee or status", customer_name, assigned_to_email, status)
-    given = {"customer_name": customer_name, "assigned_to_email": assigned_to_email, "status": status,
-             "customer_email": customer_email, "customer_phone": customer_phone,
-             "last_contact_date": last_contact_date, "product_interest": product_interest,
-             "notes": notes, "follow_up_by": follow_up_by}
+    given = {
+        "customer_name": customer_name,
+        "assigned_to_email": assigned_to_email,
+        "status": status,
+        "customer_email": customer_email,
+        "customer_phone": customer_phone,
+        "last_contact_date": last_contact_date,
+        "product_interest": product_interest,
+        "notes": notes,
+        "follow_up_by": follow_up_by,
+    }
     row = {k: "" if v is None else _crm_value(k, v) for k, v in given.items()}
     row["customer_id"] = f"{_next_id(sb, 'customer_relationship_manager', 'customer_id'):08d}"
     sb.insert("customer_relationship_manager", row)
     return row["customer_id"]
 
 
-def customer_relationship_manager_delete_customer(sb: Sandbox, customer_id: str | None = None) -> Any:
+def customer_relationship_manager_delete_customer(
+    sb: Sandbox, customer_id: str | None = None
+) -> Any:
     _require("Customer ID", customer_id)
     _customer(sb, customer_id)
     sb.delete("customer_relationship_manager", "customer_id", customer_id)
@@ -493,21 +675,43 @@ def customer_relationship_manager_delete_customer(sb: Sandbox, customer_id: str 
 
 # ---------------------------------------------------------------- registry
 
-_READ = (company_directory_find_email_address, email_get_email_information_by_id, email_search_emails,
-         calendar_get_event_information_by_id, calendar_search_events,
-         analytics_get_visitor_information_by_id, analytics_total_visits_count,
-         analytics_engaged_users_count, analytics_traffic_source_count,
-         analytics_get_average_session_duration, project_management_get_task_information_by_id,
-         project_management_search_tasks, customer_relationship_manager_search_customers)
-_WRITE = (email_send_email, email_delete_email, email_forward_email, email_reply_email,
-          calendar_create_event, calendar_delete_event, calendar_update_event, analytics_create_plot,
-          project_management_create_task, project_management_delete_task, project_management_update_task,
-          customer_relationship_manager_update_customer, customer_relationship_manager_add_customer,
-          customer_relationship_manager_delete_customer)
+_READ = (
+    company_directory_find_email_address,
+    email_get_email_information_by_id,
+    email_search_emails,
+    calendar_get_event_information_by_id,
+    calendar_search_events,
+    analytics_get_visitor_information_by_id,
+    analytics_total_visits_count,
+    analytics_engaged_users_count,
+    analytics_traffic_source_count,
+    analytics_get_average_session_duration,
+    project_management_get_task_information_by_id,
+    project_management_search_tasks,
+    customer_relationship_manager_search_customers,
+)
+_WRITE = (
+    email_send_email,
+    email_delete_email,
+    email_forward_email,
+    email_reply_email,
+    calendar_create_event,
+    calendar_delete_event,
+    calendar_update_event,
+    analytics_create_plot,
+    project_management_create_task,
+    project_management_delete_task,
+    project_management_update_task,
+    customer_relationship_manager_update_customer,
+    customer_relationship_manager_add_customer,
+    customer_relationship_manager_delete_customer,
+)
 
 #: Tool name -> (function, whether it writes).
 TOOLS: dict[str, tuple[Callable[..., Any], bool]] = {
-    **{f.__name__: (f, False) for f in _READ}, **{f.__name__: (f, True) for f in _WRITE}}
+    **{f.__name__: (f, False) for f in _READ},
+    **{f.__name__: (f, True) for f in _WRITE},
+}
 WRITE_TOOLS = frozenset(f.__name__ for f in _WRITE)
 
 
@@ -526,112 +730,226 @@ def call_tool(sb: Sandbox, name: str, arguments: dict[str, Any]) -> tuple[Any, b
 
 # ---------------------------------------------------------------- schemas (project-written)
 
+
 def _s(description: str) -> dict[str, str]:
     return {"type": "string", "description": description}
 
 
-_PAGE = {"page": {"type": "integer", "description": "Page number, from 1 (default 1)"},
-         "page_size": {"type": "integer", "description": "Results per page (default 5)"}}
-_RANGE = {"time_min": _s("First day, YYYY-MM-DD (inclusive)"), "time_max": _s("Last day, YYYY-MM-DD (inclusive)")}
+_PAGE = {
+    "page": {"type": "integer", "description": "Page number, from 1 (default 1)"},
+    "page_size": {"type": "integer", "description": "Results per page (default 5)"},
+}
+_RANGE = {
+    "time_min": _s("First day, YYYY-MM-DD (inclusive)"),
+    "time_max": _s("Last day, YYYY-MM-DD (inclusive)"),
+}
 
 _SPECS: dict[str, tuple[str, dict[str, Any], list[str]]] = {
     "company_directory_find_email_address": (
         "Find the directory email addresses that contain a name (case-insensitive).",
-        {"name": _s("A name or part of one")}, []),
+        {"name": _s("A name or part of one")},
+        [],
+    ),
     "email_get_email_information_by_id": (
-        "Get one field of an email.", {"email_id": _s("8-digit email id"),
-                                       "field": _s("One of: " + ", ".join(EMAIL_FIELDS))},
-        ["email_id", "field"]),
+        "Get one field of an email.",
+        {"email_id": _s("8-digit email id"), "field": _s("One of: " + ", ".join(EMAIL_FIELDS))},
+        ["email_id", "field"],
+    ),
     "email_search_emails": (
-        ("Search emails whose subject, body or sender/recipient contain every word of the query, "
-         "newest first, 5 per page."),
-        {"query": _s("Words to search for"), "date_min": _s("Earliest date, YYYY-MM-DD"),
-         "date_max": _s("Latest date, YYYY-MM-DD"), **_PAGE}, []),
-    "email_send_email": ("Send an email.", {"recipient": _s("Recipient email address"),
-                                            "subject": _s("Subject"), "body": _s("Body")},
-                         ["recipient", "subject", "body"]),
+        (
+            "Search emails whose subject, body or sender/recipient contain every word of the query, "
+            "newest first, 5 per page."
+        ),
+        {
+            "query": _s("Words to search for"),
+            "date_min": _s("Earliest date, YYYY-MM-DD"),
+            "date_max": _s("Latest date, YYYY-MM-DD"),
+            **_PAGE,
+        },
+        [],
+    ),
+    "email_send_email": (
+        "Send an email.",
+        {"recipient": _s("Recipient email address"), "subject": _s("Subject"), "body": _s("Body")},
+        ["recipient", "subject", "body"],
+    ),
     "email_delete_email": ("Delete an email.", {"email_id": _s("8-digit email id")}, ["email_id"]),
-    "email_forward_email": ("Forward an email.", {"email_id": _s("8-digit email id"),
-                                                  "recipient": _s("Recipient email address")},
-                            ["email_id", "recipient"]),
-    "email_reply_email": ("Reply to an email.", {"email_id": _s("8-digit email id"), "body": _s("Body")},
-                          ["email_id", "body"]),
+    "email_forward_email": (
+        "Forward an email.",
+        {"email_id": _s("8-digit email id"), "recipient": _s("Recipient email address")},
+        ["email_id", "recipient"],
+    ),
+    "email_reply_email": (
+        "Reply to an email.",
+        {"email_id": _s("8-digit email id"), "body": _s("Body")},
+        ["email_id", "body"],
+    ),
     "calendar_get_event_information_by_id": (
-        "Get one field of a calendar event.", {"event_id": _s("8-digit event id"),
-                                               "field": _s("One of: " + ", ".join(EVENT_FIELDS))},
-        ["event_id", "field"]),
+        "Get one field of a calendar event.",
+        {"event_id": _s("8-digit event id"), "field": _s("One of: " + ", ".join(EVENT_FIELDS))},
+        ["event_id", "field"],
+    ),
     "calendar_search_events": (
         "Search events whose name or participant contains the query, latest first, 5 per page.",
-        {"query": _s("Text to search for"), "time_min": _s("Earliest start, YYYY-MM-DD HH:MM:SS"),
-         "time_max": _s("Latest start, YYYY-MM-DD HH:MM:SS"), **_PAGE}, []),
+        {
+            "query": _s("Text to search for"),
+            "time_min": _s("Earliest start, YYYY-MM-DD HH:MM:SS"),
+            "time_max": _s("Latest start, YYYY-MM-DD HH:MM:SS"),
+            **_PAGE,
+        },
+        [],
+    ),
     "calendar_create_event": (
         "Create a calendar event; returns its id.",
-        {"event_name": _s("Event name"), "participant_email": _s("Participant email address"),
-         "event_start": _s("Start, YYYY-MM-DD HH:MM:SS"), "duration": _s("Duration in minutes")},
-        ["event_name", "participant_email", "event_start", "duration"]),
-    "calendar_delete_event": ("Delete a calendar event.", {"event_id": _s("8-digit event id")}, ["event_id"]),
+        {
+            "event_name": _s("Event name"),
+            "participant_email": _s("Participant email address"),
+            "event_start": _s("Start, YYYY-MM-DD HH:MM:SS"),
+            "duration": _s("Duration in minutes"),
+        },
+        ["event_name", "participant_email", "event_start", "duration"],
+    ),
+    "calendar_delete_event": (
+        "Delete a calendar event.",
+        {"event_id": _s("8-digit event id")},
+        ["event_id"],
+    ),
     "calendar_update_event": (
         "Update one field of a calendar event.",
-        {"event_id": _s("8-digit event id"), "field": _s("One of: " + ", ".join(EVENT_FIELDS[1:])),
-         "new_value": _s("New value")}, ["event_id", "field", "new_value"]),
+        {
+            "event_id": _s("8-digit event id"),
+            "field": _s("One of: " + ", ".join(EVENT_FIELDS[1:])),
+            "new_value": _s("New value"),
+        },
+        ["event_id", "field", "new_value"],
+    ),
     "analytics_get_visitor_information_by_id": (
-        "Get every website visit of one visitor.", {"visitor_id": _s("4-digit visitor id")}, ["visitor_id"]),
+        "Get every website visit of one visitor.",
+        {"visitor_id": _s("4-digit visitor id")},
+        ["visitor_id"],
+    ),
     "analytics_create_plot": (
         "Plot a website metric over a date range; returns the file path.",
-        {**_RANGE, "value_to_plot": _s("One of: " + ", ".join(PLOT_VALUES)),
-         "plot_type": _s("One of: " + ", ".join(PLOT_TYPES))},
-        ["time_min", "time_max", "value_to_plot", "plot_type"]),
+        {
+            **_RANGE,
+            "value_to_plot": _s("One of: " + ", ".join(PLOT_VALUES)),
+            "plot_type": _s("One of: " + ", ".join(PLOT_TYPES)),
+        },
+        ["time_min", "time_max", "value_to_plot", "plot_type"],
+    ),
     "analytics_total_visits_count": ("Number of visits per day.", dict(_RANGE), []),
     "analytics_engaged_users_count": ("Number of engaged visits per day.", dict(_RANGE), []),
     "analytics_traffic_source_count": (
         "Number of visits per day from one traffic source.",
-        {**_RANGE, "traffic_source": _s("One of: " + ", ".join(TRAFFIC_SOURCES))}, []),
-    "analytics_get_average_session_duration": ("Mean session duration (seconds) per day.", dict(_RANGE), []),
+        {**_RANGE, "traffic_source": _s("One of: " + ", ".join(TRAFFIC_SOURCES))},
+        [],
+    ),
+    "analytics_get_average_session_duration": (
+        "Mean session duration (seconds) per day.",
+        dict(_RANGE),
+        [],
+    ),
     "project_management_get_task_information_by_id": (
-        "Get one field of a task.", {"task_id": _s("8-digit task id"),
-                                     "field": _s("One of: " + ", ".join(TASK_FIELDS))},
-        ["task_id", "field"]),
+        "Get one field of a task.",
+        {"task_id": _s("8-digit task id"), "field": _s("One of: " + ", ".join(TASK_FIELDS))},
+        ["task_id", "field"],
+    ),
     "project_management_search_tasks": (
         "Search tasks; give at least one filter.",
-        {"task_name": _s("Part of the task name"), "assigned_to_email": _s("Assignee email address"),
-         "list_name": _s("One of: " + ", ".join(LISTS)), "due_date": _s("YYYY-MM-DD"),
-         "board": _s("One of: " + ", ".join(BOARDS))}, []),
+        {
+            "task_name": _s("Part of the task name"),
+            "assigned_to_email": _s("Assignee email address"),
+            "list_name": _s("One of: " + ", ".join(LISTS)),
+            "due_date": _s("YYYY-MM-DD"),
+            "board": _s("One of: " + ", ".join(BOARDS)),
+        },
+        [],
+    ),
     "project_management_create_task": (
         "Create a task; returns its id.",
-        {"task_name": _s("Task name"), "assigned_to_email": _s("Assignee email address"),
-         "list_name": _s("One of: " + ", ".join(LISTS)), "due_date": _s("YYYY-MM-DD"),
-         "board": _s("One of: " + ", ".join(BOARDS))},
-        ["task_name", "assigned_to_email", "list_name", "due_date", "board"]),
-    "project_management_delete_task": ("Delete a task.", {"task_id": _s("8-digit task id")}, ["task_id"]),
+        {
+            "task_name": _s("Task name"),
+            "assigned_to_email": _s("Assignee email address"),
+            "list_name": _s("One of: " + ", ".join(LISTS)),
+            "due_date": _s("YYYY-MM-DD"),
+            "board": _s("One of: " + ", ".join(BOARDS)),
+        },
+        ["task_name", "assigned_to_email", "list_name", "due_date", "board"],
+    ),
+    "project_management_delete_task": (
+        "Delete a task.",
+        {"task_id": _s("8-digit task id")},
+        ["task_id"],
+    ),
     "project_management_update_task": (
         "Update one field of a task.",
-        {"task_id": _s("8-digit task id"), "field": _s("One of: " + ", ".join(TASK_FIELDS)),
-         "new_value": _s("New value")}, ["task_id", "field", "new_value"]),
+        {
+            "task_id": _s("8-digit task id"),
+            "field": _s("One of: " + ", ".join(TASK_FIELDS)),
+            "new_value": _s("New value"),
+        },
+        ["task_id", "field", "new_value"],
+    ),
     "customer_relationship_manager_search_customers": (
         "Search customers; give at least one filter. 5 per page.",
-        {"customer_name": _s("Part of the name"), "customer_email": _s("Part of the email"),
-         "product_interest": _s("One of: " + ", ".join(PRODUCTS)),
-         "status": _s("One of: " + ", ".join(STATUSES)), "assigned_to_email": _s("Assignee email"),
-         "last_contact_date_min": _s("YYYY-MM-DD"), "last_contact_date_max": _s("YYYY-MM-DD"),
-         "follow_up_by_min": _s("YYYY-MM-DD"), "follow_up_by_max": _s("YYYY-MM-DD"), **_PAGE}, []),
+        {
+            "customer_name": _s("Part of the name"),
+            "customer_email": _s("Part of the email"),
+            "product_interest": _s("One of: " + ", ".join(PRODUCTS)),
+            "status": _s("One of: " + ", ".join(STATUSES)),
+            "assigned_to_email": _s("Assignee email"),
+            "last_contact_date_min": _s("YYYY-MM-DD"),
+            "last_contact_date_max": _s("YYYY-MM-DD"),
+            "follow_up_by_min": _s("YYYY-MM-DD"),
+            "follow_up_by_max": _s("YYYY-MM-DD"),
+            **_PAGE,
+        },
+        [],
+    ),
     "customer_relationship_manager_update_customer": (
         "Update one field of a customer.",
-        {"customer_id": _s("8-digit customer id"), "field": _s("One of: " + ", ".join(CRM_FIELDS)),
-         "new_value": _s("New value")}, ["customer_id", "field", "new_value"]),
+        {
+            "customer_id": _s("8-digit customer id"),
+            "field": _s("One of: " + ", ".join(CRM_FIELDS)),
+            "new_value": _s("New value"),
+        },
+        ["customer_id", "field", "new_value"],
+    ),
     "customer_relationship_manager_add_customer": (
         "Add a customer; returns the id.",
-        {"customer_name": _s("Name"), "assigned_to_email": _s("Assignee email"),
-         "status": _s("One of: " + ", ".join(STATUSES)), "customer_email": _s("Email"),
-         "customer_phone": _s("Phone"), "last_contact_date": _s("YYYY-MM-DD"),
-         "product_interest": _s("One of: " + ", ".join(PRODUCTS)), "notes": _s("Notes"),
-         "follow_up_by": _s("YYYY-MM-DD")}, ["customer_name", "assigned_to_email", "status"]),
+        {
+            "customer_name": _s("Name"),
+            "assigned_to_email": _s("Assignee email"),
+            "status": _s("One of: " + ", ".join(STATUSES)),
+            "customer_email": _s("Email"),
+            "customer_phone": _s("Phone"),
+            "last_contact_date": _s("YYYY-MM-DD"),
+            "product_interest": _s("One of: " + ", ".join(PRODUCTS)),
+            "notes": _s("Notes"),
+            "follow_up_by": _s("YYYY-MM-DD"),
+        },
+        ["customer_name", "assigned_to_email", "status"],
+    ),
     "customer_relationship_manager_delete_customer": (
-        "Delete a customer.", {"customer_id": _s("8-digit customer id")}, ["customer_id"]),
+        "Delete a customer.",
+        {"customer_id": _s("8-digit customer id")},
+        ["customer_id"],
+    ),
 }
 
 #: Project-written OpenAI (Responses API) function schemas, one per tool, in :data:`TOOLS` order.
 TOOL_SCHEMAS: tuple[dict[str, Any], ...] = tuple(
-    {"type": "function", "name": name, "description": _SPECS[name][0],
-     "parameters": {"type": "object", "properties": _SPECS[name][1], "required": _SPECS[name][2],
-                    "additionalProperties": False}, "strict": False}
-    for name in TOOLS)
+    {
+        "type": "function",
+        "name": name,
+        "description": _SPECS[name][0],
+        "parameters": {
+            "type": "object",
+            "properties": _SPECS[name][1],
+            "required": _SPECS[name][2],
+            "additionalProperties": False,
+        },
+        "strict": False,
+    }
+    for name in TOOLS
+)

@@ -39,8 +39,10 @@ def normalized_state(sandbox: Sandbox) -> State:
     out: State = {}
     for table, rows in sandbox.snapshot(COMPARED_TABLES).items():
         keep = [c in CASE_SENSITIVE_COLUMNS for c in TABLE_COLUMNS[table]]
-        out[table] = [tuple(v.replace("\\n", "\n") if k else _norm(v) for v, k in zip(row, keep))
-                      for row in rows]
+        out[table] = [
+            tuple(v.replace("\\n", "\n") if k else _norm(v) for v, k in zip(row, keep))
+            for row in rows
+        ]
     return out
 
 
@@ -69,5 +71,7 @@ def state_digest(state: State) -> bytes:
     h = hashlib.sha256()
     for table in COMPARED_TABLES:
         # surrogatepass: JSON escapes let a lone surrogate reach a value; it still hashes, distinctly.
-        h.update(json.dumps([table, state[table]], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        h.update(
+            json.dumps([table, state[table]], ensure_ascii=False).encode("utf-8", "surrogatepass")
+        )
     return h.digest()

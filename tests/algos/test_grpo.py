@@ -160,8 +160,14 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
-    rows_a = [json.loads(line) for line in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()]
-    rows_b = [json.loads(line) for line in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows_a = [
+        json.loads(line)
+        for line in (tmp_path / "a" / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
+    rows_b = [
+        json.loads(line)
+        for line in (tmp_path / "b" / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     train_a = [r["reward_mean"] for r in rows_a if r["stage"] == "train"]
     train_b = [r["reward_mean"] for r in rows_b if r["stage"] == "train"]
     assert train_a == train_b and len(train_a) == 3
@@ -171,7 +177,9 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
 def test_metrics_and_eval_are_written(tmp_path):
     result = grpo.train(small(tmp_path, steps=1))
     assert {"random/win_rate", "optimal/win_rate", "random/invalid_rate"} <= set(result)
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["stage"] for r in rows] == ["eval", "train", "eval"]
     train = rows[1]
     for key in (

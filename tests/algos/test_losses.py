@@ -100,8 +100,9 @@ def reference(loss_type, eps_low=0.2, eps_high=0.2, beta=0.0):
         per_token = 1.0 / n if loss_type in ("grpo", "gspo") else 1.0
         for t in tokens:
             lp = LOGP[i][t]
-            term, dterm, active = _token_term(loss_type, lp, old[i][t], ADV[i], eps_low,
-                                              eps_high, seq_ratio)
+            term, dterm, active = _token_term(
+                loss_type, lp, old[i][t], ADV[i], eps_low, eps_high, seq_ratio
+            )
             d = REF[i][t] - lp
             kl = math.exp(d) - d - 1.0
             term += beta * kl
@@ -134,8 +135,16 @@ CASES = [  # (loss_type, eps_low, eps_high, expected clipped tokens, counted by 
 def test_policy_loss_matches_reference(loss_type, eps_low, eps_high, clipped, beta):
     logp, old, adv, mask, ref = _tensors()
     loss, stats = policy_loss(
-        logp, old, adv, mask, loss_type=loss_type, normalizer=HAND_NORMALIZER[loss_type],
-        epsilon_low=eps_low, epsilon_high=eps_high, ref_logp=ref, beta=beta,
+        logp,
+        old,
+        adv,
+        mask,
+        loss_type=loss_type,
+        normalizer=HAND_NORMALIZER[loss_type],
+        epsilon_low=eps_low,
+        epsilon_high=eps_high,
+        ref_logp=ref,
+        beta=beta,
     )
     loss.backward()
     want_loss, want_grad, want_stats = reference(loss_type, eps_low, eps_high, beta)
@@ -173,11 +182,20 @@ def test_padding_with_nan_is_ignored(loss_type):
     logp, old, adv, mask, ref = _tensors()
     nan_logp = logp.detach().clone().masked_fill(~mask, float("nan")).requires_grad_()
     nan_old = old.masked_fill(~mask, float("inf"))
-    loss, _ = policy_loss(nan_logp, nan_old, adv, mask, loss_type=loss_type, normalizer=3.0,
-                          ref_logp=ref.masked_fill(~mask, float("nan")), beta=0.1)
+    loss, _ = policy_loss(
+        nan_logp,
+        nan_old,
+        adv,
+        mask,
+        loss_type=loss_type,
+        normalizer=3.0,
+        ref_logp=ref.masked_fill(~mask, float("nan")),
+        beta=0.1,
+    )
     loss.backward()
-    clean, _ = policy_loss(logp, old, adv, mask, loss_type=loss_type, normalizer=3.0,
-                           ref_logp=ref, beta=0.1)
+    clean, _ = policy_loss(
+        logp, old, adv, mask, loss_type=loss_type, normalizer=3.0, ref_logp=ref, beta=0.1
+    )
     assert loss.item() == pytest.approx(clean.item(), rel=1e-12)
     assert torch.isfinite(nan_logp.grad).all()
     assert (nan_logp.grad[~mask] == 0).all()
@@ -191,8 +209,9 @@ def test_empty_sequence_contributes_nothing(loss_type):
     padded_logp = torch.cat([logp.detach(), torch.full((1, 4), -1.0, dtype=torch.float64)])
     padded_old = torch.cat([old, torch.full((1, 4), -3.0, dtype=torch.float64)])
     padded_adv = torch.cat([adv, torch.tensor([5.0], dtype=torch.float64)])
-    full, _ = policy_loss(padded_logp, padded_old, padded_adv, padded_mask,
-                          loss_type=loss_type, normalizer=3.0)
+    full, _ = policy_loss(
+        padded_logp, padded_old, padded_adv, padded_mask, loss_type=loss_type, normalizer=3.0
+    )
     part, _ = policy_loss(logp, old, adv, mask, loss_type=loss_type, normalizer=3.0)
     assert full.item() == pytest.approx(part.item(), rel=1e-12)
 
@@ -217,16 +236,16 @@ def _random_batch(seed: int = 0):
 def test_gradient_accumulation_matches_full_batch(loss_type):
     logp0, old, ref, mask, adv = _random_batch()
     normalizer = loss_normalizer(loss_type, mask, max_completion_tokens=6)
-    kwargs = {"loss_type": loss_type, "normalizer": normalizer, "epsilon_high": 0.28,
-              "beta": 0.05}
+    kwargs = {"loss_type": loss_type, "normalizer": normalizer, "epsilon_high": 0.28, "beta": 0.05}
     grads, totals = {}, {}
     for micro in (8, 4, 2, 1):
         logp = logp0.clone().requires_grad_()
         total, summed = 0.0, {}
         for start in range(0, 8, micro):
             rows = slice(start, start + micro)
-            loss, stats = policy_loss(logp[rows], old[rows], adv[rows], mask[rows],
-                                      ref_logp=ref[rows], **kwargs)
+            loss, stats = policy_loss(
+                logp[rows], old[rows], adv[rows], mask[rows], ref_logp=ref[rows], **kwargs
+            )
             loss.backward()
             total += loss.item()
             summed = {k: summed.get(k, 0.0) + v for k, v in stats.items()}
@@ -245,8 +264,14 @@ def test_gradient_accumulation_matches_full_batch(loss_type):
 
 def _call(**overrides):
     logp, old, adv, mask, _ = _tensors()
-    args = {"logp": logp, "old_logp": old, "advantages": adv, "mask": mask,
-            "loss_type": "grpo", "normalizer": 3.0}
+    args = {
+        "logp": logp,
+        "old_logp": old,
+        "advantages": adv,
+        "mask": mask,
+        "loss_type": "grpo",
+        "normalizer": 3.0,
+    }
     args.update(overrides)
     return policy_loss(**args)
 
@@ -298,8 +323,7 @@ def test_advantages_have_zero_mean_per_group(data, scale):
     torch.testing.assert_close(means, torch.zeros_like(means), atol=1e-9, rtol=0)
 
 
-@given(rewards_and_groups, st.sampled_from(["group", "batch", "none"]),
-       st.floats(-100, 100))
+@given(rewards_and_groups, st.sampled_from(["group", "batch", "none"]), st.floats(-100, 100))
 def test_advantages_are_shift_invariant(data, scale, shift):
     values, group_size = data
     rewards = torch.tensor(values, dtype=torch.float64)
@@ -320,8 +344,12 @@ def test_advantages_by_hand():
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 3.0, 1.0])  # [8], G = 4
     # group 0: mean 0.5, population std 0.5; group 1: mean 1.5, population std sqrt(0.75)
     group = group_advantages(rewards, 4, "group", eps=0.0)
-    want = [1.0, -1.0, -1.0, 1.0] + [-0.5 / math.sqrt(0.75)] * 2 + [1.5 / math.sqrt(0.75)] \
+    want = (
+        [1.0, -1.0, -1.0, 1.0]
+        + [-0.5 / math.sqrt(0.75)] * 2
+        + [1.5 / math.sqrt(0.75)]
         + [-0.5 / math.sqrt(0.75)]
+    )
     torch.testing.assert_close(group, torch.tensor(want))
     none = group_advantages(rewards, 4, "none")
     torch.testing.assert_close(none, torch.tensor([0.5, -0.5, -0.5, 0.5, -0.5, -0.5, 1.5, -0.5]))
@@ -363,8 +391,10 @@ def test_advantage_option_errors():
 log_probs = st.floats(-20, 0)
 
 
-@given(st.lists(st.tuples(log_probs, log_probs), min_size=1, max_size=16),
-       st.sampled_from([torch.float32, torch.float64]))
+@given(
+    st.lists(st.tuples(log_probs, log_probs), min_size=1, max_size=16),
+    st.sampled_from([torch.float32, torch.float64]),
+)
 def test_k3_kl_is_nonnegative_and_zero_on_equal_inputs(pairs, dtype):
     logp = torch.tensor([[p for p, _ in pairs]], dtype=dtype)  # [1, n]
     ref = torch.tensor([[q for _, q in pairs]], dtype=dtype)  # [1, n]
@@ -405,8 +435,15 @@ def _direct(head, hidden, targets, temperature=1.0, softcap=None):
 @pytest.mark.parametrize(("temperature", "softcap"), [(1.0, None), (0.7, None), (0.7, 2.0)])
 def test_selected_log_probs_match_unchunked(chunk_size, temperature, softcap):
     head, hidden, targets = _head_and_inputs()
-    logp, entropy = selected_log_probs(hidden, head, targets, temperature=temperature,
-                                       chunk_size=chunk_size, softcap=softcap, with_entropy=True)
+    logp, entropy = selected_log_probs(
+        hidden,
+        head,
+        targets,
+        temperature=temperature,
+        chunk_size=chunk_size,
+        softcap=softcap,
+        with_entropy=True,
+    )
     weights = torch.randn(2, 5)  # [B, T], an arbitrary downstream use
     (logp * weights).sum().backward()
     got = (hidden.grad.clone(), head.weight.grad.clone(), head.bias.grad.clone())

@@ -107,9 +107,7 @@ def test_multi_element_tensor_is_rejected(tmp_path: Path) -> None:
         logger.log(0, {"loss": np.zeros(2)})
 
 
-@pytest.mark.parametrize(
-    ("step", "error"), [(1.5, TypeError), (True, TypeError), (-1, ValueError)]
-)
+@pytest.mark.parametrize(("step", "error"), [(1.5, TypeError), (True, TypeError), (-1, ValueError)])
 def test_bad_step_raises(tmp_path: Path, step: object, error: type[Exception]) -> None:
     with MetricsLogger(tmp_path, tensorboard=False) as logger, pytest.raises(error, match="step"):
         logger.log(step, {"kl": 0.0})  # type: ignore[arg-type]
@@ -332,7 +330,11 @@ def test_compare_runs_tables_last_values_and_overlays_plots(tmp_path):
     _run(tmp_path / "grpo", [0.3, 0.5, 0.7], 0.9)
     rows, paths = compare_runs([tmp_path / "sft", tmp_path / "grpo"], tmp_path / "plots")
     by_metric = {row["metric"]: row for row in rows}
-    assert by_metric["train/reward_mean"] == {"metric": "train/reward_mean", "sft": 0.2, "grpo": 0.7}
+    assert by_metric["train/reward_mean"] == {
+        "metric": "train/reward_mean",
+        "sft": 0.2,
+        "grpo": 0.7,
+    }
     assert by_metric["eval/random/win_rate"]["grpo"] == 0.9
     assert {p.name for p in paths} >= {"reward.png", "invalid_rate.png", "step_time.png"}
     assert main(["compare", str(tmp_path / "sft"), str(tmp_path / "grpo")]) == 0

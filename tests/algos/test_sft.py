@@ -88,7 +88,9 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, tiny):
         log_every=1,
     )
     summary = train(config)
-    rows = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert summary["steps"] == 12 and len(rows) == 12
     assert rows[-1]["loss"] < 0.5 * rows[0]["loss"]
     model, tokenizer = load_model(str(tmp_path / "sft"))

@@ -30,7 +30,9 @@ def test_env_without_gold_is_a_clear_error():
         GoldPolicy().act([[]], [info])
 
 
-@pytest.mark.parametrize(("env_id", "component"), [("textgym/ReverseText-v0", "lcs"), ("textgym/GSM8K-v0", "correct")])
+@pytest.mark.parametrize(
+    ("env_id", "component"), [("textgym/ReverseText-v0", "lcs"), ("textgym/GSM8K-v0", "correct")]
+)
 def test_rollout_with_gold_earns_full_reward(env_id, component):
     trajectories = rollout(lambda: gym.make(env_id), GoldPolicy(), list(range(40)), batch_size=8)
     assert len(trajectories) == 40
@@ -38,10 +40,26 @@ def test_rollout_with_gold_earns_full_reward(env_id, component):
     assert all(t.messages[-2]["role"] == "assistant" for t in trajectories)
 
 
-@pytest.mark.parametrize(("env_id", "component"), [("textgym/ReverseText-v0", "lcs"), ("textgym/GSM8K-v0", "correct")])
+@pytest.mark.parametrize(
+    ("env_id", "component"), [("textgym/ReverseText-v0", "lcs"), ("textgym/GSM8K-v0", "correct")]
+)
 def test_cli_eval_gold(env_id, component, tmp_path):
-    assert main(["eval", env_id, "--policy", "gold", "--episodes", "30", "--no-progress",
-                 "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                env_id,
+                "--policy",
+                "gold",
+                "--episodes",
+                "30",
+                "--no-progress",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["policy"] == "gold" and summary["reward_components"][component] == 1.0
     assert summary["mean_return"] == pytest.approx(1.1)

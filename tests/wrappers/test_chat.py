@@ -19,7 +19,9 @@ def test_docstring_example():
     assert result.attempted > 0 and result.failed == 0
 
 
-@pytest.mark.parametrize("env_id", ["textgym/TicTacToe-v0", "textgym/GSM8K-v0", "textgym/ReverseText-v0"])
+@pytest.mark.parametrize(
+    "env_id", ["textgym/TicTacToe-v0", "textgym/GSM8K-v0", "textgym/ReverseText-v0"]
+)
 def test_messages_equal_the_rollout_record_and_lie_in_the_space(env_id):
     (traj,) = rollout(lambda: gym.make(env_id), _Replay(), [5])
     env = ChatMessages(gym.make(env_id))

@@ -10,7 +10,9 @@ from textgym.wrappers import FormatReward  # importing textgym registers the env
 def test_refused_when_made_not_at_the_first_step(env_id):
     # It used to be accepted, then every episode crashed at its first step ("Reward component
     # 'format' is already present").
-    with pytest.raises(ValueError, match=r"already pays a 'format' reward component \(format_weight=0.1\)"):
+    with pytest.raises(
+        ValueError, match=r"already pays a 'format' reward component \(format_weight=0.1\)"
+    ):
         FormatReward(gym.make(env_id))
 
 

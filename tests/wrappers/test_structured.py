@@ -23,10 +23,12 @@ def test_check_env():
 
 @pytest.mark.parametrize(
     ("board", "mark", "expected"),
-    [(".........", "X", [0] * 9),
-     ("X.O......", "X", [1, 0, 2, 0, 0, 0, 0, 0, 0]),
-     ("X.O......", "O", [2, 0, 1, 0, 0, 0, 0, 0, 0]),
-     ("XOXOXOOXO", "O", [2, 1, 2, 1, 2, 1, 1, 2, 1])],
+    [
+        (".........", "X", [0] * 9),
+        ("X.O......", "X", [1, 0, 2, 0, 0, 0, 0, 0, 0]),
+        ("X.O......", "O", [2, 0, 1, 0, 0, 0, 0, 0, 0]),
+        ("XOXOXOOXO", "O", [2, 1, 2, 1, 2, 1, 1, 2, 1]),
+    ],
 )
 def test_encode_board(board, mark, expected):
     assert encode_board(board, mark).tolist() == expected
@@ -105,14 +107,25 @@ def test_short_maskable_ppo_run_improves_on_the_untrained_policy():
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     torch.set_num_threads(1)
-    vec_env = DummyVecEnv([
-        lambda: StructuredTicTacToe(gym.make("textgym/TicTacToe-v0", random_move_prob=1.0))
-        for _ in range(4)
-    ])
+    vec_env = DummyVecEnv(
+        [
+            lambda: StructuredTicTacToe(gym.make("textgym/TicTacToe-v0", random_move_prob=1.0))
+            for _ in range(4)
+        ]
+    )
     vec_env.seed(0)
-    model = MaskablePPO("MlpPolicy", vec_env, n_steps=256, batch_size=256, n_epochs=10,
-                        learning_rate=1e-3, ent_coef=0.01, policy_kwargs={"net_arch": [64, 64]},
-                        seed=0, device="cpu")
+    model = MaskablePPO(
+        "MlpPolicy",
+        vec_env,
+        n_steps=256,
+        batch_size=256,
+        n_epochs=10,
+        learning_rate=1e-3,
+        ent_coef=0.01,
+        policy_kwargs={"net_arch": [64, 64]},
+        seed=0,
+        device="cpu",
+    )
     before = _win_rate(model)
     model.learn(total_timesteps=6144)
     after = _win_rate(model)

@@ -20,7 +20,11 @@ def ttt(**kwargs):
 
 @pytest.mark.parametrize(
     "module",
-    [textgym.wrappers.format_reward, textgym.wrappers.invalid_action, textgym.wrappers.opponent_skill],
+    [
+        textgym.wrappers.format_reward,
+        textgym.wrappers.invalid_action,
+        textgym.wrappers.opponent_skill,
+    ],
 )
 def test_docstring_examples(module):
     result = doctest.testmod(module)
@@ -114,7 +118,9 @@ def test_opponent_skill_stratifies_consecutive_episodes():
 def test_opponent_skill_same_seed_same_opponent_and_explicit_override():
     a, b = OpponentSkill(ttt(), groups=3), OpponentSkill(ttt(), groups=3)
     assert a.reset(seed=5)[1]["random_move_prob"] == b.reset(seed=5)[1]["random_move_prob"]
-    prob = a.reset(seed=5, options={"random_move_prob": 0.9, "episode_index": 2})[1]["random_move_prob"]
+    prob = a.reset(seed=5, options={"random_move_prob": 0.9, "episode_index": 2})[1][
+        "random_move_prob"
+    ]
     assert prob == 0.9
     with pytest.raises(ValueError, match="episode_index"):
         a.reset(options={"episode_index": -1})
@@ -136,7 +142,9 @@ def test_reward_wrappers_refuse_non_finite_or_negative_sizes(bad):
 def test_format_reward_does_not_read_an_over_long_action():
     checked = []
     env = FormatReward(
-        gym.make("textgym/TicTacToe-v0"), weight=1.0, is_well_formed=lambda a: checked.append(a) or True
+        gym.make("textgym/TicTacToe-v0"),
+        weight=1.0,
+        is_well_formed=lambda a: checked.append(a) or True,
     )
     env.reset(seed=0)
     limit = env.unwrapped.action_space.max_length

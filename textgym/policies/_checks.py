@@ -20,8 +20,12 @@ def check_int(name: str, value: Any, minimum: int) -> int:
 
 def check_sampling(temperature: Any, top_p: Any) -> tuple[float, float]:
     """Temperature must be finite and >= 0 (0 = greedy); ``top_p`` in (0, 1]."""
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not math.isfinite(temperature) or temperature < 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
         raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
         raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")

@@ -47,7 +47,9 @@ class _TicTacToeExpert:
         for info in infos:
             board, legal = _board_of(info)
             if not legal:
-                raise ValueError(f"{type(self).__name__} was asked to move on a finished board {board!r}")
+                raise ValueError(
+                    f"{type(self).__name__} was asked to move on a finished board {board!r}"
+                )
             move, reasoning = self.choose(board, legal)
             think = f"<think>{reasoning}</think>" if self.reasoning else ""
             out.append(Completion(f"{think}<move>{move}</move>"))

@@ -22,17 +22,27 @@ def finish(env, text):
 
 
 def test_gold_earns_one_on_1000_seeds_with_many_templates_and_recipients():
-    envs = [EmailToolUseEnv(num_steps=k, distractors=d, inbox_size=n) for k, d, n in
-            [(1, 2, 20), (2, 0, 5), (3, 3, 40), (4, 1, 0)]]
+    envs = [
+        EmailToolUseEnv(num_steps=k, distractors=d, inbox_size=n)
+        for k, d, n in [(1, 2, 20), (2, 0, 5), (3, 3, 40), (4, 1, 0)]
+    ]
     failed, templates, recipients, noop = [], set(), set(), 0
     for seed in range(1000):
         env = envs[seed % len(envs)]
         _, info = env.reset(seed=seed)
         end = finish(env, info["gold_completion"])
-        if not (end["success"] and end["reward_components"] == {"outcome": 1.0} and end["total_tool_errors"] == 0):
+        if not (
+            end["success"]
+            and end["reward_components"] == {"outcome": 1.0}
+            and end["total_tool_errors"] == 0
+        ):
             failed.append((seed, info["task_id"]))
         templates.update(env.task.templates)
-        recipients.update(c["arguments"]["recipient"] for c in env.task.gold_calls if "recipient" in c["arguments"])
+        recipients.update(
+            c["arguments"]["recipient"]
+            for c in env.task.gold_calls
+            if "recipient" in c["arguments"]
+        )
         noop += info["noop_task"]
     assert failed == []
     assert len(templates) >= 20 and len({t.split("/")[0] for t in templates}) == 10
@@ -81,8 +91,14 @@ def test_info_tools_are_copies_of_the_shared_schemas():
         assert list(TOOL_SCHEMAS) == saved
         fresh = EmailToolUseEnv()
         _, fresh_info = fresh.reset(seed=0)
-        delete = format_tool_calls([{"name": "email_delete_email",
-                                     "arguments": {"email_id": fresh.tables()["emails"][0][0]}}])
+        delete = format_tool_calls(
+            [
+                {
+                    "name": "email_delete_email",
+                    "arguments": {"email_id": fresh.tables()["emails"][0][0]},
+                }
+            ]
+        )
         *_, step = fresh.step(delete)
         assert step["invalid_action"] is False and all(t in saved for t in fresh_info["tools"])
     finally:  # before the fix the mutation reached the module's schemas: put them back for other tests
@@ -103,18 +119,24 @@ def test_unknown_workplace_tool_is_an_error_here():
     env = EmailToolUseEnv()
     env.reset(seed=0)
     before = env.tables()
-    _, *_, info = env.step('<tool_call>{"name": "calendar_delete_event", "arguments": {"event_id": "00000001"}}'
-                           "</tool_call>")
+    _, *_, info = env.step(
+        '<tool_call>{"name": "calendar_delete_event", "arguments": {"event_id": "00000001"}}'
+        "</tool_call>"
+    )
     assert info["invalid_reason"] == "unknown_tool" and env.tables() == before
 
 
-@pytest.mark.parametrize("bad", ["<tool_call>{not json", '<tool_call>{"name": "email_delete_email"}</tool_call>'])
+@pytest.mark.parametrize(
+    "bad", ["<tool_call>{not json", '<tool_call>{"name": "email_delete_email"}</tool_call>']
+)
 def test_a_valid_delete_beside_an_invalid_call_does_not_run(bad):
     """Issue 15, item 14: a reply is checked as a whole; an invalid call means no call runs."""
     env = EmailToolUseEnv()
     env.reset(seed=0)
     before = env.tables()
-    delete = format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": before["emails"][0][0]}}])
+    delete = format_tool_calls(
+        [{"name": "email_delete_email", "arguments": {"email_id": before["emails"][0][0]}}]
+    )
     obs, *_, info = env.step(delete + bad)
     assert env.tables() == before and info["invalid_action"] and "Not run: " in obs
     too_many = delete * (env.unwrapped.max_calls_per_step + 1)

@@ -15,12 +15,18 @@ from textgym.envs.gsm8k.env import PATH_ENV_VAR, SAMPLE_PATH
 
 # Problems written for these tests, in GSM8K's original format.
 ROWS = [
-    {"question": "Ada has 3 boxes of 4 pens. How many pens does she have?",
-     "answer": "She has 3 * 4 = <<3*4=12>>12 pens.\n#### 12"},
-    {"question": "A hall seats 1,200 people and 350 more stand. How many people fit?",
-     "answer": "1200 + 350 = <<1200+350=1550>>1550 people fit.\n#### 1,550"},
-    {"question": "It is 2 degrees and the temperature drops by 9. What is it now?",
-     "answer": "2 - 9 = <<2-9=-7>>-7 degrees.\n#### -7"},
+    {
+        "question": "Ada has 3 boxes of 4 pens. How many pens does she have?",
+        "answer": "She has 3 * 4 = <<3*4=12>>12 pens.\n#### 12",
+    },
+    {
+        "question": "A hall seats 1,200 people and 350 more stand. How many people fit?",
+        "answer": "1200 + 350 = <<1200+350=1550>>1550 people fit.\n#### 1,550",
+    },
+    {
+        "question": "It is 2 degrees and the temperature drops by 9. What is it now?",
+        "answer": "2 - 9 = <<2-9=-7>>-7 degrees.\n#### -7",
+    },
 ]
 
 
@@ -53,7 +59,11 @@ def test_default_is_the_bundled_sample_and_gold_is_correct_on_all_of_it():
 
 def test_local_file_and_folder(data_dir):
     env = GSM8KEnv(split="test", data_path=str(data_dir / "test.jsonl"))
-    assert [p.task_id for p in env.problems] == ["gsm8k-test-00000", "gsm8k-test-00001", "gsm8k-test-00002"]
+    assert [p.task_id for p in env.problems] == [
+        "gsm8k-test-00000",
+        "gsm8k-test-00001",
+        "gsm8k-test-00002",
+    ]
     assert [p.answer for p in env.problems] == [12, 1550, -7]
     env = GSM8KEnv(split="train", data_path=str(data_dir))
     assert [p.task_id for p in env.problems] == ["gsm8k-train-00000", "gsm8k-train-00001"]
@@ -135,8 +145,12 @@ def test_step_rewards_and_info(data_dir, completion, correct, fmt, answer, reaso
 
 def test_negative_and_comma_answers(data_dir):
     env = GSM8KEnv(data_path=str(data_dir / "test.jsonl"))
-    for index, good, bad in [(1, "#### 1,550", "#### 1,551"), (1, "\\boxed{1550}", "#### 155"),
-                             (2, "#### -7", "#### 7"), (2, "It is −7 degrees: \\boxed{-7}", "#### -7.5")]:
+    for index, good, bad in [
+        (1, "#### 1,550", "#### 1,551"),
+        (1, "\\boxed{1550}", "#### 155"),
+        (2, "#### -7", "#### 7"),
+        (2, "It is −7 degrees: \\boxed{-7}", "#### -7.5"),
+    ]:
         env.reset(options={"task_index": index})
         assert env.step(good)[4]["correct"] is True
         env.reset(options={"task_index": index})

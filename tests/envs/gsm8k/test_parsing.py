@@ -42,15 +42,41 @@ def test_extract_final_answer(completion, extracted):
 @pytest.mark.parametrize(
     ("text", "value"),
     [
-        ("18", 18), ("18.0", 18), ("18.", 18), ("$18", 18), ("18 dollars", 18),
-        ("The answer is 18.", 18), ("**18**", 18), ("x = 18", 18), ("6 * 3 = 18", 18),
-        ("1,450,000", 1450000), ("$1,450,000.", 1450000), ("1\\,450", 1450), ("1{,}450", 1450),
-        ("-7", -7), ("-$5", -5), ("$-5", -5), ("\u22123", -3), ("50%", 50), ("\\$12", 12),
-        ("0.5", Fraction(1, 2)), (".5", Fraction(1, 2)), ("3/4", Fraction(3, 4)),
-        ("\\frac{3}{4}", Fraction(3, 4)), ("\\text{18 apples}", 18), ("€2.50 each", Fraction(5, 2)),
+        ("18", 18),
+        ("18.0", 18),
+        ("18.", 18),
+        ("$18", 18),
+        ("18 dollars", 18),
+        ("The answer is 18.", 18),
+        ("**18**", 18),
+        ("x = 18", 18),
+        ("6 * 3 = 18", 18),
+        ("1,450,000", 1450000),
+        ("$1,450,000.", 1450000),
+        ("1\\,450", 1450),
+        ("1{,}450", 1450),
+        ("-7", -7),
+        ("-$5", -5),
+        ("$-5", -5),
+        ("\u22123", -3),
+        ("50%", 50),
+        ("\\$12", 12),
+        ("0.5", Fraction(1, 2)),
+        (".5", Fraction(1, 2)),
+        ("3/4", Fraction(3, 4)),
+        ("\\frac{3}{4}", Fraction(3, 4)),
+        ("\\text{18 apples}", 18),
+        ("€2.50 each", Fraction(5, 2)),
         ("$18.00/hour", 18),
-        ("12,34", None), ("1,4500", None), ("3-5", None), ("5 apples and 3 pears", None),
-        ("1/0", None), ("", None), ("eighteen", None), ("1.2.3", None), ("...5", None),
+        ("12,34", None),
+        ("1,4500", None),
+        ("3-5", None),
+        ("5 apples and 3 pears", None),
+        ("1/0", None),
+        ("", None),
+        ("eighteen", None),
+        ("1.2.3", None),
+        ("...5", None),
         ("1" * (MAX_NUMBER_CHARS + 1), None),
     ],
 )
@@ -60,8 +86,16 @@ def test_parse_number(text, value):
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [(Fraction(18), "18"), (Fraction(-7), "-7"), (Fraction(1450000), "1450000"), (Fraction(5, 2), "2.5"),
-     (Fraction(-1, 8), "-0.125"), (Fraction(1, 20), "0.05"), (Fraction(1, 3), "1/3"), (Fraction(0), "0")],
+    [
+        (Fraction(18), "18"),
+        (Fraction(-7), "-7"),
+        (Fraction(1450000), "1450000"),
+        (Fraction(5, 2), "2.5"),
+        (Fraction(-1, 8), "-0.125"),
+        (Fraction(1, 20), "0.05"),
+        (Fraction(1, 3), "1/3"),
+        (Fraction(0), "0"),
+    ],
 )
 def test_format_number(value, text):
     assert format_number(value) == text
@@ -78,7 +112,12 @@ def test_reward_terms():
 
 @given(st.integers(-(10**30), 10**30), st.integers(0, 4))
 def test_integers_in_every_written_form(n, zeros):
-    for text in (str(n), f"{n:,}", f"{n}.{'0' * zeros}" if zeros else f"{n}.", f"The answer is {n:,} dollars."):
+    for text in (
+        str(n),
+        f"{n:,}",
+        f"{n}.{'0' * zeros}" if zeros else f"{n}.",
+        f"The answer is {n:,} dollars.",
+    ):
         assert parse_number(text) == n, text
     sign = "-" if n < 0 else ""
     assert parse_number(f"{sign}${abs(n):,}") == n
@@ -128,7 +167,11 @@ def reference_last_boxed(text: str) -> tuple[int, str] | None:
     return max(found) if found else None
 
 
-@given(st.lists(st.sampled_from(["{", "}", "\\boxed{", "\\", "boxed", "7", " ", "x"]), max_size=30).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(["{", "}", "\\boxed{", "\\", "boxed", "7", " ", "x"]), max_size=30
+    ).map("".join)
+)
 def test_boxed_extraction_matches_a_full_scan(text):
     expected = reference_last_boxed(text)
     if "####" not in text:
@@ -137,7 +180,11 @@ def test_boxed_extraction_matches_a_full_scan(text):
 
 @pytest.mark.parametrize(
     "text",
-    ["\\boxed{" * 125_000 + "}" * 125_000, "\\boxed{ }" * 110_000 + "#### 1", "{" * 500_000 + "\\boxed{2}"],
+    [
+        "\\boxed{" * 125_000 + "}" * 125_000,
+        "\\boxed{ }" * 110_000 + "#### 1",
+        "{" * 500_000 + "\\boxed{2}",
+    ],
     ids=["nested", "blank", "braces"],
 )
 def test_final_answer_extraction_is_linear_on_a_million_characters(text):

@@ -20,7 +20,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.mark.parametrize(("split", "n_rows", "n_negative"), [("train", 7473, 3), ("test", 1319, 2)])
 def test_gold_solution_is_correct_and_gold_plus_one_is_not_on_every_row(split, n_rows, n_negative):
-    rows = [json.loads(line) for line in (GSM8K / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [
+        json.loads(line)
+        for line in (GSM8K / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+    ]
     env = GSM8KEnv(split=split, data_path=str(GSM8K))
     assert len(rows) == len(env.problems) == n_rows
     gold_wrong, plus_one_right, negatives = [], [], 0
@@ -31,8 +34,11 @@ def test_gold_solution_is_correct_and_gold_plus_one_is_not_on_every_row(split, n
         expected = int(row["answer"].rsplit("\n#### ", 1)[1].replace(",", ""))
         negatives += expected < 0
         _, reward, terminated, _, step = env.step(info["gold_completion"])
-        if not (step["reward_components"] == {"correct": 1.0, "format": 0.1}
-                and Fraction(step["answer"]) == expected and terminated):
+        if not (
+            step["reward_components"] == {"correct": 1.0, "format": 0.1}
+            and Fraction(step["answer"]) == expected
+            and terminated
+        ):
             gold_wrong.append((info["task_id"], row["answer"][-40:], step["answer"]))
         head = info["gold_completion"].rsplit("####", 1)[0]
         env.reset(options={"task_index": i})
@@ -46,8 +52,24 @@ def test_gold_solution_is_correct_and_gold_plus_one_is_not_on_every_row(split, n
 
 def test_cli_gold_eval_on_the_test_split(tmp_path, capsys):
     kwargs = json.dumps({"split": "test", "data_path": str(GSM8K / "test.jsonl")})
-    assert main(["eval", "textgym/GSM8K-v0", "--policy", "gold", "--episodes", "1319", "--env-kwargs",
-                 kwargs, "--no-progress", "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "textgym/GSM8K-v0",
+                "--policy",
+                "gold",
+                "--episodes",
+                "1319",
+                "--env-kwargs",
+                kwargs,
+                "--no-progress",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["episodes"] == 1319
     assert summary["reward_components"] == {"correct": 1.0, "format": pytest.approx(0.1)}

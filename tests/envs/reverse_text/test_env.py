@@ -74,8 +74,11 @@ def test_texts_are_stripped_and_empty_ones_dropped():
 
 def test_jsonl_source_with_and_without_ids(tmp_path):
     path = tmp_path / "paras.jsonl"
-    rows = [{"id": "p-1", "text": "First paragraph here."}, {"text": "Second one, no id."},
-            {"id": 7, "body": "x", "text": "Third."}]
+    rows = [
+        {"id": "p-1", "text": "First paragraph here."},
+        {"text": "Second one, no id."},
+        {"id": 7, "body": "x", "text": "Third."},
+    ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
     env = ReverseTextEnv(data_path=str(path))
     assert [p.task_id for p in env.passages] == ["p-1", "paras-00001", "7"]
@@ -92,7 +95,9 @@ def test_text_file_source_reads_paragraphs(tmp_path):
     path.write_text("First line\nwrapped here.\n\n\nSecond paragraph.\n")
     env = ReverseTextEnv(data_path=str(path))
     assert [(p.task_id, p.text) for p in env.passages] == [
-        ("notes-00000", "First line wrapped here."), ("notes-00001", "Second paragraph.")]
+        ("notes-00000", "First line wrapped here."),
+        ("notes-00001", "Second paragraph."),
+    ]
 
 
 def test_source_errors(tmp_path):
@@ -120,8 +125,10 @@ def test_hub_source_goes_through_datasets(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
     env = ReverseTextEnv(dataset="someone/paragraphs-test-a", dataset_split="validation")
     assert calls == [("someone/paragraphs-test-a", None, "validation")]
-    assert [p.task_id for p in env.passages] == ["someone-paragraphs-test-a-validation-00000",
-                                                 "someone-paragraphs-test-a-validation-00001"]
+    assert [p.task_id for p in env.passages] == [
+        "someone-paragraphs-test-a-validation-00000",
+        "someone-paragraphs-test-a-validation-00001",
+    ]
 
 
 def test_hub_source_without_datasets_says_how_to_install(monkeypatch):
@@ -146,10 +153,13 @@ def test_reset_selects_by_seed_index_or_id():
     assert first == again and len(set(first)) == len(TEXTS)
     assert env.reset(options={"task_index": 2})[1]["task_id"] == "text-00002"
     assert env.reset(options={"task_id": "text-00001"})[0].endswith("Short one.")
-    for options, message in [({"task_index": 4}, r"in \[0, 4\)"), ({"task_index": True}, "task_index"),
-                             ({"task_id": "nope"}, "Unknown options\\['task_id'\\]"),
-                             ({"task_index": 0, "task_id": "text-00000"}, "not both"),
-                             ({"colour": "red"}, "Unknown reset options")]:
+    for options, message in [
+        ({"task_index": 4}, r"in \[0, 4\)"),
+        ({"task_index": True}, "task_index"),
+        ({"task_id": "nope"}, "Unknown options\\['task_id'\\]"),
+        ({"task_index": 0, "task_id": "text-00000"}, "not both"),
+        ({"colour": "red"}, "Unknown reset options"),
+    ]:
         with pytest.raises(ValueError, match=message):
             env.reset(options=options)
 
@@ -217,7 +227,9 @@ WEIGHT = ENV.format_weight
 
 
 def completions():
-    tagged = st.builds(lambda a, b, c: f"{a}{OPEN_TAG}{b}{CLOSE_TAG}{c}", st.text(), st.text(), st.text())
+    tagged = st.builds(
+        lambda a, b, c: f"{a}{OPEN_TAG}{b}{CLOSE_TAG}{c}", st.text(), st.text(), st.text()
+    )
     return st.one_of(st.text(), tagged)
 
 

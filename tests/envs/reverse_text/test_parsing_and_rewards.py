@@ -70,7 +70,9 @@ def test_lcs_is_exact_where_difflib_ratio_is_not():
     answer = target.replace("o", "0")
     lcs = lcs_length(answer, target)
     assert lcs == len(target) - target.count("o")
-    difflib_matches = sum(b.size for b in difflib.SequenceMatcher(None, answer, target).get_matching_blocks())
+    difflib_matches = sum(
+        b.size for b in difflib.SequenceMatcher(None, answer, target).get_matching_blocks()
+    )
     assert difflib_matches < lcs
     assert lcs_similarity(answer, target) == pytest.approx(lcs / 300)
 

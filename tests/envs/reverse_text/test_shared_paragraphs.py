@@ -8,7 +8,13 @@ import pytest
 from textgym.envs.reverse_text import ReverseTextEnv
 from textgym.envs.reverse_text.parsing import CLOSE_TAG, OPEN_TAG
 
-PARAGRAPHS = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "paragraphs" / "paragraphs.jsonl"
+PARAGRAPHS = (
+    Path(__file__).resolve().parents[3].parent
+    / "shared"
+    / "data"
+    / "paragraphs"
+    / "paragraphs.jsonl"
+)
 
 pytestmark = pytest.mark.skipif(
     not PARAGRAPHS.is_file(),
@@ -25,7 +31,9 @@ def test_exact_reversal_scores_one_and_unreversed_less_on_every_paragraph():
     palindromes = 0
     for i, row in enumerate(rows):
         _, info = env.reset(options={"task_index": i})
-        assert info["task_id"] == row["id"] and info["n_chars"] == row["n_chars"] == len(row["text"])
+        assert info["task_id"] == row["id"] and info["n_chars"] == row["n_chars"] == len(
+            row["text"]
+        )
         _, _, _, _, gold = env.step(info["gold_completion"])
         if gold["reward_components"]["lcs"] != 1.0 or not gold["exact"]:
             not_exact.append(row["id"])

@@ -38,8 +38,15 @@ def test_apply_move_rejects(board, move, message):
 
 @pytest.mark.parametrize(
     ("board", "winner"),
-    [("XXXOO....", "X"), ("OOOXX.X.X", "O"), ("X..X..X..", "X"), ("..O.O.O..", "O"),
-     ("XOXXOOOXX", None), (".........", None), ("XO.......", None)],
+    [
+        ("XXXOO....", "X"),
+        ("OOOXX.X.X", "O"),
+        ("X..X..X..", "X"),
+        ("..O.O.O..", "O"),
+        ("XOXXOOOXX", None),
+        (".........", None),
+        ("XO.......", None),
+    ],
 )
 def test_winner(board, winner):
     assert B.winner(board) == winner

@@ -34,9 +34,13 @@ def test_agent_o_sees_opening_move():
 
 @pytest.mark.parametrize(
     ("action", "reason"),
-    [("4", "no_move_tag"), ("<think><move>4</move></think>", "no_move_tag"),
-     ("<move>four</move>", "not_an_integer"), ("<move>9</move>", "out_of_range"),
-     ("<move>-1</move>", "out_of_range")],
+    [
+        ("4", "no_move_tag"),
+        ("<think><move>4</move></think>", "no_move_tag"),
+        ("<move>four</move>", "not_an_integer"),
+        ("<move>9</move>", "out_of_range"),
+        ("<move>-1</move>", "out_of_range"),
+    ],
 )
 def test_invalid_actions_leave_board_unchanged(action, reason):
     env = make()
@@ -58,14 +62,23 @@ def test_occupied_cell_is_invalid():
 
 def test_reset_options_override_per_episode():
     env = make()
-    _, info = env.reset(seed=0, options={"agent_mark": "O", "random_move_prob": 0.3, "opponent": "random"})
+    _, info = env.reset(
+        seed=0, options={"agent_mark": "O", "random_move_prob": 0.3, "opponent": "random"}
+    )
     assert (info["agent_mark"], info["random_move_prob"], info["opponent"]) == ("O", 0.3, "random")
     _, info = env.reset(seed=0)
     assert (info["agent_mark"], info["random_move_prob"], info["opponent"]) == ("X", 0.0, "minimax")
 
 
-@pytest.mark.parametrize("kwargs", [{"random_move_prob": 1.5}, {"random_move_prob": -0.1},
-                                    {"agent_mark": "Z"}, {"opponent": "alphazero"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"random_move_prob": 1.5},
+        {"random_move_prob": -0.1},
+        {"agent_mark": "Z"},
+        {"opponent": "alphazero"},
+    ],
+)
 def test_bad_arguments_raise_clear_errors(kwargs):
     with pytest.raises(ValueError, match="Expected"):
         TicTacToeEnv(**kwargs)

@@ -115,6 +115,8 @@ def test_same_seed_same_board_same_reply_across_instances():
 
 
 def test_reply_depends_on_seed():
-    first = {gym.make("textgym/TicTacToe-v0", agent_mark="O").reset(seed=s)[1]["opponent_move"]
-             for s in range(50)}
+    first = {
+        gym.make("textgym/TicTacToe-v0", agent_mark="O").reset(seed=s)[1]["opponent_move"]
+        for s in range(50)
+    }
     assert len(first) > 3

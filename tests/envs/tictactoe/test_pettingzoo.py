@@ -65,11 +65,15 @@ def random_game(rng):
 
 
 # -- PettingZoo's own checks --------------------------------------------------------------------
-@pytest.mark.parametrize("prompt_style",
-                         ["full", "compact", {"player_0": "full", "player_1": "compact"}])
+@pytest.mark.parametrize(
+    "prompt_style", ["full", "compact", {"player_0": "full", "player_1": "compact"}]
+)
 def test_api_test_text_aware(monkeypatch, prompt_style):
-    monkeypatch.setattr(PZ_API, "_test_observation_space_compatibility",
-                        _text_aware_compatibility(PZ_API._test_observation_space_compatibility))
+    monkeypatch.setattr(
+        PZ_API,
+        "_test_observation_space_compatibility",
+        _text_aware_compatibility(PZ_API._test_observation_space_compatibility),
+    )
     with pytest.warns(UserWarning):  # "Observation is not a NumPy array" and similar advice
         api_test(tictactoe_text_v0.env(prompt_style=prompt_style), num_cycles=1000)
 
@@ -147,13 +151,27 @@ def test_random_games_match_pettingzoo_tictactoe_v3(seed):
 
 
 # -- same prompts, parsing and invalid-action handling as TicTacToe-v0 ---------------------------
-ACTIONS = ["hello", "<move>4</move>", "<move>4</move>", "<move>nine</move>", "<move>0</move>",
-           "<think><move>1</move></think>", "<move>12</move>", "<move>2</move>", "<move>6</move>",
-           "<move>8</move>", "<move>1</move>", "<move>3</move>", "<move>5</move>", "<move>7</move>"]
+ACTIONS = [
+    "hello",
+    "<move>4</move>",
+    "<move>4</move>",
+    "<move>nine</move>",
+    "<move>0</move>",
+    "<think><move>1</move></think>",
+    "<move>12</move>",
+    "<move>2</move>",
+    "<move>6</move>",
+    "<move>8</move>",
+    "<move>1</move>",
+    "<move>3</move>",
+    "<move>5</move>",
+    "<move>7</move>",
+]
 
 
-@pytest.mark.parametrize(("style", "other_style"),
-                         [("full", "full"), ("compact", "compact"), ("compact", "full")])
+@pytest.mark.parametrize(
+    ("style", "other_style"), [("full", "full"), ("compact", "compact"), ("compact", "full")]
+)
 @pytest.mark.parametrize("agent_mark", ["X", "O"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed, style, other_style):
@@ -161,8 +179,11 @@ def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed, style, othe
     single = TicTacToeEnv(agent_mark=agent_mark, random_move_prob=0.3, prompt_style=style)
     obs, info = single.reset(seed=seed)
     first = "player_0" if agent_mark == "X" else "player_1"
-    aec = tictactoe_text_v0.env(first_player=first, max_actions_per_seat=20,
-                                prompt_style={"player_0": style, "player_1": other_style})
+    aec = tictactoe_text_v0.env(
+        first_player=first,
+        max_actions_per_seat=20,
+        prompt_style={"player_0": style, "player_1": other_style},
+    )
     aec.reset(seed=seed)
     agent, opponent = "player_0", "player_1"
     if agent_mark == "O":
@@ -177,8 +198,15 @@ def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed, style, othe
             assert aec.agent_selection == opponent
             aec.step(f"<move>{info['opponent_move']}</move>")
         assert aec.observe(agent) == obs
-        shared = ("board", "legal_moves", "agent_mark", "outcome", "invalid_action",
-                  "invalid_reason", "agent_move")
+        shared = (
+            "board",
+            "legal_moves",
+            "agent_mark",
+            "outcome",
+            "invalid_action",
+            "invalid_reason",
+            "agent_move",
+        )
         assert {k: aec.unwrapped.infos[agent][k] for k in shared} == {k: info[k] for k in shared}
         if terminated:
             assert all(aec.unwrapped.terminations.values())
@@ -219,8 +247,9 @@ def single_agent_conversation(agent_mark, seed, style):
 @pytest.mark.parametrize("style", ["full", "compact"])
 @pytest.mark.parametrize("agent_mark", ["X", "O"])
 @pytest.mark.parametrize("seed", [0, 2, 4])  # the game ends on the agent's move or the opponent's
-def test_selfplay_conversation_equals_the_single_agent_conversation(agent_mark, seed, style,
-                                                                    other_style):
+def test_selfplay_conversation_equals_the_single_agent_conversation(
+    agent_mark, seed, style, other_style
+):
     """The conversation selfplay records for a seat (system prompt, every observation it acts
     on, invalid actions, the final result) is byte-identical to the TicTacToe-v0 agent's chat."""
     from textgym.selfplay import selfplay
@@ -229,7 +258,8 @@ def test_selfplay_conversation_equals_the_single_agent_conversation(agent_mark, 
     assert any(m["content"].startswith(("invalid ", "Invalid move:")) for m in expected)
     styles = {"player_0": style, "player_1": other_style}
     (game,) = selfplay(
-        [Replay(ACTIONS), Replay(opponent_moves)], [seed],
+        [Replay(ACTIONS), Replay(opponent_moves)],
+        [seed],
         first_player="player_0" if agent_mark == "X" else "player_1",
         make_env=lambda: tictactoe_text_v0.env(max_actions_per_seat=20, prompt_style=styles),
     )
@@ -241,7 +271,8 @@ def test_compact_texts():
     env = tictactoe_text_v0.env(prompt_style={"player_0": "compact", "player_1": "full"})
     env.reset(seed=0)
     assert env.unwrapped.infos["player_0"]["system_prompt"] == (
-        "Tic-tac-toe. You are X. Reply <move>N</move>, N a free cell 0-8.")
+        "Tic-tac-toe. You are X. Reply <move>N</move>, N a free cell 0-8."
+    )
     assert env.unwrapped.infos["player_1"]["system_prompt"].startswith("You are playing")
     assert env.observe("player_0") == "012\n345\n678\nfree 0 1 2 3 4 5 6 7 8"
     env.step("<move>4</move>")
@@ -260,8 +291,13 @@ def test_compact_texts():
 
 @pytest.mark.parametrize(
     "prompt_style",
-    ["short", None, {"player_0": "full"}, {"player_0": "full", "player_1": "tiny"},
-     {"player_0": "full", "player_1": "full", "player_2": "full"}],
+    [
+        "short",
+        None,
+        {"player_0": "full"},
+        {"player_0": "full", "player_1": "tiny"},
+        {"player_0": "full", "player_1": "full", "player_2": "full"},
+    ],
 )
 def test_prompt_style_errors(prompt_style):
     with pytest.raises(ValueError, match="Expected prompt_style in \\('full', 'compact'\\)"):
@@ -271,11 +307,23 @@ def test_prompt_style_errors(prompt_style):
 # -- rewards, termination, truncation, errors ----------------------------------------------------
 @pytest.mark.parametrize(
     ("moves", "rewards", "outcomes"),
-    [([0, 3, 1, 4, 2], {"player_0": 1.0, "player_1": 0.0}, {"player_0": "win", "player_1": "loss"}),
-     ([4, 0, 8, 2, 1, 7, 6, 3, 5], {"player_0": 0.5, "player_1": 0.5},
-      {"player_0": "draw", "player_1": "draw"}),
-     ([0, 3, 1, 4, 8, 5], {"player_0": 0.0, "player_1": 1.0},
-      {"player_0": "loss", "player_1": "win"})],
+    [
+        (
+            [0, 3, 1, 4, 2],
+            {"player_0": 1.0, "player_1": 0.0},
+            {"player_0": "win", "player_1": "loss"},
+        ),
+        (
+            [4, 0, 8, 2, 1, 7, 6, 3, 5],
+            {"player_0": 0.5, "player_1": 0.5},
+            {"player_0": "draw", "player_1": "draw"},
+        ),
+        (
+            [0, 3, 1, 4, 8, 5],
+            {"player_0": 0.0, "player_1": 1.0},
+            {"player_0": "loss", "player_1": "win"},
+        ),
+    ],
 )
 def test_per_seat_rewards(moves, rewards, outcomes):
     finals = play(tictactoe_text_v0.env(), list(moves))
@@ -335,8 +383,15 @@ def test_documented_info_keys_equal_emitted():
     env.reset(seed=0)
     emitted_reset = set().union(*(set(i) for i in env.unwrapped.infos.values()))
     emitted_step: set[str] = set()
-    for action in ["bad", "<move>0</move>", "<move>0</move>", "<move>3</move>", "<move>1</move>",
-                   "<move>4</move>", "<move>2</move>"]:
+    for action in [
+        "bad",
+        "<move>0</move>",
+        "<move>0</move>",
+        "<move>3</move>",
+        "<move>1</move>",
+        "<move>4</move>",
+        "<move>2</move>",
+    ]:
         seat = env.agent_selection
         env.step(action)
         emitted_step |= set(env.unwrapped.infos[seat])

@@ -70,8 +70,10 @@ BAD_CALLS = [
     "<tool_call>{not json}</tool_call>",
     '<tool_call>{"name": "email_delete_everything", "arguments": {}}</tool_call>',
     '<tool_call>{"name": "email_send_email", "arguments": {"recipient": "maya.okafor@atlas.com"}}</tool_call>',
-    ('<tool_call>{"name": "calendar_create_event", "arguments": {"event_name": "x", "participant_email": '
-     '"maya.okafor@atlas.com", "event_start": "2023-12-01 10:00:00", "duration": 30}}</tool_call>'),
+    (
+        '<tool_call>{"name": "calendar_create_event", "arguments": {"event_name": "x", "participant_email": '
+        '"maya.okafor@atlas.com", "event_start": "2023-12-01 10:00:00", "duration": 30}}</tool_call>'
+    ),
     '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": 3}}</tool_call>',
     '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003", "x": "y"}}</tool_call>',
     '<tool_call>{"name": "email_delete_email", "arguments": "not an object"}</tool_call>',
@@ -90,7 +92,9 @@ def test_bad_calls_give_errors_and_leave_tables_unchanged(text):
     assert (reward, terminated, truncated) == (0.0, False, False)
 
 
-DELETE_3 = '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003"}}</tool_call>'
+DELETE_3 = (
+    '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003"}}</tool_call>'
+)
 
 
 @pytest.mark.parametrize("bad", BAD_CALLS)
@@ -100,10 +104,16 @@ def test_a_reply_with_one_invalid_call_runs_no_call(bad, bad_first):
     env = WorkplaceEnv()
     env.reset(seed=0)
     before = env.tables()
-    obs, reward, terminated, truncated, info = env.step(bad + DELETE_3 if bad_first else DELETE_3 + bad)
+    obs, reward, terminated, truncated, info = env.step(
+        bad + DELETE_3 if bad_first else DELETE_3 + bad
+    )
     assert env.tables() == before
     assert info["invalid_action"] is True and info["invalid_reason"] is not None
-    assert info["tool_calls"] == info["tool_errors"] == 2 and (reward, terminated, truncated) == (0.0, False, False)
+    assert info["tool_calls"] == info["tool_errors"] == 2 and (reward, terminated, truncated) == (
+        0.0,
+        False,
+        False,
+    )
     blocks = obs.split("</tool_response>")[:2]
     bad_block, good_block = blocks if bad_first else blocks[::-1]
     assert "Error: " in bad_block and "Not run: " in good_block
@@ -117,12 +127,17 @@ def test_more_calls_than_the_limit_run_none():
     env = WorkplaceEnv(max_calls_per_step=4)
     env.reset(seed=0)
     before = env.tables()
-    send = {"name": "email_send_email", "arguments": {"recipient": "maya.okafor@atlas.com", "subject": "s",
-                                                      "body": "b"}}
+    send = {
+        "name": "email_send_email",
+        "arguments": {"recipient": "maya.okafor@atlas.com", "subject": "s", "body": "b"},
+    }
     obs, *_, info = env.step(format_tool_calls([send] * 5))
     assert env.tables() == before and "<tool_response>" not in obs
     assert "5 tool calls, more than the 4" in obs and "none was run" in obs
-    assert info["invalid_reason"] == "too_many_calls" and info["tool_calls"] == info["tool_errors"] == 5
+    assert (
+        info["invalid_reason"] == "too_many_calls"
+        and info["tool_calls"] == info["tool_errors"] == 5
+    )
     *_, info = env.step(format_tool_calls([send] * 4))
     assert not info["invalid_action"] and len(env.tables()["emails"]) == len(before["emails"]) + 4
 
@@ -131,10 +146,14 @@ def test_a_tool_error_is_a_result_and_the_other_calls_run():
     env = WorkplaceEnv()
     env.reset(seed=0)
     before = env.tables()
-    missing = '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "99"}}</tool_call>'
+    missing = (
+        '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "99"}}</tool_call>'
+    )
     obs, *_, info = env.step(missing + DELETE_3)
     assert "Email not found." in obs and "Email deleted successfully." in obs
-    assert not info["invalid_action"] and info["invalid_reason"] is None and info["tool_errors"] == 1
+    assert (
+        not info["invalid_action"] and info["invalid_reason"] is None and info["tool_errors"] == 1
+    )
     assert len(env.tables()["emails"]) == len(before["emails"]) - 1
 
 
@@ -191,8 +210,9 @@ def test_tool_error_strings_change_nothing_and_are_not_invalid_actions():
     env = WorkplaceEnv()
     env.reset(seed=0)
     before = env.tables()
-    obs, *_, info = env.step('<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "99"}}'
-                             "</tool_call>")
+    obs, *_, info = env.step(
+        '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "99"}}</tool_call>'
+    )
     assert "Email not found." in obs and env.tables() == before
     assert info["tool_errors"] == 1 and not info["invalid_action"]
 
@@ -201,8 +221,10 @@ def test_info_tools_are_the_schemas_and_reads_are_paginated():
     env = WorkplaceEnv()
     _, info = env.reset(seed=0)
     assert len(info["tools"]) == 27 and all(t["type"] == "function" for t in info["tools"])
-    obs, *_ = env.step('<tool_call>{"name": "email_search_emails", "arguments": {"query": "roadmap", '
-                       '"page_size": 1, "page": 9}}</tool_call>')
+    obs, *_ = env.step(
+        '<tool_call>{"name": "email_search_emails", "arguments": {"query": "roadmap", '
+        '"page_size": 1, "page": 9}}</tool_call>'
+    )
     body = json.loads(obs.split("\n")[1])
     assert body["pagination"] == {"total": 2, "page": 2, "page_size": 1, "total_pages": 2}
     assert body["emails"][0]["email_id"] == "00000000"  # newest first, last page
@@ -214,12 +236,25 @@ def big_workplace(root, n_emails=200, n_tasks=20):
     with open(root / "processed" / "emails.csv", "a", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         for i in range(n_emails):
-            writer.writerow([f"{100 + i:08d}", "inbox", "maya.okafor@atlas.com", f"subject {i}",
-                             "2023-11-01 09:00:00", f"{i} " + "x" * 1000])
+            writer.writerow(
+                [
+                    f"{100 + i:08d}",
+                    "inbox",
+                    "maya.okafor@atlas.com",
+                    f"subject {i}",
+                    "2023-11-01 09:00:00",
+                    f"{i} " + "x" * 1000,
+                ]
+            )
     first = json.loads((root / "tasks.jsonl").read_text().splitlines()[0])
     with open(root / "tasks.jsonl", "w", encoding="utf-8") as fh:
         for i in range(n_tasks):
-            calls = [{"name": "email_delete_email", "arguments": json.dumps({"email_id": f"{100 + i:08d}"})}]
+            calls = [
+                {
+                    "name": "email_delete_email",
+                    "arguments": json.dumps({"email_id": f"{100 + i:08d}"}),
+                }
+            ]
             fh.write(json.dumps(dict(first, id=f"big-{i}", ground_truth=calls)) + "\n")
     return root
 
@@ -234,11 +269,17 @@ def test_the_gold_outcome_cache_stays_small(tmp_path):
     assert len(env.data.gold_states) == n
     # 20 tasks over 200 KB of emails: whole tables would pickle to megabytes; digests to ~50 bytes each.
     assert len(pickle.dumps(env.data.gold_states)) < 128 * n
-    env.reset(options={"task_index": 3})  # the cached outcome still grades: gold wins, a wrong delete loses
-    env.step(format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": "00000103"}}]))
+    env.reset(
+        options={"task_index": 3}
+    )  # the cached outcome still grades: gold wins, a wrong delete loses
+    env.step(
+        format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": "00000103"}}])
+    )
     assert env.step("done")[1] == 1.0
     env.reset(options={"task_index": 3})
-    env.step(format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": "00000104"}}]))
+    env.step(
+        format_tool_calls([{"name": "email_delete_email", "arguments": {"email_id": "00000104"}}])
+    )
     assert env.step("done")[1] == 0.0
 
 
@@ -261,7 +302,9 @@ def test_domains_filter():
 def test_pickle_mid_episode_keeps_the_sandbox():
     env = WorkplaceEnv()
     env.reset(options={"task_index": 0})
-    env.step('<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003"}}</tool_call>')
+    env.step(
+        '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "00000003"}}</tool_call>'
+    )
     clone = pickle.loads(pickle.dumps(env))
     assert clone.tables() == env.tables()
     assert clone.step("done")[1] == env.step("done")[1] == 1.0
@@ -275,16 +318,35 @@ def test_arbitrary_text_never_raises(text):
     assert reward in (0.0, 1.0) and isinstance(obs, str)
 
 
-WRITES = st.sampled_from([
-    ("email_send_email", {"recipient": "jonah.weiss@atlas.com", "subject": "s{}", "body": "b"}),
-    ("email_delete_email", {"email_id": "0000000{}"}),
-    ("calendar_create_event", {"event_name": "e{}", "participant_email": "maya.okafor@atlas.com",
-                               "event_start": "2023-12-01 10:00:00", "duration": "30"}),
-    ("analytics_create_plot", {"time_min": "2023-11-2{}", "time_max": "2023-11-30",
-                               "value_to_plot": "total_visits", "plot_type": "line"}),
-    ("customer_relationship_manager_delete_customer", {"customer_id": "0000000{}"}),
-    ("project_management_update_task", {"task_id": "0000000{}", "field": "list_name", "new_value": "Completed"}),
-])
+WRITES = st.sampled_from(
+    [
+        ("email_send_email", {"recipient": "jonah.weiss@atlas.com", "subject": "s{}", "body": "b"}),
+        ("email_delete_email", {"email_id": "0000000{}"}),
+        (
+            "calendar_create_event",
+            {
+                "event_name": "e{}",
+                "participant_email": "maya.okafor@atlas.com",
+                "event_start": "2023-12-01 10:00:00",
+                "duration": "30",
+            },
+        ),
+        (
+            "analytics_create_plot",
+            {
+                "time_min": "2023-11-2{}",
+                "time_max": "2023-11-30",
+                "value_to_plot": "total_visits",
+                "plot_type": "line",
+            },
+        ),
+        ("customer_relationship_manager_delete_customer", {"customer_id": "0000000{}"}),
+        (
+            "project_management_update_task",
+            {"task_id": "0000000{}", "field": "list_name", "new_value": "Completed"},
+        ),
+    ]
+)
 
 
 @given(st.lists(st.tuples(st.integers(0, 15), WRITES, st.integers(0, 4)), min_size=1, max_size=40))
@@ -303,11 +365,38 @@ def test_sixteen_interleaved_episodes_never_see_each_others_writes(schedule):
         assert env.tables() == expected.snapshot(tuple(env.tables()))
 
 
-ARG_VALUES = st.one_of(st.text(max_size=30), st.sampled_from(
-    ["00000001", "00000003", "maya.okafor@atlas.com", "2023-12-01 10:00:00", "2023-11-27", "30", "0", "-5",
-     "Backlog", "Won", "Software", "bar", "total_visits", "status", "list_name", "duration", "event_start",
-     "participant_email", "assigned_to_email", "task_id", "x@y.z", ""]),
-    st.integers(-3, 10**6), st.none(), st.booleans())
+ARG_VALUES = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        [
+            "00000001",
+            "00000003",
+            "maya.okafor@atlas.com",
+            "2023-12-01 10:00:00",
+            "2023-11-27",
+            "30",
+            "0",
+            "-5",
+            "Backlog",
+            "Won",
+            "Software",
+            "bar",
+            "total_visits",
+            "status",
+            "list_name",
+            "duration",
+            "event_start",
+            "participant_email",
+            "assigned_to_email",
+            "task_id",
+            "x@y.z",
+            "",
+        ]
+    ),
+    st.integers(-3, 10**6),
+    st.none(),
+    st.booleans(),
+)
 
 
 @st.composite

@@ -37,7 +37,11 @@ def test_gold_calls_earn_one_on_all_690_tasks(env):
     for i in range(690):
         _, info = env.reset(options={"task_index": i})
         end = finish(env, info["gold_completion"])
-        if not (end["success"] and end["reward_components"] == {"outcome": 1.0} and end["total_tool_errors"] == 0):
+        if not (
+            end["success"]
+            and end["reward_components"] == {"outcome": 1.0}
+            and end["total_tool_errors"] == 0
+        ):
             failed.append(info["task_id"])
     assert failed == []
 
@@ -54,8 +58,10 @@ def test_do_nothing_earns_exactly_the_share_of_tasks_whose_gold_changes_nothing(
     # Two CRM tasks reassign a customer to the person already assigned: their gold calls are not
     # empty but change nothing, so under state verification doing nothing wins them too.
     extra = [t.task_id for t, n, e in zip(env.data.tasks, noop, empty) if n and not e]
-    assert extra == ["workbench-customer_relationship_manager-0031",
-                     "workbench-customer_relationship_manager-0032"]
+    assert extra == [
+        "workbench-customer_relationship_manager-0031",
+        "workbench-customer_relationship_manager-0032",
+    ]
     assert sum(noop) == 124
 
 
@@ -79,8 +85,24 @@ def test_changing_one_argument_of_one_gold_write_earns_zero(env):
 
 def test_cli_gold_eval(tmp_path):
     kwargs = json.dumps({"data_dir": str(WORKPLACE)})
-    assert main(["eval", "textgym/Workplace-v0", "--policy", "gold", "--episodes", "200", "--env-kwargs",
-                 kwargs, "--no-progress", "--output", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "textgym/Workplace-v0",
+                "--policy",
+                "gold",
+                "--episodes",
+                "200",
+                "--env-kwargs",
+                kwargs,
+                "--no-progress",
+                "--output",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["episodes"] == 200 and summary["reward_components"] == {"outcome": 1.0}
     assert summary["invalid_action_rate"] == 0.0 and summary["truncated_rate"] == 0.0

@@ -6,8 +6,13 @@ from hypothesis import strategies as st
 from textgym.envs.workplace.sandbox import COMPARED_TABLES
 from textgym.envs.workplace.verify import state_digest, state_matches
 
-ROWS = st.lists(st.tuples(st.sampled_from(["", "a", "b", "a,b", '"', "\n", "\ud800"]),
-                          st.sampled_from(["", "a", "ab"])), max_size=3)
+ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(["", "a", "b", "a,b", '"', "\n", "\ud800"]),
+        st.sampled_from(["", "a", "ab"]),
+    ),
+    max_size=3,
+)
 STATES = st.fixed_dictionaries(dict.fromkeys(COMPARED_TABLES, ROWS))
 
 
