@@ -1,22 +1,14 @@
 """ChatMessages: the conversation view matches the rollout's record and the space."""
 
-import doctest
-
 import gymnasium as gym
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import textgym  # noqa: F401
-import textgym.wrappers.chat
 from textgym.policies import MinimaxPolicy
 from textgym.rollout import rollout
 from textgym.wrappers import ChatMessages
-
-
-def test_docstring_example():
-    result = doctest.testmod(textgym.wrappers.chat)
-    assert result.attempted > 0 and result.failed == 0
 
 
 @pytest.mark.parametrize(
