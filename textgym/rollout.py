@@ -7,6 +7,11 @@ queued episode at once (continuous batching), so the policy always sees full bat
 the queue runs dry. :func:`iter_rollout` is the same loop as a stream: it yields each episode as
 it finishes, so a caller can save results as they come in and keep them when interrupted.
 
+With ``env_workers=True`` each env instance lives in its own worker process (Gymnasium's
+:class:`~gymnasium.vector.AsyncVectorEnv`, one env per worker): a turn's steps are sent to every
+live env first and then collected, so envs whose ``step`` is heavy (tool sandboxes, verifiers)
+step in parallel while the trajectories stay the same as in-process for the same seeds.
+
 With a local model (a :class:`~textgym.policies.base.TokenPolicy` such as
 :class:`~textgym.policies.hf.HFPolicy`) the rollout is token-in / token-out: each episode keeps
 one token sequence, extended turn by turn with the generated ids and the tokenized new messages
@@ -27,7 +32,7 @@ import gymnasium as gym
 
 from textgym.policies.base import Completion, Message, Policy, TokenPolicy, conversation_start
 
-__all__ = ["Trajectory", "iter_rollout", "rollout"]
+__all__ = ["Trajectory", "WorkerEnv", "iter_rollout", "rollout"]
 
 
 @dataclass
@@ -137,6 +142,7 @@ def rollout(
     options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
     token_level: bool | None = None,
+    env_workers: bool = False,
 ) -> list[Trajectory]:
     """Play one episode per seed, up to ``batch_size`` at once; return them in seed order.
 
@@ -154,6 +160,8 @@ def rollout(
             (e.g. to advance a progress bar).
         token_level: Token-in / token-out (see the module docstring); ``None`` chooses it
             whenever the policy is a :class:`~textgym.policies.base.TokenPolicy`.
+        env_workers: Step each env in its own worker process (see the module docstring).
+            ``make_env`` must then be picklable with cloudpickle (a lambda or closure is).
 
     Returns:
         ``len(seeds)`` trajectories, ``result[i]`` played with ``seeds[i]``.
@@ -165,7 +173,13 @@ def rollout(
     """
     results: dict[int, Trajectory] = {}
     episodes = iter_rollout(
-        make_env, policy, seeds, batch_size=batch_size, options=options, token_level=token_level
+        make_env,
+        policy,
+        seeds,
+        batch_size=batch_size,
+        options=options,
+        token_level=token_level,
+        env_workers=env_workers,
     )
     with contextlib.closing(episodes):
         for index, traj in episodes:
@@ -183,6 +197,7 @@ def iter_rollout(
     batch_size: int = 8,
     options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     token_level: bool | None = None,
+    env_workers: bool = False,
 ) -> Iterator[tuple[int, Trajectory]]:
     """:func:`rollout` as a stream: yield ``(i, trajectory)`` as each episode finishes.
 
@@ -210,11 +225,12 @@ def iter_rollout(
             f"token_level=True needs a TokenPolicy (prompt_ids, continuation_ids, generate); "
             f"{type(policy).__name__} is not one"
         )
-    return _episodes(make_env, policy, seeds, batch_size, options, token_level)
+    build = (lambda: WorkerEnv(make_env)) if env_workers else make_env
+    return _episodes(build, policy, seeds, batch_size, options, token_level)
 
 
 def _episodes(
-    make_env: Callable[[], gym.Env],
+    make_env: Callable[[], gym.Env | WorkerEnv],
     policy: Policy,
     seeds: Sequence[int | None],
     batch_size: int,
@@ -224,10 +240,10 @@ def _episodes(
     """The loop of :func:`iter_rollout` (arguments already checked)."""
     # Nothing here grows with len(seeds): the next episode's index is a counter.
     count, next_index = len(seeds), 0
-    envs = [make_env() for _ in range(min(batch_size, count))]
+    envs: list[Any] = []
     slots: list[_Slot] = []
 
-    def start(env: gym.Env) -> None:
+    def start(env: Any) -> None:
         nonlocal next_index
         index, next_index = next_index, next_index + 1
         obs, info = env.reset(seed=seeds[index], options=_episode_options(options, index))
@@ -238,15 +254,17 @@ def _episodes(
             traj.extend_tokens(policy.prompt_ids(traj.messages, info))  # type: ignore[attr-defined]
         slots.append(_Slot(env, index, traj, info))
 
-    for env in envs:
-        start(env)
     try:
+        for _ in range(min(batch_size, count)):
+            envs.append(make_env())
+            start(envs[-1])
         while slots:
             completions = _act(policy, slots, token_level)
             still_live: list[_Slot] = []
-            finished_envs: list[gym.Env] = []
-            for slot, completion in zip(slots, completions):
-                obs, reward, terminated, truncated, info = slot.env.step(completion.text)
+            finished_envs: list[Any] = []
+            steps = _step_all([s.env for s in slots], [c.text for c in completions])
+            for slot, completion, step in zip(slots, completions, steps):
+                obs, reward, terminated, truncated, info = step
                 traj = slot.trajectory
                 done = bool(terminated or truncated)
                 if token_level:
@@ -272,6 +290,80 @@ def _episodes(
     finally:
         for env in envs:
             env.close()
+
+
+def _step_all(envs: Sequence[Any], actions: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Step every env with its action; worker envs all start before any result is awaited."""
+    if envs and isinstance(envs[0], WorkerEnv):
+        for env, action in zip(envs, actions):
+            env.step_async(action)
+        results, error = [], None
+        for env in envs:  # wait for every worker, so none is left mid-call, then raise
+            try:
+                results.append(env.step_wait())
+            except Exception as exc:  # noqa: BLE001 - raised again below, after the others
+                error = error or exc
+        if error is not None:
+            raise error
+        return results
+    return [env.step(action) for env, action in zip(envs, actions)]
+
+
+class _Remote(gym.Wrapper):
+    """Runs in the worker: ``reset``/``step`` under names Gymnasium's ``call`` forwards.
+
+    ``AsyncVectorEnv.call`` refuses the names ``reset`` and ``step`` (its own ``reset``/``step``
+    batch the results into arrays and auto-reset); these return the env's own objects.
+    """
+
+    def remote_reset(
+        self, seed: int | None, options: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, Any]]:
+        return self.env.reset(seed=seed, options=options)
+
+    def remote_step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        return self.env.step(action)
+
+    def remote_spec(self) -> Any:
+        return self.env.spec
+
+
+class WorkerEnv:
+    """One env in its own worker process, driven through Gymnasium's ``AsyncVectorEnv``.
+
+    The vector env holds exactly one env and is only used through ``call``, so observations,
+    rewards and infos come back as the env returned them (no batching into arrays, no
+    auto-reset). Exceptions raised in the worker are raised again here by Gymnasium.
+
+    Args:
+        make_env: Builds the env in the worker; pickled with cloudpickle.
+    """
+
+    def __init__(self, make_env: Callable[[], gym.Env]) -> None:
+        self._vector = gym.vector.AsyncVectorEnv(
+            [lambda: _Remote(make_env())], shared_memory=False, copy=False
+        )
+        (self.spec,) = self._vector.call("remote_spec")
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        (result,) = self._vector.call("remote_reset", seed, options)
+        return result
+
+    def step_async(self, action: str) -> None:
+        self._vector.call_async("remote_step", action)
+
+    def step_wait(self) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        (result,) = self._vector.call_wait()
+        return result
+
+    def step(self, action: str) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self.step_async(action)
+        return self.step_wait()
+
+    def close(self) -> None:
+        self._vector.close()
 
 
 def _check_options(
