@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
+from textgym.checks import check_choice, check_probability
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.opponent import opponent_move
 from textgym.envs.tictactoe.parsing import is_well_formed
 from textgym.envs.tictactoe.text import (
-    COMPACT_SYSTEM_PROMPT,
-    SYSTEM_PROMPT,
-    compact_status_text,
-    explain_invalid,
-    read_move,
+    PROMPT_STYLES,
+    new_game_sentence,
+    opponent_played_sentence,
+    played_sentence,
+    read_action,
     render_board,
-    status_text,
 )
-from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
+from textgym.spaces import UnicodeText
 
 __all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
 
@@ -26,19 +27,6 @@ OUTCOME_REWARD: dict[str, float] = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 
 OPPONENTS = ("minimax", "random")
 AGENT_MARKS = ("X", "O", "random")
-PROMPT_STYLES = ("full", "compact")
-
-
-def _check_prob(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"Expected random_move_prob in [0, 1], got {value!r}")
-    return float(value)
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ValueError(f"Expected {name} in {allowed}, got {value!r}")
-    return value
 
 
 class TicTacToeEnv(TextEnv):
@@ -128,6 +116,14 @@ class TicTacToeEnv(TextEnv):
     action_template = "<move>{}</move>"
     #: Where a completion can stop: nothing after the move tag is read.
     stop_strings = ("</move>",)
+    #: Think, then move (the format of anakin87's verifiers environment); for ``FormatReward``.
+    is_well_formed = staticmethod(is_well_formed)
+    #: ``reset(options={"random_move_prob": p})`` sets the opponent's strength per episode.
+    has_opponent = True
+    #: The two ends of the opponent's strength: a uniformly random player and a perfect one.
+    evaluation_settings = MappingProxyType(
+        {"random": {"random_move_prob": 1.0}, "optimal": {"random_move_prob": 0.0}}
+    )
 
     def __init__(
         self,
@@ -137,10 +133,11 @@ class TicTacToeEnv(TextEnv):
         render_mode: str | None = None,
         prompt_style: str = "full",
     ):
-        self.opponent = _check_choice("opponent", opponent, OPPONENTS)
-        self.random_move_prob = _check_prob(random_move_prob)
-        self.agent_mark = _check_choice("agent_mark", agent_mark, AGENT_MARKS)
-        self.prompt_style = _check_choice("prompt_style", prompt_style, PROMPT_STYLES)
+        self.opponent = check_choice("opponent", opponent, OPPONENTS)
+        self.random_move_prob = check_probability("random_move_prob", random_move_prob)
+        self.agent_mark = check_choice("agent_mark", agent_mark, AGENT_MARKS)
+        self.prompt_style = check_choice("prompt_style", prompt_style, tuple(PROMPT_STYLES))
+        self._text = PROMPT_STYLES[prompt_style]  # the style is chosen here, once
         self._init_render(render_mode)
         self.observation_space = UnicodeText(2048)
         self.action_space = UnicodeText(65536)
@@ -158,11 +155,6 @@ class TicTacToeEnv(TextEnv):
         """The current board (see :mod:`textgym.envs.tictactoe.board`)."""
         return self._board
 
-    @staticmethod
-    def is_well_formed(action: str) -> bool:
-        """Format check used by :class:`textgym.wrappers.FormatReward` (think, then move)."""
-        return is_well_formed(action)
-
     # -- gymnasium API --------------------------------------------------------------------
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -175,11 +167,13 @@ class TicTacToeEnv(TextEnv):
                 f"Unknown reset options {sorted(unknown)}; expected any of "
                 "'opponent', 'random_move_prob', 'agent_mark'"
             )
-        self._episode_opponent = _check_choice(
+        self._episode_opponent = check_choice(
             "opponent", options.get("opponent", self.opponent), OPPONENTS
         )
-        self._episode_prob = _check_prob(options.get("random_move_prob", self.random_move_prob))
-        mark = _check_choice("agent_mark", options.get("agent_mark", self.agent_mark), AGENT_MARKS)
+        self._episode_prob = check_probability(
+            "random_move_prob", options.get("random_move_prob", self.random_move_prob)
+        )
+        mark = check_choice("agent_mark", options.get("agent_mark", self.agent_mark), AGENT_MARKS)
         # Draw order is fixed (key, then mark) so a seed always gives the same episode.
         self._episode_key = int(self.np_random.integers(0, 2**63))
         if mark == "random":
@@ -190,21 +184,15 @@ class TicTacToeEnv(TextEnv):
         self._done = False
 
         opp_move, opp_random = None, False
-        intro = f"A new game begins. You play {mark}"
+        news = [new_game_sentence(mark)]
         if mark == "O":
             opp_move, opp_random = self._opponent_reply()
-            intro += f". Opponent (X) played position {opp_move}."
-        else:
-            intro += " and move first."
-        obs = f"{intro}\n\n{self._status_text()}"
-        if self.prompt_style == "compact":
-            obs = (f"opp {opp_move}\n" if opp_move is not None else "") + self._status_text()
-        system_prompt = SYSTEM_PROMPT if self.prompt_style == "full" else COMPACT_SYSTEM_PROMPT
-        info = self._info(opp_move, opp_random, None)
+            news.append(opponent_played_sentence(B.other(mark), opp_move))
+        obs = self._text.observation(self._board, mark, news, opp_move)
         info = {
-            "system_prompt": system_prompt.format(mark=mark, other=B.other(mark)),
+            "system_prompt": self._text.system_prompt(mark),
             "tools": [],
-            **info,
+            **self._info(opp_move, opp_random, None),
         }
         self._emit(obs)
         return obs, info
@@ -214,16 +202,9 @@ class TicTacToeEnv(TextEnv):
         if self._done:
             raise RuntimeError("The game is over; call reset() before step()")
 
-        too_long = too_long_message(action, self.action_space)
-        if too_long is not None:  # not parsed at all
-            move, reason, why = None, TOO_LONG, too_long[0].lower() + too_long[1:]
-        else:
-            move, reason = read_move(self._board, action)
-            why = None if reason is None else explain_invalid(reason, self._board, action, move)
+        move, reason, why = read_action(self._board, action, self.action_space)
         if reason is not None:
-            obs = f"Invalid move: {why} The board is unchanged.\n\n{self._status_text()}"
-            if self.prompt_style == "compact":
-                obs = f"invalid {reason}\n{self._status_text()}"
+            obs = self._text.invalid(self._board, self._mark, reason, why)
             info = self._info(None, False, None)
             info.update(
                 agent_move=None,
@@ -235,23 +216,16 @@ class TicTacToeEnv(TextEnv):
             return obs, 0.0, False, False, info
 
         self._board = B.apply_move(self._board, move)
-        parts = [f"You played position {move}."]
+        news = [played_sentence(move)]
         opp_move, opp_random = None, False
         outcome = self._outcome()
         if outcome is None:
             opp_move, opp_random = self._opponent_reply()
-            parts.append(f"Opponent ({B.other(self._mark)}) played position {opp_move}.")
+            news.append(opponent_played_sentence(B.other(self._mark), opp_move))
             outcome = self._outcome()
         terminated = outcome is not None
         self._done = terminated
-        if terminated:
-            result = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}[outcome]
-            obs = f"{' '.join(parts)} {result}\n\n{render_board(self._board)}\n\nGame over: {outcome}."
-        else:
-            obs = f"{' '.join(parts)}\n\n{self._status_text()}"
-        if self.prompt_style == "compact":
-            obs = f"opp {opp_move}\n" if opp_move is not None else ""
-            obs += f"over {outcome}" if terminated else self._status_text()
+        obs = self._text.observation(self._board, self._mark, news, opp_move, outcome)
         reward = OUTCOME_REWARD[outcome] if terminated else 0.0
         info = self._info(opp_move, opp_random, outcome)
         info.update(
@@ -276,11 +250,6 @@ class TicTacToeEnv(TextEnv):
         if won is not None:
             return "win" if won == self._mark else "loss"
         return "draw" if B.is_full(self._board) else None
-
-    def _status_text(self) -> str:
-        if self.prompt_style == "compact":
-            return compact_status_text(self._board)
-        return status_text(self._board, self._mark)
 
     def _info(self, opp_move: int | None, opp_random: bool, outcome: str | None) -> dict[str, Any]:
         return {

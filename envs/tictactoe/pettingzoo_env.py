@@ -17,40 +17,40 @@ from gymnasium.utils import seeding
 from pettingzoo import AECEnv
 from pettingzoo.utils import wrappers
 
+from textgym.checks import check_choice, check_int
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.env import OUTCOME_REWARD, PROMPT_STYLES
-from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so prompts stay identical
-    COMPACT_SYSTEM_PROMPT,
-    SYSTEM_PROMPT,
-    compact_status_text,
-    explain_invalid,
+from textgym.envs.tictactoe.env import OUTCOME_REWARD
+from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so the texts are the same
+    PROMPT_STYLES,
+    FullText,
+    new_game_sentence,
+    opponent_played_sentence,
+    played_sentence,
+    read_action,
     read_move,
     render_board,
-    status_text,
 )
-from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
+from textgym.spaces import UnicodeText
 
 __all__ = ["SEATS", "TicTacToeTextAEC", "env", "read_move"]
 
 #: Seat names; which seat plays X is decided at each reset (``first_player``).
 SEATS = ("player_0", "player_1")
 FIRST_PLAYERS = (*SEATS, "random")
-_SYSTEM_PROMPTS = {"full": SYSTEM_PROMPT, "compact": COMPACT_SYSTEM_PROMPT}
-_RESULT_SENTENCES = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}
 
 
-def _check_prompt_style(value: Any) -> dict[str, str]:
-    """``prompt_style`` as ``{seat: style}``: one style for both seats, or one per seat."""
+def _check_prompt_style(value: Any) -> dict[str, FullText]:
+    """``prompt_style`` as ``{seat: text style}``: one style for both seats, or one per seat."""
     if isinstance(value, str) and value in PROMPT_STYLES:
-        return dict.fromkeys(SEATS, value)
+        return dict.fromkeys(SEATS, PROMPT_STYLES[value])
     if (
         isinstance(value, Mapping)
         and set(value) == set(SEATS)
         and all(isinstance(v, str) and v in PROMPT_STYLES for v in value.values())
     ):
-        return {seat: value[seat] for seat in SEATS}
+        return {seat: PROMPT_STYLES[value[seat]] for seat in SEATS}
     raise ValueError(
-        f"Expected prompt_style in {PROMPT_STYLES} or a mapping of both seats to one of them "
+        f"Expected prompt_style in {tuple(PROMPT_STYLES)} or a mapping of both seats to one of them "
         f"(e.g. {{'player_0': 'full', 'player_1': 'compact'}}), got {value!r}"
     )
 
@@ -154,24 +154,21 @@ class TicTacToeTextAEC(AECEnv):
         prompt_style: str | Mapping[str, str] = "full",
     ):
         super().__init__()
-        if first_player not in FIRST_PLAYERS:
-            raise ValueError(f"Expected first_player in {FIRST_PLAYERS}, got {first_player!r}")
-        if (
-            isinstance(max_actions_per_seat, bool)
-            or not isinstance(max_actions_per_seat, int)
-            or max_actions_per_seat < 5
-        ):
-            raise ValueError(
-                f"Expected max_actions_per_seat to be an int >= 5 (a seat needs up to 5 moves), "
-                f"got {max_actions_per_seat!r}"
-            )
+        check_choice("first_player", first_player, FIRST_PLAYERS)
+        check_int(
+            "max_actions_per_seat", max_actions_per_seat, low=5, hint="a seat needs up to 5 moves"
+        )
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"Expected render_mode in {self.metadata['render_modes']} or None, "
                 f"got {render_mode!r}"
             )
-        self._styles = _check_prompt_style(prompt_style)
-        self.prompt_style = prompt_style if isinstance(prompt_style, str) else dict(self._styles)
+        self._texts = _check_prompt_style(prompt_style)  # each seat's style, chosen once
+        self.prompt_style = (
+            prompt_style
+            if isinstance(prompt_style, str)
+            else {seat: text.name for seat, text in self._texts.items()}
+        )
         self.first_player = first_player
         self.max_actions_per_seat = max_actions_per_seat
         self.render_mode = render_mode
@@ -217,9 +214,9 @@ class TicTacToeTextAEC(AECEnv):
         if seed is not None or self._np_random is None:
             self._np_random, _ = seeding.np_random(seed)
         options = dict(options or {})
-        first = options.get("first_player", self.first_player)
-        if first not in FIRST_PLAYERS:
-            raise ValueError(f"Expected first_player in {FIRST_PLAYERS}, got {first!r}")
+        first = check_choice(
+            "first_player", options.get("first_player", self.first_player), FIRST_PLAYERS
+        )
         if first == "random":
             first = SEATS[int(self._np_random.integers(2))]
         second = SEATS[1 - SEATS.index(first)]
@@ -231,19 +228,14 @@ class TicTacToeTextAEC(AECEnv):
         self.terminations = dict.fromkeys(SEATS, False)
         self.truncations = dict.fromkeys(SEATS, False)
         self._actions_taken = dict.fromkeys(SEATS, 0)
-        self._news = {
-            first: ["A new game begins. You play X and move first."],
-            second: ["A new game begins. You play O."],
-        }
+        self._news = {first: [new_game_sentence("X")], second: [new_game_sentence("O")]}
         self._opponent_moves = dict.fromkeys(SEATS)
         self.agent_selection = first
         self.infos = {}
         for seat in SEATS:
             mark = self._marks[seat]
             self.infos[seat] = {
-                "system_prompt": _SYSTEM_PROMPTS[self._styles[seat]].format(
-                    mark=mark, other=B.other(mark)
-                ),
+                "system_prompt": self._texts[seat].system_prompt(mark),
                 "tools": [],
                 **self._info(seat, None),
             }
@@ -264,24 +256,15 @@ class TicTacToeTextAEC(AECEnv):
         self.rewards = dict.fromkeys(self.agents, 0.0)
         self._actions_taken[seat] += 1
 
-        too_long = too_long_message(action, self.action_spaces[seat])
-        if too_long is not None:  # as in TicTacToe-v0: invalid, and not parsed at all
-            move, reason, why = None, TOO_LONG, too_long[0].lower() + too_long[1:]
-        else:
-            move, reason = read_move(self._board, action)
-            why = None if reason is None else explain_invalid(reason, self._board, action, move)
+        move, reason, why = read_action(self._board, action, self.action_spaces[seat])
         outcome: str | None = None
         if reason is not None:
             # As in TicTacToe-v0: the board is unchanged and the same seat answers again.
             self._news[seat] = []
             self._opponent_moves[seat] = None
-            if self._styles[seat] == "compact":
-                self._observations[seat] = f"invalid {reason}\n{compact_status_text(self._board)}"
-            else:
-                self._observations[seat] = (
-                    f"Invalid move: {why} The "
-                    f"board is unchanged.\n\n{status_text(self._board, self._marks[seat])}"
-                )
+            self._observations[seat] = self._texts[seat].invalid(
+                self._board, self._marks[seat], reason, why
+            )
             self.infos[seat] = {
                 **self._info(seat, None),
                 "agent_move": None,
@@ -291,8 +274,8 @@ class TicTacToeTextAEC(AECEnv):
             }
         else:
             self._board = B.apply_move(self._board, move)
-            self._news[seat] = [f"You played position {move}."]
-            self._news[other].append(f"Opponent ({self._marks[seat]}) played position {move}.")
+            self._news[seat] = [played_sentence(move)]
+            self._news[other].append(opponent_played_sentence(self._marks[seat], move))
             self._opponent_moves[seat], self._opponent_moves[other] = None, move
             outcome = self._outcome_of("X")
             if outcome is None:
@@ -371,36 +354,15 @@ class TicTacToeTextAEC(AECEnv):
 
     def _refresh_observations(self, outcome: str | None) -> None:
         """Rebuild both seats' observations, each in its style, after a reset or a legal move."""
-        observe = {"full": self._full_observation, "compact": self._compact_observation}
         for seat in SEATS:
-            result = None if outcome is None else self._seat_outcome(seat, outcome)
-            self._observations[seat] = observe[self._styles[seat]](seat, result)
-
-    def _full_observation(self, seat: str, result: str | None) -> str:
-        """``TicTacToe-v0``'s full text: news sentences, then the board and the turn or result."""
-        news = " ".join(self._news[seat])
-        if result is not None:
-            return (
-                f"{news} {_RESULT_SENTENCES[result]}\n\n{render_board(self._board)}\n\n"
-                f"Game over: {result}."
+            self._observations[seat] = self._texts[seat].observation(
+                self._board,
+                self._marks[seat],
+                self._news[seat],
+                self._opponent_moves[seat],
+                None if outcome is None else self._seat_outcome(seat, outcome),
+                waiting=seat != self.agent_selection,
             )
-        if seat == self.agent_selection:
-            return f"{news}\n\n{status_text(self._board, self._marks[seat])}"
-        return (
-            f"{news}\n\n{render_board(self._board)}\n\n"
-            f"Waiting for the opponent ({B.other(self._marks[seat])})."
-        )
-
-    def _compact_observation(self, seat: str, result: str | None) -> str:
-        """``TicTacToe-v0``'s compact text: ``opp N``, then the board and free cells or ``over``."""
-        move = self._opponent_moves[seat]
-        news = f"opp {move}\n" if move is not None else ""
-        if result is not None:
-            return f"{news}over {result}"
-        status = compact_status_text(self._board)
-        if seat == self.agent_selection:
-            return news + status
-        return news + status.rsplit("\n", 1)[0] + "\nwaiting"  # the rows, not the free cells
 
 
 def env(**kwargs: Any) -> AECEnv:

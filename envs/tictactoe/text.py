@@ -1,21 +1,41 @@
-"""The text of tic-tac-toe: prompts, board rendering and reading a completion as a move.
+"""The text of tic-tac-toe: every sentence both envs show, in both prompt styles.
 
 Shared by the single-agent env (:mod:`.env`) and the two-seat PettingZoo env
-(:mod:`.pettingzoo_env`) so both speak exactly the same language. Pure: no gymnasium.
+(:mod:`.pettingzoo_env`) so both speak exactly the same language; no sentence of the game is
+written anywhere else. No env state lives here.
+
+A prompt style is one object, chosen once when an env is built (:data:`PROMPT_STYLES`):
+:class:`FullText` (the rules, a drawn board and sentences) or :class:`CompactText` (a one-line
+rule and the board as three rows, about a fifth of the tokens). Each turns the same facts into
+an observation: the news since the seat last acted (sentences such as "You played position 4."
+for the full style, the opponent's last cell for the compact one), the board, and whether the
+seat is to move, waiting, or the game is over.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
+
+from gymnasium import spaces
 
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.parsing import extract_move_text, parse_move
+from textgym.spaces import TOO_LONG, too_long_message
 
 __all__ = [
     "COMPACT_SYSTEM_PROMPT",
+    "PROMPT_STYLES",
+    "RESULT_SENTENCES",
     "SYSTEM_PROMPT",
+    "CompactText",
+    "FullText",
     "compact_status_text",
     "explain_invalid",
+    "new_game_sentence",
+    "opponent_played_sentence",
+    "played_sentence",
+    "read_action",
     "read_move",
     "render_board",
     "status_text",
@@ -86,6 +106,23 @@ def read_move(board: str, action: str) -> tuple[int | None, str | None]:
     return move, None
 
 
+def read_action(board: str, action: str, space: spaces.Text) -> tuple[int | None, str | None, str]:
+    """Read a whole completion as a move: the length rule first, then :func:`read_move`.
+
+    An action over the action space's ``max_length`` characters is not parsed at all (the rule
+    of :mod:`textgym.spaces`).
+
+    Returns:
+        ``(move, reason, why)``: ``reason`` as :func:`read_move` gives it, or ``"too_long"``;
+        ``why`` the sentence that explains an invalid action (``""`` for a legal move).
+    """
+    too_long = too_long_message(action, space)
+    if too_long is not None:
+        return None, TOO_LONG, too_long[0].lower() + too_long[1:]
+    move, reason = read_move(board, action)
+    return move, reason, "" if reason is None else explain_invalid(reason, board, action, move)
+
+
 def explain_invalid(reason: str, board: str, action: str, move: int | None) -> str:
     """The sentence an invalid action gets back, for a ``reason`` from :func:`read_move`."""
     if reason == "no_move_tag":
@@ -96,3 +133,106 @@ def explain_invalid(reason: str, board: str, action: str, move: int | None) -> s
     if reason == "out_of_range":
         return f"position {move} does not exist; cells are numbered 0-8."
     return f"position {move} is already taken by {board[move]}."
+
+
+#: The sentence of each result, from the seat's point of view.
+RESULT_SENTENCES = {"win": "You win!", "loss": "You lose.", "draw": "It is a draw."}
+
+
+def new_game_sentence(mark: str) -> str:
+    """The first news of a game: ``"A new game begins. You play X and move first."``."""
+    if mark == "X":
+        return "A new game begins. You play X and move first."
+    return f"A new game begins. You play {mark}."
+
+
+def played_sentence(move: int) -> str:
+    """News of the seat's own legal move."""
+    return f"You played position {move}."
+
+
+def opponent_played_sentence(opponent_mark: str, move: int) -> str:
+    """News of the opponent's move."""
+    return f"Opponent ({opponent_mark}) played position {move}."
+
+
+class FullText:
+    """The ``"full"`` prompt style: the rules, a drawn board, and the news as sentences."""
+
+    name = "full"
+
+    def system_prompt(self, mark: str) -> str:
+        """The rules and the answer format for the player of ``mark``."""
+        return SYSTEM_PROMPT.format(mark=mark, other=B.other(mark))
+
+    def observation(
+        self,
+        board: str,
+        mark: str,
+        news: Sequence[str],
+        opponent_move: int | None,
+        result: str | None = None,
+        waiting: bool = False,
+    ) -> str:
+        """What the player of ``mark`` sees after a reset or a legal move.
+
+        Args:
+            board: The board now (9 characters, row-major).
+            mark: The seat's mark.
+            news: The sentences of what happened since the seat last acted, in order.
+            opponent_move: The opponent's cell since then, or ``None`` (read by the compact
+                style; the full style reads ``news``).
+            result: ``"win"``, ``"draw"`` or ``"loss"`` once the game is over, else ``None``.
+            waiting: True when the other seat is to move (two-seat play only).
+        """
+        told = " ".join(news)
+        if result is not None:
+            return (
+                f"{told} {RESULT_SENTENCES[result]}\n\n{render_board(board)}\n\n"
+                f"Game over: {result}."
+            )
+        if waiting:
+            return f"{told}\n\n{render_board(board)}\n\nWaiting for the opponent ({B.other(mark)})."
+        return f"{told}\n\n{status_text(board, mark)}"
+
+    def invalid(self, board: str, mark: str, reason: str, why: str) -> str:
+        """What the seat sees after an invalid action (``why`` from :func:`read_action`)."""
+        return f"Invalid move: {why} The board is unchanged.\n\n{status_text(board, mark)}"
+
+
+class CompactText(FullText):
+    """The ``"compact"`` prompt style: ``opp N``, the board as three rows, ``free ...``,
+    ``invalid REASON``, ``over OUTCOME``, ``waiting``; the same game in about a fifth of the
+    tokens, for small models with a byte-level tokenizer (every character is a token)."""
+
+    name = "compact"
+
+    def system_prompt(self, mark: str) -> str:
+        """The one-line rule and answer format for the player of ``mark``."""
+        return COMPACT_SYSTEM_PROMPT.format(mark=mark, other=B.other(mark))
+
+    def observation(
+        self,
+        board: str,
+        mark: str,
+        news: Sequence[str],
+        opponent_move: int | None,
+        result: str | None = None,
+        waiting: bool = False,
+    ) -> str:
+        """As :meth:`FullText.observation`, in the compact style (``news`` is not shown)."""
+        head = f"opp {opponent_move}\n" if opponent_move is not None else ""
+        if result is not None:
+            return f"{head}over {result}"
+        status = compact_status_text(board)
+        if waiting:
+            return head + status.rsplit("\n", 1)[0] + "\nwaiting"  # the rows, not the free cells
+        return head + status
+
+    def invalid(self, board: str, mark: str, reason: str, why: str) -> str:
+        """``invalid REASON`` and the board."""
+        return f"invalid {reason}\n{compact_status_text(board)}"
+
+
+#: The prompt styles by name (the envs' ``prompt_style`` argument).
+PROMPT_STYLES: dict[str, FullText] = {"full": FullText(), "compact": CompactText()}

@@ -1,0 +1,141 @@
+"""Argument checks shared by textgym's envs, wrappers and builder.
+
+Each check returns the value (converted to the plain Python type) or raises ``ValueError`` with
+one line that names the argument, says what was expected and shows what was seen, e.g.
+``Expected random_move_prob in [0, 1], got 1.5``. A ``bool`` is never accepted as a number
+(``True`` is an ``int`` to Python, never a count or a weight to a user); NumPy integers and
+floats are.
+
+Example:
+    >>> check_int("groups", 4, low=1)
+    4
+    >>> check_probability("random_move_prob", 1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: Expected random_move_prob in [0, 1], got 1.5
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+__all__ = [
+    "check_choice",
+    "check_int",
+    "check_number",
+    "check_probability",
+    "check_stop_strings",
+]
+
+T = TypeVar("T")
+
+
+def _bounds(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f" in [{low}, {high}]"
+    if low is not None:
+        return f" >= {low}"
+    if high is not None:
+        return f" <= {high}"
+    return ""
+
+
+def check_int(
+    name: str, value: Any, *, low: int | None = None, high: int | None = None, hint: str = ""
+) -> int:
+    """``value`` must be an integer (not a ``bool``) in ``[low, high]`` (``None``: unbounded).
+
+    Args:
+        name: The argument's name, as the user wrote it.
+        value: What was given.
+        low: Smallest allowed value, inclusive, or ``None``.
+        high: Largest allowed value, inclusive, or ``None``.
+        hint: Added in parentheses after the expectation (why the bound is what it is).
+
+    Raises:
+        ValueError: ``Expected {name} to be an int >= {low}, got {value!r}``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, np.integer))
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+    ):
+        why = f" ({hint})" if hint else ""
+        raise ValueError(f"Expected {name} to be an int{_bounds(low, high)}{why}, got {value!r}")
+    return int(value)
+
+
+def check_number(
+    name: str, value: Any, *, low: float | None = None, high: float | None = None
+) -> float:
+    """``value`` must be a finite real number (not a ``bool``) in ``[low, high]``.
+
+    Raises:
+        ValueError: ``Expected {name} to be a finite float >= {low}, got {value!r}`` (NaN and
+            infinities are refused even without bounds).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not math.isfinite(value)
+        or (low is not None and value < low)
+        or (high is not None and value > high)
+    ):
+        raise ValueError(f"Expected {name} to be a finite float{_bounds(low, high)}, got {value!r}")
+    return float(value)
+
+
+def check_probability(name: str, value: Any) -> float:
+    """``value`` must be a real number in [0, 1] (not a ``bool``).
+
+    Raises:
+        ValueError: ``Expected {name} in [0, 1], got {value!r}``.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, np.integer, np.floating))
+        or not 0.0 <= value <= 1.0  # NaN fails both comparisons
+    ):
+        raise ValueError(f"Expected {name} in [0, 1], got {value!r}")
+    return float(value)
+
+
+def check_choice(name: str, value: T, allowed: Sequence[T]) -> T:
+    """``value`` must be one of ``allowed``.
+
+    Raises:
+        ValueError: ``Expected {name} in {allowed}, got {value!r}``.
+    """
+    try:
+        ok = value in allowed
+    except TypeError:  # an unhashable value tested against a set or a dict
+        ok = False
+    if not ok:
+        raise ValueError(f"Expected {name} in {tuple(allowed)}, got {value!r}")
+    return value
+
+
+def check_stop_strings(name: str, value: Any) -> tuple[str, ...]:
+    """``value`` must be a sequence of non-empty strings (a single ``str`` is refused).
+
+    Returns:
+        The strings as a tuple, in order.
+
+    Raises:
+        ValueError: ``Expected {name} to be a sequence of non-empty str, got {value!r}``.
+    """
+    if isinstance(value, str) or not isinstance(value, Sequence):
+        ok = False
+    else:
+        ok = all(isinstance(s, str) and s for s in value)
+    if not ok:
+        raise ValueError(
+            f"Expected {name} to be a sequence of non-empty str (e.g. ('</answer>',)), "
+            f"got {value!r}"
+        )
+    return tuple(value)
