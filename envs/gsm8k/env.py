@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import functools
-import math
 import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from textgym.core import TextEnv
-from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, select_task
+from textgym.checks import check_choice
+from textgym.data import file_fingerprint, load_hub_rows, read_jsonl
 from textgym.envs.gsm8k.parsing import (
     extract_final_answer,
     format_number,
@@ -19,7 +18,7 @@ from textgym.envs.gsm8k.parsing import (
     parse_number,
 )
 from textgym.envs.gsm8k.rewards import correct_reward, format_reward
-from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
+from textgym.envs.single_turn import Grade, SingleTurnEnv
 
 __all__ = [
     "HUB_DATASET",
@@ -113,8 +112,7 @@ def load_problems(
         FileNotFoundError: if a local path does not exist.
         ImportError: if a hub dataset is needed and ``datasets`` is not installed.
     """
-    if split not in SPLITS:
-        raise ValueError(f"Expected split in {SPLITS}, got {split!r}")
+    check_choice("split", split, SPLITS)
     if data_path is None and dataset == HUB_DATASET and os.environ.get(PATH_ENV_VAR):
         data_path = os.environ[PATH_ENV_VAR]
     if data_path is not None:
@@ -128,7 +126,7 @@ def load_problems(
     return _load_hub(dataset, dataset_config, split)
 
 
-class GSM8KEnv(TextEnv):
+class GSM8KEnv(SingleTurnEnv):
     """Grade-school math word problems (GSM8K), one problem per episode, graded on the final number.
 
     Description:
@@ -230,6 +228,9 @@ class GSM8KEnv(TextEnv):
           (``"too_long"``), not parsed (issue 15).
     """
 
+    system_prompt = SYSTEM_PROMPT
+    has_gold_completion = True
+
     def __init__(
         self,
         split: str = "test",
@@ -239,72 +240,42 @@ class GSM8KEnv(TextEnv):
         format_weight: float = 0.1,
         render_mode: str | None = None,
     ):
-        if (
-            isinstance(format_weight, bool)
-            or not isinstance(format_weight, (int, float))
-            or not math.isfinite(format_weight)
-            or format_weight < 0
-        ):
-            raise ValueError(
-                f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
-            )
-        self._init_render(render_mode)
         self.split = split
-        self.format_weight = float(format_weight)
         self.problems = load_problems(split, data_path, dataset, dataset_config)
-        self._task_ids = tuple(p.task_id for p in self.problems)
-        self._index_of = {task_id: i for i, task_id in enumerate(self._task_ids)}
-        longest = max(len(p.question) for p in self.problems)
-        self.observation_space = UnicodeText(max(2048, longest))
-        self.action_space = UnicodeText(65536)
-        self._problem: GSM8KProblem | None = None
-
-    @property
-    def task_ids(self) -> tuple[str, ...]:
-        """The loaded problems' ids in order: ``reset(options={"task_index": i})`` plays
-        ``task_ids[i]`` (``textgym eval`` walks them)."""
-        return self._task_ids
+        super().__init__(
+            [p.task_id for p in self.problems],
+            format_weight=format_weight,
+            render_mode=render_mode,
+            max_observation_chars=max(2048, max(len(p.question) for p in self.problems)),
+        )
 
     @staticmethod
     def is_well_formed(action: str) -> bool:
         """Format check (a final answer that reads as a number), for ``FormatReward``."""
         return parse_final_answer(action) is not None
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        index = select_task(options, self._task_ids, self._index_of, self.np_random)
-        problem = self._problem = self.problems[index]
-        info = {
-            "system_prompt": SYSTEM_PROMPT,
-            "tools": [],
-            "task_id": problem.task_id,
+    def prompt(self, index: int) -> tuple[str, dict[str, Any]]:
+        """The question, unchanged; the gold answer and the worked solution go to ``info``."""
+        problem = self.problems[index]
+        extra = {
             "gold_answer": format_number(problem.answer),
             "gold_completion": problem.solution,
         }
-        self._emit(problem.question)
-        return problem.question, info
+        return problem.question, extra
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        self._check_action(action)
-        problem = self._problem
-        if problem is None:
-            raise RuntimeError(
-                "No open episode (single turn: it ends at the answer); call reset() before step()"
-            )
-        too_long = too_long_message(action, self.action_space)
-        answer_text = None if too_long is not None else extract_final_answer(action)
+    def grade(self, index: int, action: str | None) -> Grade:
+        """Compare the final number with the gold answer (``action`` ``None``: too long)."""
+        problem = self.problems[index]
+        answer_text = None if action is None else extract_final_answer(action)
         answer = None if answer_text is None else parse_number(answer_text)
         components = {
             "correct": correct_reward(answer, problem.answer),
             "format": self.format_weight * format_reward(answer),
         }
-        reward = components["correct"] + components["format"]
         gold = format_number(problem.answer)
-        if too_long is not None:  # not parsed at all
-            reason: str | None = TOO_LONG
-            obs = f"{too_long} The expected answer is {gold}."
+        reason: str | None = None
+        if action is None:
+            obs = f"The expected answer is {gold}."
         elif answer_text is None:
             reason = "no_final_answer"
             obs = (
@@ -318,7 +289,6 @@ class GSM8KEnv(TextEnv):
                 f"The expected answer is {gold}."
             )
         else:
-            reason = None
             shown = format_number(answer)[:_EXCERPT_CHARS]
             obs = (
                 f"Correct: the answer is {gold}."
@@ -326,14 +296,8 @@ class GSM8KEnv(TextEnv):
                 else f"Incorrect: you answered {shown}; the expected answer is {gold}."
             )
         info = {
-            "task_id": problem.task_id,
             "gold_answer": gold,
             "answer": None if answer is None else format_number(answer),
             "correct": components["correct"] == 1.0,
-            "invalid_action": reason is not None,
-            "invalid_reason": reason,
-            "reward_components": components,
         }
-        self._problem = None  # single turn: the episode is over
-        self._emit(obs)
-        return obs, reward, True, False, info
+        return Grade(obs, components, reason, info)

@@ -10,14 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textgym.core import TextEnv
-from textgym.data import (
-    file_fingerprint,
-    load_hub_rows,
-    read_jsonl,
-    read_paragraphs,
-    select_task,
-)
+from textgym.checks import check_int
+from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, read_paragraphs
 from textgym.envs.reverse_text.parsing import (
     CLOSE_TAG,
     OPEN_TAG,
@@ -25,7 +19,7 @@ from textgym.envs.reverse_text.parsing import (
     is_well_formed,
 )
 from textgym.envs.reverse_text.rewards import format_reward, lcs_similarity, reverse
-from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
+from textgym.envs.single_turn import Grade, SingleTurnEnv
 
 __all__ = ["CORPUS_PATH", "Passage", "ReverseTextEnv", "load_passages"]
 
@@ -122,11 +116,9 @@ def load_passages(
         raise ValueError(
             f"Expected at most one text source, got {' and '.join(given)}; pass only one"
         )
-    for name, value in (("min_chars", min_chars), ("max_chars", max_chars)):
-        if value is None and name == "max_chars":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
+    check_int("min_chars", min_chars, low=1)
+    if max_chars is not None:
+        check_int("max_chars", max_chars, low=1)
     if max_chars is not None and max_chars < min_chars:
         raise ValueError(f"Expected min_chars <= max_chars, got {min_chars} > {max_chars}")
 
@@ -157,7 +149,7 @@ def load_passages(
     return kept
 
 
-class ReverseTextEnv(TextEnv):
+class ReverseTextEnv(SingleTurnEnv):
     """Reverse a paragraph character by character; reward by longest-common-subsequence similarity.
 
     Description:
@@ -263,6 +255,10 @@ class ReverseTextEnv(TextEnv):
           (``"too_long"``), not parsed (issue 15).
     """
 
+    system_prompt = SYSTEM_PROMPT
+    has_gold_completion = True
+    is_well_formed = staticmethod(is_well_formed)  # one tag pair, for FormatReward
+
     def __init__(
         self,
         texts: Sequence[str] | None = None,
@@ -277,17 +273,6 @@ class ReverseTextEnv(TextEnv):
         format_weight: float = 0.1,
         render_mode: str | None = None,
     ):
-        if (
-            isinstance(format_weight, bool)
-            or not isinstance(format_weight, (int, float))
-            or not math.isfinite(format_weight)
-            or format_weight < 0
-        ):
-            raise ValueError(
-                f"Expected format_weight to be a finite float >= 0, got {format_weight!r}"
-            )
-        self._init_render(render_mode)
-        self.format_weight = float(format_weight)
         self.passages = load_passages(
             texts,
             data_path,
@@ -299,65 +284,39 @@ class ReverseTextEnv(TextEnv):
             min_chars,
             max_chars,
         )
-        self._task_ids = tuple(p.task_id for p in self.passages)
-        self._index_of: dict[str, int] = {}
-        for i, task_id in enumerate(self._task_ids):
-            self._index_of.setdefault(task_id, i)
         longest = max(len(p.text) for p in self.passages)
-        self.observation_space = UnicodeText(max(2048, len(INSTRUCTION) + 2 + longest))
-        self.action_space = UnicodeText(max(65536, 2 * longest + 64))
-        self._passage: Passage | None = None
-        self._target = ""
+        super().__init__(
+            [p.task_id for p in self.passages],
+            format_weight=format_weight,
+            render_mode=render_mode,
+            max_observation_chars=max(2048, len(INSTRUCTION) + 2 + longest),
+            max_action_chars=max(65536, 2 * longest + 64),
+        )
 
-    @property
-    def task_ids(self) -> tuple[str, ...]:
-        """The loaded texts' ids in order: ``reset(options={"task_index": i})`` plays
-        ``task_ids[i]`` (``textgym eval`` walks them)."""
-        return self._task_ids
-
-    @staticmethod
-    def is_well_formed(action: str) -> bool:
-        """Format check (one tag pair), for :class:`textgym.wrappers.FormatReward`."""
-        return is_well_formed(action)
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
-        index = select_task(options, self._task_ids, self._index_of, self.np_random)
-        passage = self._passage = self.passages[index]
-        self._target = reverse(passage.text)
-        obs = f"{INSTRUCTION}\n\n{passage.text}"
-        info = {
-            "system_prompt": SYSTEM_PROMPT,
-            "tools": [],
-            "task_id": passage.task_id,
-            "n_chars": len(passage.text),
-            "gold_completion": f"{OPEN_TAG}{self._target}{CLOSE_TAG}",
+    def prompt(self, index: int) -> tuple[str, dict[str, Any]]:
+        """The instruction and the text; the exact reversal, tagged, goes to ``info``."""
+        text = self.passages[index].text
+        extra = {
+            "n_chars": len(text),
+            "gold_completion": f"{OPEN_TAG}{reverse(text)}{CLOSE_TAG}",
         }
-        self._emit(obs)
-        return obs, info
+        return f"{INSTRUCTION}\n\n{text}", extra
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        self._check_action(action)
-        passage = self._passage
-        if passage is None:
-            raise RuntimeError(
-                "No open episode (single turn: it ends at the answer); call reset() before step()"
-            )
-        too_long = too_long_message(action, self.action_space)
-        if too_long is not None:  # not parsed at all
+    def grade(self, index: int, action: str | None) -> Grade:
+        """LCS similarity to the exact reversal, plus the format (``action`` ``None``: too long)."""
+        text = self.passages[index].text
+        target = reverse(text)
+        if action is None:  # not read
             answer, similarity, formatted = None, 0.0, 0.0
         else:
             answer = extract_reversed_text(action)
-            similarity = lcs_similarity("" if answer is None else answer, self._target)
+            similarity = lcs_similarity("" if answer is None else answer, target)
             formatted = format_reward(action)
         components = {"lcs": similarity, "format": self.format_weight * formatted}
-        reward = components["lcs"] + components["format"]
-        exact = answer == self._target
+        exact = answer == target
         reason: str | None = None
-        if too_long is not None:
-            reason, obs = TOO_LONG, f"{too_long} It scores 0."
+        if action is None:
+            obs = "It scores 0."
         elif answer is None:
             reason = "no_answer_tag"
             obs = f"No {OPEN_TAG}...{CLOSE_TAG} pair was found, so the answer scores 0."
@@ -366,18 +325,12 @@ class ReverseTextEnv(TextEnv):
         else:
             obs = (
                 f"Similarity {similarity:.3f}: your answer has {len(answer)} characters, "
-                f"the exact reversal {len(self._target)}."
+                f"the exact reversal {len(target)}."
             )
         info = {
-            "task_id": passage.task_id,
-            "n_chars": len(passage.text),
+            "n_chars": len(text),
             "answer_chars": None if answer is None else len(answer),
             "exact": exact,
             "well_formed": formatted == 1.0,
-            "invalid_action": reason is not None,
-            "invalid_reason": reason,
-            "reward_components": components,
         }
-        self._passage = None  # single turn: the episode is over
-        self._emit(obs)
-        return obs, reward, True, False, info
+        return Grade(obs, components, reason, info)
