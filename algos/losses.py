@@ -23,8 +23,10 @@ from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "LOSS_TYPES",
+    "LOSS_VARIANTS",
     "SCALE_REWARDS",
     "LossType",
+    "LossVariant",
     "ScaleRewards",
     "group_advantages",
     "k3_kl",
@@ -34,11 +36,8 @@ __all__ = [
     "zero_variance_groups",
 ]
 
-LossType = Literal["grpo", "dapo", "dr_grpo", "gspo", "cispo"]
 ScaleRewards = Literal["group", "batch", "none"]
 
-#: Every accepted ``loss_type``, in the order the trainer's ``--help`` lists them.
-LOSS_TYPES: tuple[str, ...] = ("grpo", "dapo", "dr_grpo", "gspo", "cispo")
 #: Every accepted ``scale`` of :func:`group_advantages`.
 SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 
@@ -153,7 +152,7 @@ def group_advantages(
 
 
 # --------------------------------------------------------------------------------------------
-# KL and normaliser
+# KL and normalisers
 # --------------------------------------------------------------------------------------------
 
 
@@ -198,47 +197,6 @@ def _constant_count(mask: Tensor, max_completion_tokens: int) -> float:
     return float(mask.shape[0] * max_completion_tokens)
 
 
-_NORMALIZERS: dict[str, Callable[[Tensor, int], float]] = {
-    "grpo": _sequence_count,
-    "dapo": _token_count,
-    "dr_grpo": _constant_count,
-    "gspo": _sequence_count,
-    "cispo": _token_count,
-}
-
-
-def loss_normalizer(loss_type: LossType, mask: Tensor, max_completion_tokens: int) -> float:
-    """The denominator of :func:`policy_loss`, computed once over the FULL batch.
-
-    Dividing every micro-batch's summed terms by this one number makes gradient accumulation
-    exact: the summed micro-batch gradients equal the full-batch gradient for any split.
-
-    * ``grpo``, ``gspo``: ``B``; each sequence contributes its token mean (DeepSeekMath GRPO;
-      GSPO, Zheng et al. 2025).
-    * ``dapo``, ``cispo``: the number of loss tokens in the batch, a token-level mean (DAPO,
-      Yu et al. 2025; CISPO, MiniMax-M1, MiniMax 2025).
-    * ``dr_grpo``: ``B * max_completion_tokens``, a constant (Dr. GRPO, Liu et al. 2025).
-
-    Args:
-        loss_type: one of ``LOSS_TYPES``.
-        mask: ``[B, T]`` bool or float, nonzero where a token carries loss; the whole batch.
-        max_completion_tokens: the generation length limit ``L`` (tokens, ``>= 1``).
-
-    Returns:
-        The normaliser as a Python float, at least ``1.0`` (an all-zero mask gives ``1.0``).
-
-    Raises:
-        ValueError: unknown ``loss_type``, ``mask`` not 2-D, or ``max_completion_tokens < 1``.
-    """
-    if loss_type not in _NORMALIZERS:
-        raise ValueError(f"Expected loss_type in {list(LOSS_TYPES)}, got {loss_type!r}")
-    if mask.ndim != 2:
-        raise ValueError(f"Expected mask of shape [B, T], got {list(mask.shape)}")
-    if max_completion_tokens < 1:
-        raise ValueError(f"Expected max_completion_tokens >= 1, got {max_completion_tokens}")
-    return max(1.0, _NORMALIZERS[loss_type](mask, max_completion_tokens))
-
-
 # --------------------------------------------------------------------------------------------
 # Policy losses
 # --------------------------------------------------------------------------------------------
@@ -275,7 +233,7 @@ def _clipped_objective(
 
 
 def _token_ratio_surrogate(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float
 ) -> _Surrogate:
     """GRPO / DAPO / Dr. GRPO: per-token ratio ``exp(logp - old_logp)`` in the clipped surrogate."""
     ratio = torch.exp(logp - old_logp)  # [B, T] float
@@ -284,7 +242,7 @@ def _token_ratio_surrogate(
 
 
 def _gspo_surrogate(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float
 ) -> _Surrogate:
     """GSPO-token: length-normalised sequence ratio ``s_i``, gradient through each token.
 
@@ -301,7 +259,7 @@ def _gspo_surrogate(
 
 
 def _cispo_surrogate(
-    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, eps_low: float, eps_high: float
+    logp: Tensor, old_logp: Tensor, adv: Tensor, mask: Tensor, *, eps_low: float, eps_high: float
 ) -> _Surrogate:
     """CISPO: REINFORCE with a truncated, stop-gradient importance weight (MiniMax-M1, 2025).
 
@@ -325,20 +283,116 @@ def _token_sum(terms: Tensor, mask: Tensor) -> Tensor:
     return (terms * mask).sum()  # [] float
 
 
-class _Variant(NamedTuple):
-    """A loss variant: its per-token surrogate and how terms are summed before normalising."""
-
-    surrogate: Callable[[Tensor, Tensor, Tensor, Tensor, float, float], _Surrogate]
-    reduce: Callable[[Tensor, Tensor], Tensor]
+# --------------------------------------------------------------------------------------------
+# The loss table: one row per loss type
+# --------------------------------------------------------------------------------------------
 
 
-_VARIANTS: dict[str, _Variant] = {
-    "grpo": _Variant(_token_ratio_surrogate, _sequence_mean_sum),
-    "dapo": _Variant(_token_ratio_surrogate, _token_sum),
-    "dr_grpo": _Variant(_token_ratio_surrogate, _token_sum),
-    "gspo": _Variant(_gspo_surrogate, _sequence_mean_sum),
-    "cispo": _Variant(_cispo_surrogate, _token_sum),
+class LossVariant(NamedTuple):
+    """One loss type: what it computes per token and how the terms become one number.
+
+    Attributes:
+        surrogate: ``(logp, old_logp, adv, mask, *, eps_low, eps_high) -> _Surrogate``,
+            the per-token terms ``[B, T]`` before masking and reduction.
+        reduction: ``(terms, mask) -> []``, how a micro-batch's terms are summed: the token mean
+            per sequence summed over sequences, or the plain sum over tokens.
+        normalizer: ``(mask, max_completion_tokens) -> float``, the denominator computed once
+            over the full batch (:func:`loss_normalizer`).
+        epsilons: default ``(epsilon_low, epsilon_high)`` clip range.
+        scale_rewards: the advantage scalings (:func:`group_advantages`) the loss allows; the
+            first is its default.
+        source: the paper that defines it.
+    """
+
+    surrogate: Callable[..., _Surrogate]
+    reduction: Callable[[Tensor, Tensor], Tensor]
+    normalizer: Callable[[Tensor, int], float]
+    epsilons: tuple[float, float]
+    scale_rewards: tuple[str, ...]
+    source: str
+
+
+#: The loss types, one row each; :data:`LOSS_TYPES` and :data:`LossType` are derived from it.
+#: Clip ranges: PPO's 0.2; DAPO's clip-higher 0.28; GSPO's sequence-level 3e-4 / 4e-4; CISPO
+#: truncates the importance weight at 1 + 5.0 and has no lower bound.
+LOSS_VARIANTS: dict[str, LossVariant] = {
+    "grpo": LossVariant(
+        _token_ratio_surrogate,
+        _sequence_mean_sum,
+        _sequence_count,
+        (0.2, 0.2),
+        SCALE_REWARDS,
+        "DeepSeekMath GRPO, Shao et al. 2024",
+    ),
+    "dapo": LossVariant(
+        _token_ratio_surrogate,
+        _token_sum,
+        _token_count,
+        (0.2, 0.28),
+        SCALE_REWARDS,
+        "DAPO, Yu et al. 2025",
+    ),
+    "dr_grpo": LossVariant(
+        _token_ratio_surrogate,
+        _token_sum,
+        _constant_count,
+        (0.2, 0.2),
+        ("none",),  # the std division biases updates toward too-easy and too-hard prompts
+        "Dr. GRPO, Liu et al. 2025",
+    ),
+    "gspo": LossVariant(
+        _gspo_surrogate,
+        _sequence_mean_sum,
+        _sequence_count,
+        (3e-4, 4e-4),
+        SCALE_REWARDS,
+        "GSPO, Zheng et al. 2025",
+    ),
+    "cispo": LossVariant(
+        _cispo_surrogate,
+        _token_sum,
+        _token_count,
+        (0.0, 5.0),
+        SCALE_REWARDS,
+        "CISPO, MiniMax-M1, MiniMax 2025",
+    ),
 }
+
+#: Every accepted ``loss_type``, in table order (the order the trainer's ``--help`` lists them).
+LOSS_TYPES: tuple[str, ...] = tuple(LOSS_VARIANTS)
+#: ``Literal`` of the table's keys (built at run time from :data:`LOSS_TYPES`, so the names are
+#: written once; ``tyro`` and ``typing.get_args`` read it like a literal written out).
+LossType = Literal[LOSS_TYPES]  # type: ignore[valid-type]
+
+
+def loss_normalizer(loss_type: LossType, mask: Tensor, max_completion_tokens: int) -> float:
+    """The denominator of :func:`policy_loss`, computed once over the FULL batch.
+
+    Dividing every micro-batch's summed terms by this one number makes gradient accumulation
+    exact: the summed micro-batch gradients equal the full-batch gradient for any split.
+
+    Each loss type's normaliser is its row's ``normalizer`` in :data:`LOSS_VARIANTS`: ``B``
+    when each sequence contributes its token mean, the number of loss tokens for a token-level
+    mean, or the constant ``B * max_completion_tokens``.
+
+    Args:
+        loss_type: one of ``LOSS_TYPES``.
+        mask: ``[B, T]`` bool or float, nonzero where a token carries loss; the whole batch.
+        max_completion_tokens: the generation length limit ``L`` (tokens, ``>= 1``).
+
+    Returns:
+        The normaliser as a Python float, at least ``1.0`` (an all-zero mask gives ``1.0``).
+
+    Raises:
+        ValueError: unknown ``loss_type``, ``mask`` not 2-D, or ``max_completion_tokens < 1``.
+    """
+    if loss_type not in LOSS_VARIANTS:
+        raise ValueError(f"Expected loss_type in {list(LOSS_TYPES)}, got {loss_type!r}")
+    if mask.ndim != 2:
+        raise ValueError(f"Expected mask of shape [B, T], got {list(mask.shape)}")
+    if max_completion_tokens < 1:
+        raise ValueError(f"Expected max_completion_tokens >= 1, got {max_completion_tokens}")
+    return max(1.0, LOSS_VARIANTS[loss_type].normalizer(mask, max_completion_tokens))
 
 
 def _check_shape(name: str, tensor: Tensor, expected: tuple[int, ...], hint: str) -> None:
@@ -364,6 +418,7 @@ def _check_policy_shapes(
 
 def _check_policy_options(
     loss_type: str,
+    *,
     normalizer: float,
     epsilon_low: float,
     epsilon_high: float,
@@ -371,7 +426,7 @@ def _check_policy_options(
     has_ref: bool,
 ) -> None:
     """Raise ``ValueError`` on an unknown variant or an out-of-range hyperparameter."""
-    if loss_type not in _VARIANTS:
+    if loss_type not in LOSS_VARIANTS:
         raise ValueError(f"Expected loss_type in {list(LOSS_TYPES)}, got {loss_type!r}")
     for name, value in (
         ("epsilon_low", epsilon_low),
@@ -451,7 +506,12 @@ def policy_loss(
             epsilon or beta; ``beta > 0`` without ``ref_logp``; ``normalizer <= 0``.
     """
     _check_policy_options(
-        loss_type, normalizer, epsilon_low, epsilon_high, beta, ref_logp is not None
+        loss_type,
+        normalizer=normalizer,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        beta=beta,
+        has_ref=ref_logp is not None,
     )
     _check_policy_shapes(logp, old_logp, advantages, mask, ref_logp)
     keep = mask != 0  # [B, T] bool
@@ -460,8 +520,10 @@ def policy_loss(
     logp_kept = torch.where(keep, logp, zeros)  # [B, T] float
     old_kept = torch.where(keep, old_logp, zeros).detach()  # [B, T] float
     adv = advantages.detach().to(logp.dtype)[:, None]  # [B, 1] float
-    variant = _VARIANTS[loss_type]
-    surrogate = variant.surrogate(logp_kept, old_kept, adv, weights, epsilon_low, epsilon_high)
+    variant = LOSS_VARIANTS[loss_type]
+    surrogate = variant.surrogate(
+        logp_kept, old_kept, adv, weights, eps_low=epsilon_low, eps_high=epsilon_high
+    )
     terms = surrogate.terms  # [B, T] float
     kl_sum = 0.0
     if ref_logp is not None:
@@ -470,7 +532,7 @@ def policy_loss(
         if beta > 0:
             terms = terms + beta * kl  # [B, T] float
     terms = torch.where(keep, terms, zeros)  # [B, T] float
-    loss = variant.reduce(terms, weights) / normalizer  # [] float
+    loss = variant.reduction(terms, weights) / normalizer  # [] float
     stats = {
         "clipped_tokens": float((surrogate.clipped & keep).sum().item()),
         "tokens": float(keep.sum().item()),
@@ -489,6 +551,7 @@ def _chunk_log_probs(
     hidden: Tensor,
     targets: Tensor,
     lm_head: torch.nn.Module,
+    *,
     temperature: float,
     softcap: float | None,
     with_entropy: bool,
@@ -585,14 +648,12 @@ def selected_log_probs(
             flat_hidden[start : start + chunk_size],
             flat_targets[start : start + chunk_size],
             lm_head,
-            temperature,
-            softcap,
-            with_entropy,
         )
+        options = {"temperature": temperature, "softcap": softcap, "with_entropy": with_entropy}
         if use_checkpoint:
-            chosen, entropy = checkpoint(_chunk_log_probs, *args, use_reentrant=False)
+            chosen, entropy = checkpoint(_chunk_log_probs, *args, use_reentrant=False, **options)
         else:
-            chosen, entropy = _chunk_log_probs(*args)  # [chunk] float32, [chunk] | None
+            chosen, entropy = _chunk_log_probs(*args, **options)  # [chunk] f32, [chunk] | None
         logp_chunks.append(chosen)
         if entropy is not None:
             entropy_chunks.append(entropy)
