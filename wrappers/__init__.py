@@ -1,13 +1,18 @@
 """Gymnasium wrappers for text envs (import path ``textgym.wrappers``).
 
 Each reward wrapper adds one named entry to ``info["reward_components"]``; the entries always
-sum to the step reward.
+sum to the step reward. Every wrapper records its constructor arguments
+(``gymnasium.utils.RecordConstructorArgs``), so ``gymnasium.make(wrapped_env.spec)`` rebuilds
+the whole stack.
+
+:data:`REWARD_WRAPPERS` is the one table of wrapper names that the command line, the trainers
+and :mod:`textgym.builder` accept (``--wrappers format_reward,invalid_action_penalty``).
 """
 
 from textgym.wrappers.chat import ChatMessages
 from textgym.wrappers.format_reward import FormatReward
 from textgym.wrappers.invalid_action import InvalidActionPenalty
-from textgym.wrappers.opponent_skill import OpponentSkill
+from textgym.wrappers.stratified_opponent import OpponentSkill, StratifiedOpponent
 from textgym.wrappers.structured import StructuredTicTacToe
 
 __all__ = [
@@ -16,10 +21,12 @@ __all__ = [
     "FormatReward",
     "InvalidActionPenalty",
     "OpponentSkill",
+    "StratifiedOpponent",
     "StructuredTicTacToe",
 ]
 
-#: Reward wrappers by the name the CLI and the trainers use (``--wrappers``), default arguments.
+#: Reward wrappers by the name the CLI, the trainers and the builder use (``--wrappers``),
+#: applied with their default arguments.
 REWARD_WRAPPERS = {
     "format_reward": FormatReward,
     "invalid_action_penalty": InvalidActionPenalty,

@@ -15,7 +15,7 @@ __all__ = ["ChatMessages"]
 _ROLES = spaces.Text(max_length=9, min_length=4, charset=string.ascii_lowercase)
 
 
-class ChatMessages(gym.ObservationWrapper):
+class ChatMessages(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     """Turn a text env's observations into the conversation so far, as chat messages.
 
     Each observation is a tuple of ``{"role": ..., "content": ...}`` dicts: the system prompt
@@ -42,7 +42,8 @@ class ChatMessages(gym.ObservationWrapper):
     """
 
     def __init__(self, env: gym.Env[str, str]):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.ObservationWrapper.__init__(self, env)
         inner = env.observation_space
         if not isinstance(inner, spaces.Text):
             raise TypeError(f"ChatMessages needs a Text observation space, got {inner}")

@@ -8,13 +8,14 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.core import TextEnv
 from textgym.spaces import TOO_LONG
 from textgym.wrappers._components import add_component
 
 __all__ = ["FormatReward"]
 
 
-class FormatReward(gym.Wrapper[str, str, str, str]):
+class FormatReward(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Add ``weight`` × (fraction of the episode's actions that are well formed) at episode end.
 
     The component is paid once, on the step that terminates or truncates the episode, so a
@@ -27,7 +28,7 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
             truncating step is seen.
         weight: Component weight, >= 0. Default 0.2.
         is_well_formed: ``str -> bool`` format check. Default: the env's public
-            ``is_well_formed`` method (``env.unwrapped.is_well_formed``).
+            format check (:attr:`textgym.TextEnv.is_well_formed`).
         name: Name of the component in ``info["reward_components"]``. Default ``"format"``.
 
     Raises:
@@ -35,7 +36,8 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
             ``name``: ``textgym/GSM8K-v0`` and ``textgym/ReverseText-v0`` pay their own
             ``format`` component (their ``format_weight`` argument sets it), so a second one
             would pay the format twice. Raised here rather than at the first step.
-        TypeError: if no check is given and the env has no ``is_well_formed`` method.
+        TypeError: if no check is given and the env has no format check (it is not a
+            ``textgym.TextEnv``, or its ``is_well_formed`` is ``None``).
 
     Example:
         >>> import gymnasium as gym, textgym
@@ -53,22 +55,27 @@ class FormatReward(gym.Wrapper[str, str, str, str]):
         is_well_formed: Callable[[str], bool] | None = None,
         name: str = "format",
     ):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(
+            self, weight=weight, is_well_formed=is_well_formed, name=name
+        )
+        gym.Wrapper.__init__(self, env)
         if not math.isfinite(weight) or weight < 0:  # NaN passes `< 0`: check it first
             raise ValueError(f"Expected a finite weight >= 0, got {weight}")
-        own_weight = getattr(env.unwrapped, "format_weight", None)
+        base = env.unwrapped
+        text_env = isinstance(base, TextEnv)  # the env contract; other envs declare none of it
+        own_weight = base.format_weight if text_env else None
         if name == "format" and own_weight is not None:
             raise ValueError(
-                f"{type(env.unwrapped).__name__} already pays a 'format' reward component "
+                f"{type(base).__name__} already pays a 'format' reward component "
                 f"(format_weight={own_weight}), so FormatReward would pay the format twice; set "
                 "the env's format_weight instead (e.g. gymnasium.make(..., format_weight=0.2), "
                 "or --env-kwargs '{\"format_weight\": 0.2}'), or give FormatReward another name=..."
             )
         if is_well_formed is None:
-            is_well_formed = getattr(env.unwrapped, "is_well_formed", None)
-            if not callable(is_well_formed):
+            is_well_formed = base.is_well_formed if text_env else None
+            if is_well_formed is None:
                 raise TypeError(
-                    f"{type(env.unwrapped).__name__} has no is_well_formed(action) method; "
+                    f"{type(base).__name__} has no is_well_formed(action) format check; "
                     "pass is_well_formed=... to FormatReward"
                 )
         self.weight = float(weight)

@@ -12,7 +12,7 @@ from textgym.wrappers._components import add_component
 __all__ = ["InvalidActionPenalty"]
 
 
-class InvalidActionPenalty(gym.Wrapper[str, str, str, str]):
+class InvalidActionPenalty(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorArgs):
     """Penalise invalid actions (``info["invalid_action"]``) with a named reward component.
 
     ``mode="episode"`` (default) subtracts ``penalty`` once, on the first invalid action of the
@@ -48,7 +48,10 @@ class InvalidActionPenalty(gym.Wrapper[str, str, str, str]):
         cap: float | None = None,
         name: str = "invalid_action",
     ):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(
+            self, penalty=penalty, mode=mode, cap=cap, name=name
+        )
+        gym.Wrapper.__init__(self, env)
         if not math.isfinite(penalty) or penalty < 0:  # NaN passes `< 0`: check it first
             raise ValueError(f"Expected a finite penalty >= 0, got {penalty}")
         if mode not in ("episode", "action"):

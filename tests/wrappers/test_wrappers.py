@@ -4,7 +4,12 @@ import gymnasium as gym
 import pytest
 
 import textgym  # noqa: F401
-from textgym.wrappers import FormatReward, InvalidActionPenalty, OpponentSkill
+from textgym.wrappers import (
+    FormatReward,
+    InvalidActionPenalty,
+    OpponentSkill,
+    StratifiedOpponent,
+)
 
 WELL = "<think>t</think><move>{}</move>"
 
@@ -88,8 +93,8 @@ def test_invalid_penalty_validates(kwargs):
         InvalidActionPenalty(ttt(), **kwargs)
 
 
-def test_opponent_skill_stratifies_consecutive_episodes():
-    env = OpponentSkill(ttt(), low=0.2, high=0.6, groups=4)
+def test_stratified_opponent_stratifies_consecutive_episodes():
+    env = StratifiedOpponent(ttt(), random_move_prob=(0.2, 0.6), groups=4)
     env.reset(seed=0)
     probs = [env.reset()[1]["random_move_prob"] for _ in range(8)]
     buckets = [int((p - 0.2) / 0.1) for p in probs]
@@ -97,8 +102,8 @@ def test_opponent_skill_stratifies_consecutive_episodes():
     assert all(0.2 <= p <= 0.6 for p in probs)
 
 
-def test_opponent_skill_same_seed_same_opponent_and_explicit_override():
-    a, b = OpponentSkill(ttt(), groups=3), OpponentSkill(ttt(), groups=3)
+def test_stratified_opponent_same_seed_same_opponent_and_explicit_override():
+    a, b = StratifiedOpponent(ttt(), groups=3), StratifiedOpponent(ttt(), groups=3)
     assert a.reset(seed=5)[1]["random_move_prob"] == b.reset(seed=5)[1]["random_move_prob"]
     prob = a.reset(seed=5, options={"random_move_prob": 0.9, "episode_index": 2})[1][
         "random_move_prob"
@@ -107,7 +112,25 @@ def test_opponent_skill_same_seed_same_opponent_and_explicit_override():
     with pytest.raises(ValueError, match="episode_index"):
         a.reset(options={"episode_index": -1})
     with pytest.raises(ValueError, match="low <= high"):
-        OpponentSkill(ttt(), low=0.8, high=0.2)
+        StratifiedOpponent(ttt(), random_move_prob=(0.8, 0.2))
+    with pytest.raises(ValueError, match="low <= high"):
+        StratifiedOpponent(ttt(), random_move_prob=0.5)
+    with pytest.raises(ValueError, match="groups"):
+        StratifiedOpponent(ttt(), groups=0)
+
+
+def test_stratified_opponent_refuses_an_env_without_an_opponent():
+    with pytest.raises(ValueError, match="GSM8KEnv has no seeded opponent"):
+        StratifiedOpponent(gym.make("textgym/GSM8K-v0"))
+
+
+def test_opponent_skill_is_a_deprecated_alias_with_the_same_draws():
+    with pytest.warns(DeprecationWarning, match="StratifiedOpponent"):
+        old = OpponentSkill(ttt(), low=0.2, high=0.6, groups=4)
+    new = StratifiedOpponent(ttt(), random_move_prob=(0.2, 0.6), groups=4)
+    assert isinstance(old, StratifiedOpponent)
+    for seed in range(5):
+        assert old.reset(seed=seed)[1] == new.reset(seed=seed)[1]
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])

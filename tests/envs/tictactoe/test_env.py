@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import textgym  # noqa: F401
 from textgym.envs.tictactoe import TicTacToeEnv
 from textgym.envs.tictactoe.parsing import is_answer, is_well_formed, parse_move
-from textgym.wrappers import FormatReward, InvalidActionPenalty, OpponentSkill
+from textgym.wrappers import FormatReward, InvalidActionPenalty, StratifiedOpponent
 
 
 def make(**kwargs):
@@ -155,7 +155,7 @@ def test_is_answer_accepts_exactly_one_move_after_optional_reasoning(completion,
 
 def wrapped_env():
     env = gym.make("textgym/TicTacToe-v0", agent_mark="random")
-    return FormatReward(InvalidActionPenalty(OpponentSkill(env, 0.0, 1.0, groups=4)))
+    return FormatReward(InvalidActionPenalty(StratifiedOpponent(env, (0.0, 1.0), groups=4)))
 
 
 ACTIONS = st.one_of(
