@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from textgym.checks import check_int
+
 __all__ = ["FAMILIES", "EmailTask", "generate_task"]
 
 FIRST = (
@@ -476,13 +478,9 @@ def generate_task(
     Raises:
         ValueError: for a knob out of range.
     """
-    for name, value, lo, hi in (
-        ("inbox_size", inbox_size, 0, 200),
-        ("distractors", distractors, 0, 10),
-        ("num_steps", num_steps, 1, 4),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ValueError(f"Expected {name} to be an int in [{lo}, {hi}], got {value!r}")
+    check_int("inbox_size", inbox_size, low=0, high=200)
+    check_int("distractors", distractors, low=0, high=10)
+    check_int("num_steps", num_steps, low=1, high=4)
     company = DOMAINS[int(rng.integers(len(DOMAINS)))]
     n_people = int(rng.integers(18, 25))  # 4 requests use at most 16 people
     firsts = rng.choice(len(FIRST), size=n_people, replace=False)

@@ -14,6 +14,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textgym.checks import check_int
 from textgym.core import TextEnv
 from textgym.data import select_task
 from textgym.envs.workplace.dataset import DOMAINS, WorkplaceData, load_workplace
@@ -81,6 +82,9 @@ class ToolUseEnv(TextEnv):
     A reply is validated whole before any call runs (all or nothing; ``docs/tool_envs.md``).
     """
 
+    #: Every reset and step info carries ``gold_completion`` (the gold calls, then a final answer).
+    has_gold_completion = True
+
     def _init_tools(
         self,
         schemas: Sequence[Mapping[str, Any]],
@@ -88,9 +92,8 @@ class ToolUseEnv(TextEnv):
         max_calls_per_step: int,
         render_mode: str | None,
     ) -> None:
-        for name, value in (("max_turns", max_turns), ("max_calls_per_step", max_calls_per_step)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
+        check_int("max_turns", max_turns, low=1)
+        check_int("max_calls_per_step", max_calls_per_step, low=1)
         self._init_render(render_mode)
         # Deep copies: nothing nested is shared with the caller, the validators or info["tools"].
         self._tools_json = json.dumps(list(schemas))
