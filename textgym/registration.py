@@ -1,62 +1,77 @@
-"""The one explicit list of textgym's registered environments.
+"""The one table of textgym's registered environments, registered by one loop.
 
 Ids follow Gymnasium's ``namespace/Name-vN`` form; bump ``-vN`` on any change of behaviour.
-Keyword arguments given to :func:`gymnasium.make` pass through to the env's constructor.
+Keyword arguments given to :func:`gymnasium.make` pass through to the env's constructor, whose
+signature holds every default (the table copies none of them).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gymnasium as gym
 
-__all__ = ["ENV_DESCRIPTIONS", "register_envs"]
+__all__ = ["ENVS", "ENV_DESCRIPTIONS", "EnvEntry", "register_envs"]
+
+
+class EnvEntry(NamedTuple):
+    """One registered env: its id, ``module:Class`` entry point, step limit and description."""
+
+    id: str
+    entry_point: str
+    max_episode_steps: int | None
+    description: str
+
+
+#: Every textgym env, in the order ``textgym list`` shows them.
+ENVS: tuple[EnvEntry, ...] = (
+    EnvEntry(
+        "textgym/TicTacToe-v0",
+        "textgym.envs.tictactoe.env:TicTacToeEnv",
+        10,
+        "play X or O against a seeded minimax opponent of controllable skill "
+        "(win 1, draw 0.5, loss 0)",
+    ),
+    EnvEntry(
+        "textgym/ReverseText-v0",
+        "textgym.envs.reverse_text.env:ReverseTextEnv",
+        None,  # single turn
+        "reverse a paragraph character by character inside <reversed_text> tags "
+        "(normalized LCS similarity in [0, 1], + 0.1 format)",
+    ),
+    EnvEntry(
+        "textgym/GSM8K-v0",
+        "textgym.envs.gsm8k.env:GSM8KEnv",
+        None,  # single turn
+        "grade-school math, final answer after #### or in \\boxed{} (1 if it equals the gold "
+        "number, + 0.1 format; bundled sample set unless data_path/dataset)",
+    ),
+    EnvEntry(
+        "textgym/EmailToolUse-v0",
+        "textgym.envs.email_tool_use.env:EmailToolUseEnv",
+        10,
+        "carry out a generated email request by calling tools on a sandboxed mailbox "
+        "(1 if the final mailbox equals the gold outcome)",
+    ),
+    EnvEntry(
+        "textgym/Workplace-v0",
+        "textgym.envs.workplace.env:WorkplaceEnv",
+        10,
+        "WorkBench workplace tasks: call 27 tools on sandboxed tables "
+        "(1 if the final tables equal the gold outcome; bundled sample unless data_dir)",
+    ),
+)
 
 #: One-line description per registered id (shown by ``textgym list``).
-ENV_DESCRIPTIONS: dict[str, str] = {
-    "textgym/TicTacToe-v0": "play X or O against a seeded minimax opponent of controllable skill "
-    "(win 1, draw 0.5, loss 0)",
-    "textgym/ReverseText-v0": "reverse a paragraph character by character inside "
-    "<reversed_text> tags (normalized LCS similarity in [0, 1], + 0.1 format)",
-    "textgym/GSM8K-v0": "grade-school math, final answer after #### or in \\boxed{} "
-    "(1 if it equals the gold number, + 0.1 format; bundled sample set unless data_path/dataset)",
-    "textgym/EmailToolUse-v0": "carry out a generated email request by calling tools on a sandboxed "
-    "mailbox (1 if the final mailbox equals the gold outcome)",
-    "textgym/Workplace-v0": "WorkBench workplace tasks: call 27 tools on sandboxed tables "
-    "(1 if the final tables equal the gold outcome; bundled sample unless data_dir)",
-}
+ENV_DESCRIPTIONS: dict[str, str] = {entry.id: entry.description for entry in ENVS}
 
 
 def register_envs() -> None:
-    """Register every textgym env with Gymnasium (idempotent)."""
-    if "textgym/TicTacToe-v0" not in gym.registry:
-        gym.register(
-            id="textgym/TicTacToe-v0",
-            entry_point="textgym.envs.tictactoe.env:TicTacToeEnv",
-            max_episode_steps=10,
-            kwargs={"opponent": "minimax", "random_move_prob": 0.0, "agent_mark": "X"},
-        )
-    if "textgym/ReverseText-v0" not in gym.registry:
-        gym.register(
-            id="textgym/ReverseText-v0",
-            entry_point="textgym.envs.reverse_text.env:ReverseTextEnv",
-            kwargs={"min_chars": 1, "max_chars": None, "format_weight": 0.1},
-        )
-    if "textgym/GSM8K-v0" not in gym.registry:
-        gym.register(
-            id="textgym/GSM8K-v0",
-            entry_point="textgym.envs.gsm8k.env:GSM8KEnv",
-            kwargs={"split": "test", "dataset": "sample", "format_weight": 0.1},
-        )
-    if "textgym/Workplace-v0" not in gym.registry:
-        gym.register(
-            id="textgym/Workplace-v0",
-            entry_point="textgym.envs.workplace.env:WorkplaceEnv",
-            max_episode_steps=10,
-            kwargs={"max_turns": 10, "max_calls_per_step": 32},
-        )
-    if "textgym/EmailToolUse-v0" not in gym.registry:
-        gym.register(
-            id="textgym/EmailToolUse-v0",
-            entry_point="textgym.envs.email_tool_use.env:EmailToolUseEnv",
-            max_episode_steps=10,
-            kwargs={"inbox_size": 20, "distractors": 2, "num_steps": 1, "max_turns": 10},
-        )
+    """Register every env of :data:`ENVS` with Gymnasium (idempotent)."""
+    for entry in ENVS:
+        if entry.id not in gym.registry:
+            gym.register(
+                id=entry.id,
+                entry_point=entry.entry_point,
+                max_episode_steps=entry.max_episode_steps,
+            )
