@@ -2,15 +2,29 @@
 
 Semantics follow ``../shared/data/workplace/TOOLS.md`` (the NeMo Gym ``workplace_assistant``
 port of WorkBench, Styles et al. 2024): all values are strings except ``page``/``page_size``;
-search tools marked paginated return 5 items per page with a ``pagination`` block, pages out of
-range clamped; the clock is frozen at 2023-11-30 23:59:00. Search bounds (``date_min``,
-``time_max``) are parsed as ISO dates or timestamps and compared as such, never as strings:
-``email_search_emails`` compares the date part (WorkBench's ``.dt.date`` filter),
-``calendar_search_events`` the timestamp; a bound that does not parse is a :class:`ToolError`.
-The errors TOOLS.md defines (``"Email
-not found."``, a bad enum value, a missing argument) are raised as :class:`ToolError` *before*
-anything is written, so a failed call never changes the tables; any other exception is a bug and
-propagates.
+search tools marked paginated return 5 items per page with a ``pagination`` block (its total
+named ``total_emails``/``total_events``/``total_customers`` as there), pages out of range
+clamped; the clock is frozen at 2023-11-30 23:59:00. Where textgym departs from the reference on
+purpose, ``docs/tool_envs.md`` (section "Agreement with NeMo Gym's workplace_assistant") says
+why; in short:
+
+- Timestamps (``event_start``, every search bound, the stored dates they are compared with) are
+  read by :func:`parse_timestamp`, the year-first numeric part of what the reference's
+  ``pandas.Timestamp`` reads. Search bounds are compared as dates or times, never as strings:
+  ``email_search_emails``, the analytics counts and the CRM date filters compare the date part
+  (WorkBench's ``.dt.date`` filter), ``calendar_search_events`` the timestamp; a bound that does
+  not parse is a :class:`ToolError`; a stored value that is empty or does not parse lies within
+  no bound (the reference's NaN).
+- ``customer_relationship_manager_add_customer`` stores any status and product interest, as the
+  reference does; only ``..._update_customer`` checks them.
+- Reads never write: ``analytics_get_average_session_duration`` leaves the stored durations as
+  text (the reference turns them into floats in place).
+- Error results say what was expected in textgym's own words; the not-found errors and "No
+  search parameters provided." keep the reference's first sentence.
+
+The errors (``"Email not found."``, a bad enum value, a missing argument) are raised as
+:class:`ToolError` *before* anything is written, so a failed call never changes the tables; any
+other exception is a bug and propagates.
 
 :data:`TOOLS` maps each name to ``(function, is_write)``; :data:`TOOL_SCHEMAS` are project-written
 OpenAI function schemas with the same names, parameters and types as NeMo Gym's, used when a data
@@ -20,13 +34,22 @@ folder brings no ``schemas/tool_schemas.json``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
-from datetime import datetime
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from textgym.envs.workplace.sandbox import Sandbox
 
-__all__ = ["NOW", "TOOLS", "TOOL_SCHEMAS", "WRITE_TOOLS", "ToolError", "call_tool"]
+__all__ = [
+    "NOW",
+    "TOOLS",
+    "TOOL_SCHEMAS",
+    "WRITE_TOOLS",
+    "ToolError",
+    "call_tool",
+    "parse_timestamp",
+]
 
 #: The frozen clock of the workplace (TOOLS.md, section 1).
 NOW = "2023-11-30 23:59:00"
@@ -83,6 +106,13 @@ def _is_email(value: str) -> bool:
 
 
 def _paginate(items: list[Any], key: str, page: Any, page_size: Any) -> dict[str, Any]:
+    """One page of ``items`` under ``key``, with the reference's ``pagination`` block.
+
+    The total is named after the items (``total_emails``, ``total_events``,
+    ``total_customers``), as NeMo Gym's tools name it. A ``page_size`` below 1 counts as 1 and
+    ``page`` is clamped to the pages there are (the reference divides by zero, or returns an
+    empty page, instead).
+    """
     size = max(1, int(page_size))
     total_pages = max(1, math.ceil(len(items) / size))
     page = min(max(1, int(page)), total_pages)
@@ -90,7 +120,7 @@ def _paginate(items: list[Any], key: str, page: Any, page_size: Any) -> dict[str
     return {
         key: chunk,
         "pagination": {
-            "total": len(items),
+            f"total_{key}": len(items),
             "page": page,
             "page_size": size,
             "total_pages": total_pages,
@@ -98,13 +128,88 @@ def _paginate(items: list[Any], key: str, page: Any, page_size: Any) -> dict[str
     }
 
 
-def _parse_start(value: str) -> None:
+#: The timestamps the tools read (``event_start``, search bounds, stored dates): a year-first
+#: numeric date, optionally a time, optionally (after a time) a UTC offset. See :func:`parse_timestamp`.
+_TIMESTAMP = re.compile(
+    r"(?P<y>[0-9]{4})(?:(?P<sep>[-/.])(?P<m>[0-9]{1,2})(?P=sep)(?P<d>[0-9]{1,2})"
+    r"|(?P<bm>[0-9]{2})(?P<bd>[0-9]{2}))"
+    r"(?:(?:T|\s+)(?:(?P<H>[0-9]{1,2})(?::(?P<M>[0-9]{2})(?::(?P<S>[0-9]{2})"
+    r"(?:\.(?P<f>[0-9]{1,9}))?)?)?|(?P<bH>[0-9]{2})(?P<bM>[0-9]{2})(?P<bS>[0-9]{2})?)"
+    r"(?:\s*(?P<ampm>[AaPp][Mm]))?"
+    r"(?:\s*(?P<tz>Z|UTC|GMT|[+-][0-9]{2}(?::?[0-9]{2})?))?)?"
+)
+_MAX_TIMESTAMP_CHARS = 64
+
+
+def parse_timestamp(text: str) -> datetime | None:
+    """Read a timestamp the way the workplace tools do; ``None`` if ``text`` is not one.
+
+    Accepted (surrounding whitespace ignored): a year-first numeric date, ``YYYY-MM-DD``,
+    ``YYYY/MM/DD`` or ``YYYY.MM.DD`` (one-digit month and day allowed) or ``YYYYMMDD``;
+    optionally followed, after ``T`` or spaces, by a time ``HH``, ``H:MM``, ``H:MM:SS`` or
+    ``H:MM:SS.fffffffff`` (or ``HHMM[SS]``), an optional ``AM``/``PM`` (then the hour is 0-12,
+    and a one-digit hour may stand alone),
+    and an optional UTC offset (``Z``, ``UTC``, ``GMT``, ``+HH``, ``+HHMM``, ``+HH:MM``). A date
+    alone is its midnight; fractions beyond microseconds are dropped.
+
+    This is the year-first numeric part of what NeMo Gym's reference tools accept
+    (``pandas.Timestamp``; ``tests/envs/workplace/test_timestamps.py`` checks the two agree on
+    it). Refused although pandas reads them: ISO week and ordinal dates (``2023-W48-5`` is
+    refused by pandas too), month- or day-first dates (``12/01/2023``: which is the month
+    depends on a convention), month names, a year or month alone, a time without a date and
+    ``now``/``today`` (these depend on the real clock, which the workplace freezes).
+
+    Returns:
+        A :class:`datetime`, timezone-aware when an offset was given, else naive.
+    """
+    if not isinstance(text, str) or len(text) > _MAX_TIMESTAMP_CHARS:
+        return None
+    m = _TIMESTAMP.fullmatch(text.strip())
+    if m is None:
+        return None
+    g = m.groupdict()
+    if g["H"] and len(g["H"]) == 1 and g["M"] is None and not g["ampm"]:
+        return None  # "2023-12-01 9": an hour alone has two digits, or an AM/PM
+    if g["ampm"] and g["tz"] and g["tz"][0].isalpha() and m.start("tz") == m.end("ampm"):
+        return None  # "10 AMZ" (pandas refuses it; "10 AM Z" and "10:00Z" are read)
+    hour = int(g["H"] or g["bH"] or 0)
+    if g["ampm"]:
+        if hour > 12:
+            return None
+        hour = hour % 12 + (12 if g["ampm"].lower() == "pm" else 0)
+    micro = int((g["f"] or "0")[:6].ljust(6, "0"))
+    tz = None
+    if g["tz"]:
+        sign, digits = g["tz"][0], g["tz"][1:].replace(":", "")
+        offset = (
+            timedelta(0)
+            if sign not in "+-"
+            else timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
+        )
+        if offset >= timedelta(hours=24):
+            return None
+        tz = timezone(-offset if sign == "-" else offset)
     try:
-        datetime.fromisoformat(value)
-    except ValueError:
+        return datetime(
+            int(g["y"]),
+            int(g["m"] or g["bm"]),
+            int(g["d"] or g["bd"]),
+            hour,
+            int(g["M"] or g["bM"] or 0),
+            int(g["S"] or g["bS"] or 0),
+            micro,
+            tzinfo=tz,
+        )
+    except ValueError:  # month 13, February 30th, hour 24, ...
+        return None
+
+
+def _parse_start(value: str) -> None:
+    if parse_timestamp(value) is None:
         raise ToolError(
-            f"Invalid event start {value!r}: expected a timestamp such as '2023-12-01 13:00:00'."
-        ) from None
+            f"Invalid event start {value[:80]!r}: expected a timestamp such as "
+            "'2023-12-01 13:00:00' (year first)."
+        )
 
 
 def _parse_duration(value: str) -> None:
@@ -119,27 +224,40 @@ def _parse_duration(value: str) -> None:
 def _bound(value: str | None, name: str) -> datetime | None:
     """A search bound (``date_min``, ``time_max``, ...) as a local timestamp; ``None`` if not given.
 
-    A date alone is its midnight. Raises :class:`ToolError` for text that is not an ISO date or
-    timestamp, or that carries a UTC offset (the workplace clock has no time zone).
+    Read by :func:`parse_timestamp` (a date alone is its midnight). Raises :class:`ToolError`
+    for text that is not a timestamp, or that carries a UTC offset (the workplace clock has no
+    time zone; the reference crashes comparing such a bound with the stored local times).
     """
     if not value:
         return None
     example = "a date such as '2023-11-22' or a timestamp such as '2023-11-22 10:00:00'"
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ToolError(f"Invalid {name} {value[:80]!r}: expected {example}.") from None
+    moment = parse_timestamp(value)
+    if moment is None:
+        raise ToolError(f"Invalid {name} {value[:80]!r}: expected {example}.")
     if moment.tzinfo is not None:
         raise ToolError(f"Invalid {name} {value[:80]!r}: expected {example}, without a UTC offset.")
     return moment
 
 
+def _day_bounds(low: str | None, high: str | None, names: tuple[str, str]) -> tuple[Any, Any]:
+    """Two search bounds as dates (their date part), ``None`` where not given."""
+    bounds = (_bound(low, names[0]), _bound(high, names[1]))
+    return tuple(None if b is None else b.date() for b in bounds)
+
+
 def _stored_time(value: str) -> datetime | None:
-    """A stored timestamp (wall-clock time, any offset dropped), or ``None`` if it does not parse."""
-    try:
-        return datetime.fromisoformat(value).replace(tzinfo=None)
-    except ValueError:
-        return None
+    """A stored timestamp (wall-clock time, any offset dropped), or ``None`` if it does not parse.
+
+    An empty stored value (a CRM customer without a follow-up date) is ``None`` too, so it never
+    lies within a bound, as in the reference, where the empty CSV field is NaN.
+    """
+    moment = parse_timestamp(value)
+    return None if moment is None else moment.replace(tzinfo=None)
+
+
+def _stored_day(value: str) -> date | None:
+    moment = _stored_time(value)
+    return None if moment is None else moment.date()
 
 
 def _within(value: datetime | None, low: Any, high: Any) -> bool:
@@ -205,15 +323,11 @@ def email_search_emails(
     page_size: int = PAGE_SIZE,
 ) -> Any:
     words = query.lower().split()
-    low, high = _bound(date_min, "date_min"), _bound(date_max, "date_max")
-    low, high = (None if b is None else b.date() for b in (low, high))  # WorkBench compares dates
+    low, high = _day_bounds(date_min, date_max, ("date_min", "date_max"))  # WorkBench: .dt.date
     found = []
     for row in sb.rows("emails"):
         text = " ".join((row["subject"], row["body"], row["sender/recipient"])).lower()
-        sent = _stored_time(row["sent_datetime"])
-        if all(w in text for w in words) and _within(
-            None if sent is None else sent.date(), low, high
-        ):
+        if all(w in text for w in words) and _within(_stored_day(row["sent_datetime"]), low, high):
             found.append(row)
     if not found:
         return "No emails found."
@@ -307,7 +421,9 @@ def calendar_search_events(
     ]
     if not found:
         return "No events found."
-    found.sort(key=lambda r: r["event_start"], reverse=True)
+    # Latest first by the time each start stands for ("2023/12/04 13:30:00" is a valid start).
+    found.sort(key=lambda r: (_stored_time(r["event_start"]) or datetime.min, r["event_start"]))
+    found.reverse()
     return _paginate(found, "events", page, page_size)
 
 
@@ -369,11 +485,10 @@ def calendar_update_event(
 
 
 def _visits(sb: Sandbox, time_min: str | None, time_max: str | None) -> list[dict[str, str]]:
+    """The visits whose date lies within the bounds' dates (parsed, never compared as strings)."""
+    low, high = _day_bounds(time_min, time_max, ("time_min", "time_max"))
     return [
-        r
-        for r in sb.rows("analytics_data")
-        if (not time_min or r["date_of_visit"] >= time_min)
-        and (not time_max or r["date_of_visit"] <= time_max)
+        r for r in sb.rows("analytics_data") if _within(_stored_day(r["date_of_visit"]), low, high)
     ]
 
 
@@ -391,7 +506,8 @@ def analytics_get_visitor_information_by_id(sb: Sandbox, visitor_id: str | None 
     rows = sb.rows("analytics_data", '"visitor_id" = ?', (visitor_id,))
     if not rows:
         raise ToolError("Visitor not found.")
-    return rows
+    # user_engaged is a boolean, as the reference loads it (``== "True"``); the rest stays text.
+    return [dict(r, user_engaged=r["user_engaged"] == "True") for r in rows]
 
 
 def analytics_total_visits_count(
@@ -598,16 +714,22 @@ def customer_relationship_manager_search_customers(
         "status": status,
         "assigned_to_email": assigned_to_email,
     }
-    lows = {"last_contact_date": last_contact_date_min, "follow_up_by": follow_up_by_min}
+    dates = {
+        "last_contact_date": ("last_contact_date_min", last_contact_date_min),
+        "follow_up_by": ("follow_up_by_min", follow_up_by_min),
+    }
     highs = {"last_contact_date": last_contact_date_max, "follow_up_by": follow_up_by_max}
-    if not any(text.values()) and not any(lows.values()) and not any(highs.values()):
+    if not any(text.values()) and not any(v for _, v in dates.values()) and not any(highs.values()):
         raise ToolError("No search parameters provided.")
+    ranges = {
+        column: _day_bounds(low, highs[column], (low_name, low_name[:-3] + "max"))
+        for column, (low_name, low) in dates.items()
+    }
     found = [
         r
         for r in sb.rows("customer_relationship_manager")
         if all(not v or v.lower() in r[k].lower() for k, v in text.items())
-        and all(not v or r[k] >= v for k, v in lows.items())
-        and all(not v or r[k] <= v for k, v in highs.items())
+        and all(_within(_stored_day(r[k]), low, high) for k, (low, high) in ranges.items())
     ]
     if not found:
         return "No customers found."
@@ -658,7 +780,11 @@ def customer_relationship_manager_add_customer(
         "notes": notes,
         "follow_up_by": follow_up_by,
     }
-    row = {k: "" if v is None else _crm_value(k, v) for k, v in given.items()}
+    # No enum check here: WorkBench's and NeMo Gym's add_customer store any status and product
+    # interest (only update_customer checks them); the two emails are lowercased as there.
+    row = {k: "" if v is None else v for k, v in given.items()}
+    for k in ("assigned_to_email", "customer_email"):
+        row[k] = row[k].lower()
     row["customer_id"] = f"{_next_id(sb, 'customer_relationship_manager', 'customer_id'):08d}"
     sb.insert("customer_relationship_manager", row)
     return row["customer_id"]

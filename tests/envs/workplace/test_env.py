@@ -226,7 +226,8 @@ def test_info_tools_are_the_schemas_and_reads_are_paginated():
         '"page_size": 1, "page": 9}}</tool_call>'
     )
     body = json.loads(obs.split("\n")[1])
-    assert body["pagination"] == {"total": 2, "page": 2, "page_size": 1, "total_pages": 2}
+    # the total is named after the items, as in NeMo Gym (issue 15, item 17)
+    assert body["pagination"] == {"total_emails": 2, "page": 2, "page_size": 1, "total_pages": 2}
     assert body["emails"][0]["email_id"] == "00000000"  # newest first, last page
 
 

@@ -106,3 +106,55 @@ def test_cli_gold_eval(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["episodes"] == 200 and summary["reward_components"] == {"outcome": 1.0}
     assert summary["invalid_action_rate"] == 0.0 and summary["truncated_rate"] == 0.0
+
+
+# ---------------------------------------------------------------- verdicts decided in issue 15, item 17
+
+
+def verdict(env, task_id, extra=(), replace=None):
+    """Success of the task's gold calls (or ``replace``) followed by ``extra`` calls in one reply."""
+    _, info = env.reset(options={"task_id": task_id})
+    task = env.data.tasks[env.task_ids.index(task_id)]
+    calls = list(replace if replace is not None else task.gold_calls) + list(extra)
+    return finish(env, format_tool_calls(calls))["success"]
+
+
+def test_email_0033_gold_plus_an_add_with_any_status_fails_as_in_the_reference(env):
+    """Before: the add was refused (enum check), so the tables still matched and it won."""
+    add = {
+        "name": "customer_relationship_manager_add_customer",
+        "arguments": {
+            "customer_name": "Anaya",
+            "assigned_to_email": "sam@atlas.com",
+            "status": "Active",
+        },
+    }
+    assert verdict(env, "workbench-email-0033") is True
+    assert verdict(env, "workbench-email-0033", [add]) is False
+
+
+def test_calendar_0104_verdicts_follow_the_references_reading_of_event_start(env):
+    """Before: a week-date start was written (a wrong extra row) and a slash start refused."""
+    gold = env.data.tasks[env.task_ids.index("workbench-calendar-0104")].gold_calls
+    week = {
+        "name": "calendar_create_event",
+        "arguments": dict(gold[0]["arguments"], event_start="2023-W48-5"),
+    }
+    assert verdict(env, "workbench-calendar-0104", [week]) is True  # refused: nothing written
+    env.reset(options={"task_id": "workbench-calendar-0104"})
+    slash = dict(gold[0]["arguments"], event_start="2023/12/04 13:30:00")
+    obs, *_ = env.step(format_tool_calls([{"name": "calendar_create_event", "arguments": slash}]))
+    assert "Error" not in obs and env.tables()["calendar_events"][-1][3] == "2023/12/04 13:30:00"
+
+
+def test_the_ten_queries_with_a_literal_backslash_n_verify_with_it_copied(env):
+    """WorkBench's eval read "\\n" in an argument as a newline; NeMo's JSON arguments do not."""
+    escaped = [t for t in env.data.tasks if "\\n" in t.query]
+    assert len(escaped) == 10
+    for task in escaped:
+        copied = [
+            dict(c, arguments={k: v.replace("\n", "\\n") for k, v in c["arguments"].items()})
+            for c in task.gold_calls
+        ]
+        assert copied != list(task.gold_calls)
+        assert verdict(env, task.task_id, replace=copied) is True, task.task_id
