@@ -1,0 +1,276 @@
+"""The one way to build an env: an :class:`EnvRecipe` (id, kwargs, wrappers, opponent range).
+
+The command line, the trainers and the benchmarks describe the env they play as a recipe and
+build it here, so an env is built the same way everywhere:
+
+1. ``gymnasium.make(env_id, **env_kwargs)``: any registered Gymnasium id, including
+   Gymnasium's ``module:EnvName-v0`` form (the module is imported first, and registers the id)
+   and ids that installed packages register through the ``textgym.envs`` entry-point group
+   (:data:`ENTRY_POINT_GROUP`), loaded the first time an id is not found.
+2. :class:`textgym.wrappers.StratifiedOpponent` when ``opponent_random_move_prob`` is given:
+   the opponent's random-move probability drawn per episode from that range, stratified over
+   ``groups`` consecutive episodes (a trainer's tasks per step).
+3. The named reward wrappers, in order, from the one table
+   :data:`textgym.wrappers.REWARD_WRAPPERS` (``format_reward``, ``invalid_action_penalty``).
+
+:func:`env_factory` checks a recipe up front by building one env (the probe, which the caller
+reads the env contract from, :class:`textgym.TextEnv`, and then closes) and raises
+``ValueError`` with one line naming the bad part: an unknown id, an env that is not a
+``TextEnv``, keyword arguments the env rejects, a stratified opponent asked of an env without
+one, or a wrapper that refuses the env. Every stack it builds records its constructor
+arguments, so ``gymnasium.make(env.spec)`` rebuilds it.
+
+Example:
+    >>> recipe = EnvRecipe(
+    ...     "textgym/TicTacToe-v0",
+    ...     env_kwargs={"agent_mark": "O"},
+    ...     wrappers=("invalid_action_penalty",),
+    ...     opponent_random_move_prob=(0.5, 1.0),
+    ...     groups=8,
+    ... )
+    >>> make_env, probe = env_factory(recipe)
+    >>> probe.unwrapped.stop_strings, probe.unwrapped.has_opponent
+    (('</move>',), True)
+    >>> probe.close()
+    >>> env_factory(EnvRecipe("textgym/GSM8K-v0", opponent_random_move_prob=(0.0, 1.0)))
+    Traceback (most recent call last):
+    ...
+    ValueError: textgym/GSM8K-v0 has no seeded opponent to stratify (GSM8KEnv.has_opponent ...
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from textgym.checks import check_int, check_probability
+from textgym.core import TextEnv
+from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
+
+__all__ = ["ENTRY_POINT_GROUP", "EnvRecipe", "env_factory", "resolve_env_id"]
+
+#: The entry-point group through which installed packages register their envs (Gymnasium
+#: loads no plugins itself). A package declares e.g. ``[project.entry-points."textgym.envs"]
+#: mypkg = "mypkg.envs"``: the value is a module that calls ``gymnasium.register`` when
+#: imported, or a function (``"mypkg.envs:register_envs"``) that does when called.
+ENTRY_POINT_GROUP = "textgym.envs"
+
+_MESSAGE_CHARS = 500
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception's message on one line (whitespace collapsed), cut to 500 characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."
+
+
+def _shown(kwargs: Mapping[str, Any]) -> str:
+    """The kwargs as JSON for a message, or a placeholder when too long or odd to show."""
+    try:
+        text = json.dumps(dict(kwargs))
+    except (RecursionError, ValueError, TypeError):
+        return "the given env_kwargs"
+    return text if len(text) <= 200 else "the given env_kwargs"
+
+
+@dataclass(frozen=True)
+class EnvRecipe:
+    """How to build an env: what :func:`env_factory` checks and :meth:`make` builds.
+
+    Args:
+        env_id: A registered Gymnasium id (``"textgym/TicTacToe-v0"``), or
+            ``"module:EnvName-v0"`` whose module registers it when imported.
+        env_kwargs: Keyword arguments of ``gymnasium.make`` (the env's constructor). Copied.
+        wrappers: Names from :data:`textgym.wrappers.REWARD_WRAPPERS`, applied in order
+            (outermost last), each with its default arguments.
+        opponent_random_move_prob: ``(low, high)`` with ``0 <= low <= high <= 1``: wrap the
+            env in :class:`~textgym.wrappers.StratifiedOpponent` so each episode's opponent
+            plays a random move with a probability drawn from this range (the high end is the
+            weaker opponent). ``None`` (default): the env's own setting. Only for envs with a
+            seeded opponent (:attr:`textgym.TextEnv.has_opponent`).
+        groups: Strata of the opponent range, an int >= 1: any ``groups`` consecutive
+            episodes span the whole range (a trainer passes its tasks per step). Default 1.
+
+    Raises:
+        ValueError: for a malformed field: an empty id, kwargs that are not a mapping with
+            ``str`` keys, an unknown wrapper name, a bad range or ``groups``.
+    """
+
+    env_id: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    wrappers: tuple[str, ...] = ()
+    opponent_random_move_prob: tuple[float, float] | None = None
+    groups: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.env_id, str) or not self.env_id:
+            raise ValueError(f"Expected env_id to be a non-empty str, got {self.env_id!r}")
+        if not isinstance(self.env_kwargs, Mapping) or not all(
+            isinstance(k, str) for k in self.env_kwargs
+        ):
+            raise ValueError(
+                "Expected env_kwargs to be a mapping of argument names to values, "
+                f"got {self.env_kwargs!r}"
+            )
+        object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
+        if isinstance(self.wrappers, str) or not isinstance(self.wrappers, Sequence):
+            raise ValueError(
+                f"Expected wrappers to be a sequence of names, got {self.wrappers!r}; "
+                f"e.g. ('invalid_action_penalty',)"
+            )
+        for name in self.wrappers:
+            if name not in REWARD_WRAPPERS:
+                raise ValueError(
+                    f"unknown wrapper {name!r}; expected any of {', '.join(REWARD_WRAPPERS)}"
+                )
+        object.__setattr__(self, "wrappers", tuple(self.wrappers))
+        if self.opponent_random_move_prob is not None:
+            object.__setattr__(
+                self, "opponent_random_move_prob", _check_range(self.opponent_random_move_prob)
+            )
+        object.__setattr__(self, "groups", check_int("groups", self.groups, low=1))
+
+    def make(self) -> gym.Env:
+        """Build the env: ``gymnasium.make``, then the opponent range, then the wrappers.
+
+        Checks nothing beyond what the env and the wrappers check themselves: call
+        :func:`env_factory` once first for one-line errors.
+        """
+        if ":" not in self.env_id and self.env_id not in gym.registry:
+            resolve_env_id(self.env_id)  # e.g. in a spawned worker: load the entry points
+        return self._wrap(gym.make(self.env_id, **self.env_kwargs))
+
+    def _wrap(self, env: gym.Env) -> gym.Env:
+        if self.opponent_random_move_prob is not None:
+            env = StratifiedOpponent(
+                env, random_move_prob=self.opponent_random_move_prob, groups=self.groups
+            )
+        for name in self.wrappers:
+            env = REWARD_WRAPPERS[name](env)
+        return env
+
+
+def _check_range(value: Any) -> tuple[float, float]:
+    """``(low, high)`` probabilities with ``low <= high``."""
+    try:
+        low, high = value
+        low = check_probability("low", low)
+        high = check_probability("high", high)
+    except (TypeError, ValueError):
+        low, high = 1.0, 0.0  # reported below
+    if low > high:
+        raise ValueError(
+            "Expected opponent_random_move_prob (low, high) with 0 <= low <= high <= 1, "
+            f"got {value!r}"
+        )
+    return low, high
+
+
+def _load_entry_points() -> None:
+    """Import the modules (or call the functions) of the ``textgym.envs`` entry points.
+
+    Raises:
+        ValueError: if one fails to load (a plugin's bug must not hide the id it registers).
+    """
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry_point.load()
+            if callable(loaded):
+                loaded()
+        except Exception as exc:
+            raise ValueError(
+                f"the {ENTRY_POINT_GROUP} entry point {entry_point.name!r} "
+                f"({entry_point.value}) failed to load: {_one_line(exc)}"
+            ) from exc
+
+
+def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
+    """Make sure ``env_id`` is registered and return its spec.
+
+    Imports the module of a ``module:EnvName-v0`` id (as ``gymnasium.make`` does); an id still
+    unknown loads the :data:`ENTRY_POINT_GROUP` entry points once more.
+
+    Raises:
+        ValueError: the module cannot be imported, or the id is not registered.
+    """
+    name = env_id
+    if ":" in env_id:
+        module, name = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(
+                f"cannot import module {module!r} of env id {env_id!r}: {_one_line(exc)}"
+            ) from exc
+    if name not in gym.registry:
+        _load_entry_points()
+    if name not in gym.registry:
+        import textgym
+
+        known = ", ".join(textgym.ENV_DESCRIPTIONS)
+        raise ValueError(
+            f"unknown env id {env_id!r}; expected a registered Gymnasium id such as {known}, "
+            f"an id 'module:EnvName-v0' whose module registers it, or one registered through "
+            f"the {ENTRY_POINT_GROUP!r} entry point"
+        )
+    return gym.registry[name]
+
+
+def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
+    """Check ``recipe`` by building one env, and return the factory and that env.
+
+    Args:
+        recipe: What to build.
+
+    Returns:
+        ``(make_env, probe)``: ``make_env()`` builds a fresh env each call (it is
+        ``recipe.make``, picklable for subprocess vector envs); ``probe`` is one env it
+        built, to read the env contract from (``probe.unwrapped.stop_strings``, ...,
+        ``probe.spec.max_episode_steps``). The caller closes it.
+
+    Raises:
+        ValueError: one line naming the bad part: an unknown id or unimportable module, an
+            env that is not a :class:`textgym.TextEnv`, keyword arguments or data the env
+            rejects (the env's own message; a missing data file or a missing optional
+            package included), a stratified opponent asked of an env without one, or a
+            wrapper that refuses the env (e.g. ``format_reward`` on an env that pays its own
+            format).
+    """
+    resolve_env_id(recipe.env_id)
+    try:
+        env = gym.make(recipe.env_id, **recipe.env_kwargs)
+    except (ValueError, TypeError, OSError, ImportError, RecursionError, gym.error.Error) as exc:
+        # OSError: a data file that is missing, a hub dataset that cannot be reached.
+        raise ValueError(
+            f"cannot make {recipe.env_id} with {_shown(recipe.env_kwargs)}: {_one_line(exc)}"
+        ) from exc
+    base = env.unwrapped
+    try:
+        if not isinstance(base, TextEnv):
+            raise ValueError(
+                f"{recipe.env_id} builds {type(base).__name__}, which is not a textgym.TextEnv; "
+                "textgym reads the env contract (stop strings, task ids, ...) from TextEnv, so "
+                "subclass it"
+            )
+        if recipe.opponent_random_move_prob is not None and not base.has_opponent:
+            raise ValueError(
+                f"{recipe.env_id} has no seeded opponent to stratify "
+                f"({type(base).__name__}.has_opponent is False); leave "
+                "opponent_random_move_prob unset for this env"
+            )
+        try:
+            probe = recipe._wrap(env)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"cannot wrap {recipe.env_id} in {', '.join(recipe.wrappers)}: {_one_line(exc)}"
+            ) from exc
+    except ValueError:
+        env.close()
+        raise
+    return recipe.make, probe
