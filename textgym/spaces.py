@@ -16,17 +16,36 @@ and the env's state is unchanged (multi-turn tasks go on; single-turn tasks end 
 as for every other invalid answer). The text is not parsed at all, so such a step costs one
 ``len`` beyond the usual work, however long the action; model output is untrusted, and this
 bounds what every parser downstream can be given.
+
+Vector envs
+-----------
+``gymnasium.make_vec(..., vectorization_mode="async")`` passes observations through shared
+memory with functions that Gymnasium dispatches on the space type. For ``Text`` they encode each
+character as its index in the space's ``charset``, which garbles or refuses any character
+outside it; this module registers :class:`UnicodeText` with its own three functions, which store
+each observation as its length followed by its Unicode code points (``int32``, one slot per
+character up to ``max_length``), so any string of the space round-trips exactly. Reading
+gives a live view (:class:`SharedTexts`, as Gymnasium's arrays are views of the shared memory)
+that the vector env copies into a ``tuple`` of ``str`` before handing it out.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import string
+from collections.abc import Iterator, Sequence
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import (
+    create_shared_memory,
+    read_from_shared_memory,
+    write_to_shared_memory,
+)
 
-__all__ = ["TOO_LONG", "UnicodeText", "too_long_message"]
+__all__ = ["TOO_LONG", "SharedTexts", "UnicodeText", "too_long_message"]
 
 #: ``info["invalid_reason"]`` of an action over the action space's ``max_length``.
 TOO_LONG = "too_long"
@@ -105,3 +124,78 @@ def too_long_message(action: str, space: spaces.Text) -> str | None:
         f"Your reply has {len(action):,} characters, more than the {space.max_length:,} this task "
         "reads, so it was not read."
     )
+
+
+# -- shared memory for async vector envs (see the module docstring) -----------------------------
+
+
+@create_shared_memory.register(UnicodeText)
+def _create_unicode_shared_memory(space: UnicodeText, n: int = 1, ctx: ModuleType = mp) -> Any:
+    """``n`` rows of ``1 + max_length`` int32: the length, then the code points."""
+    return ctx.Array(np.dtype(np.int32).char, n * (space.max_length + 1))
+
+
+class SharedTexts(Sequence[str]):
+    """The texts of a vector env's shared memory, decoded when read (a live view).
+
+    ``copy.deepcopy`` and ``copy.copy`` give a ``tuple`` of ``str``: what an async vector env
+    returns from ``reset`` and ``step`` (with its default ``copy=True``).
+
+    Args:
+        rows: ``[n, 1 + max_length]`` int32 view of the shared memory: each row is a text's
+            length in code points, then its code points.
+    """
+
+    def __init__(self, rows: np.ndarray):
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self)[index]
+        row = self._rows[index]
+        codes = row[1 : 1 + int(row[0])].astype("<u4")
+        return codes.tobytes().decode("utf-32-le", "surrogatepass")
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: Any) -> bool:
+        return isinstance(other, (tuple, SharedTexts)) and tuple(self) == tuple(other)
+
+    __hash__ = None  # the contents change under it
+
+    def __copy__(self) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __repr__(self) -> str:
+        return f"SharedTexts({tuple(self)!r})"
+
+
+@read_from_shared_memory.register(UnicodeText)
+def _read_unicode_from_shared_memory(
+    space: UnicodeText, shared_memory: Any, n: int = 1
+) -> SharedTexts:
+    rows = np.frombuffer(shared_memory.get_obj(), dtype=np.int32)
+    return SharedTexts(rows.reshape(n, space.max_length + 1))
+
+
+@write_to_shared_memory.register(UnicodeText)
+def _write_unicode_to_shared_memory(
+    space: UnicodeText, index: int, value: str, shared_memory: Any
+) -> None:
+    if not space.contains(value):
+        raise ValueError(
+            f"Expected an observation in {space} (a str of at most {space.max_length} "
+            f"characters), got {type(value).__name__} of length {len(value) if isinstance(value, str) else '-'}"
+        )
+    size = space.max_length + 1
+    row = np.frombuffer(shared_memory.get_obj(), dtype=np.int32)[index * size : (index + 1) * size]
+    codes = np.frombuffer(value.encode("utf-32-le", "surrogatepass"), dtype="<u4")
+    row[0] = len(codes)
+    row[1 : 1 + len(codes)] = codes
