@@ -155,3 +155,25 @@ def test_format_reward_does_not_read_an_over_long_action():
     limit = env.unwrapped.action_space.max_length
     _, _, _, _, info = env.step("<think>x</think><move>4</move>" + " " * limit)
     assert info["invalid_reason"] == "too_long" and checked == []
+
+
+def test_every_wrapper_is_rebuilt_by_gym_make_of_its_spec():
+    from textgym.wrappers import ChatMessages, StructuredTicTacToe
+
+    def layers(env):
+        out = []
+        while isinstance(env, gym.Wrapper):
+            out.append((type(env), getattr(env, "_saved_kwargs", None)))
+            env = env.env
+        return out
+
+    stacks = [
+        ChatMessages(InvalidActionPenalty(ttt(), penalty=0.3, mode="action", cap=0.5)),
+        StructuredTicTacToe(StratifiedOpponent(ttt(), (0.1, 0.9), groups=2)),
+        FormatReward(ttt(), weight=0.5, name="fmt"),
+    ]
+    for env in stacks:
+        rebuilt = gym.make(env.spec)
+        assert layers(rebuilt) == layers(env)
+        first, again = env.reset(seed=3), rebuilt.reset(seed=3)
+        assert str(first) == str(again)
