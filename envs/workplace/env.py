@@ -254,7 +254,9 @@ class WorkplaceEnv(ToolUseEnv):
         email from nadia") with 27 tools over five tables (emails, calendar events, website
         analytics and plots, project tasks, CRM customers) and a company directory. The tool
         semantics are those of ``../shared/data/workplace/TOOLS.md``
-        (:mod:`textgym.envs.workplace.tools`). Every episode gets its own in-memory SQLite
+        (:mod:`textgym.envs.workplace.tools`); where they depart from NeMo Gym's reference on
+        purpose, ``docs/tool_envs.md`` ("Agreement with NeMo Gym's workplace_assistant") says
+        why. The tables are WorkBench's (commit 42f1b6dc), not NeMo Gym's export. Every episode gets its own in-memory SQLite
         copy of the starting tables, so episodes never share state.
 
     Action Space:
