@@ -35,7 +35,7 @@ def test_eval_minimax_draws_every_game(tmp_path):
         "0",
         "--env-kwargs",
         '{"random_move_prob": 0}',
-        "--output",
+        "--output-dir",
         str(out),
         "--no-progress",
     )
@@ -87,7 +87,8 @@ def test_eval_with_wrappers_reports_components(capsys):
                 "--episodes",
                 "50",
                 "--wrappers",
-                "format_reward,invalid_action_penalty",
+                "format_reward",
+                "invalid_action_penalty",
                 "--no-progress",
             ]
         )

@@ -38,7 +38,7 @@ def ctrl_c_at_turn(monkeypatch):
     """``ctrl_c_at_turn(n)``: the policy presses Ctrl-C on its n-th batched turn."""
 
     def arm(turn):
-        build = textgym.cli._build_policy
+        build = textgym.cli._common.build_policy
 
         def build_and_arm(name, kwargs):
             policy, calls = build(name, kwargs), []
@@ -52,7 +52,7 @@ def ctrl_c_at_turn(monkeypatch):
 
             return Interrupting()
 
-        monkeypatch.setattr(textgym.cli, "_build_policy", build_and_arm)
+        monkeypatch.setattr(textgym.cli._common, "build_policy", build_and_arm)
 
     return arm
 
@@ -87,9 +87,9 @@ def test_eval_output_keeps_what_finished_and_marks_it_incomplete(
             "minimax",
             "--episodes",
             MANY_EPISODES,
-            "--batch-size",
+            "--rollout-batch-size",
             "4",
-            "--output",
+            "--output-dir",
             str(out),
             "--no-progress",
         ]
@@ -126,9 +126,9 @@ def test_ctrl_c_while_a_trajectory_is_written(tmp_path, capsys, monkeypatch):
             "random",
             "--episodes",
             "20",
-            "--batch-size",
+            "--rollout-batch-size",
             "1",
-            "--output",
+            "--output-dir",
             str(tmp_path),
             "--no-progress",
         ]
@@ -151,7 +151,7 @@ def test_collect_leaves_valid_jsonl_and_says_how_many(tmp_path, capsys, ctrl_c_a
             "minimax",
             "--episodes",
             MANY_EPISODES,
-            "--batch-size",
+            "--rollout-batch-size",
             "4",
             "--env-kwargs",
             '{"opponent": "random"}',
@@ -174,14 +174,14 @@ def test_collect_leaves_valid_jsonl_and_says_how_many(tmp_path, capsys, ctrl_c_a
 def test_eval_without_output_says_nothing_was_saved(capsys, ctrl_c_at_turn):
     ctrl_c_at_turn(3)
     assert run(["eval", TTT, "--policy", "random", "--episodes", "100", "--no-progress"]) == 130
-    assert one_line(capsys.readouterr().err).endswith("; nothing saved (no --output)")
+    assert one_line(capsys.readouterr().err).endswith("; nothing saved (no --output-dir)")
 
 
 def test_ctrl_c_before_playing_is_one_line(capsys, monkeypatch):
     def interrupted(name, kwargs):
         raise KeyboardInterrupt  # e.g. while a model loads
 
-    monkeypatch.setattr(textgym.cli, "_build_policy", interrupted)
+    monkeypatch.setattr(textgym.cli._common, "build_policy", interrupted)
     assert run(["eval", TTT, "--episodes", "2", "--no-progress"]) == 130
     assert one_line(capsys.readouterr().err) == "textgym: interrupted"
 
@@ -196,9 +196,9 @@ def test_a_complete_run_says_so(tmp_path):
                 "random",
                 "--episodes",
                 "6",
-                "--batch-size",
+                "--rollout-batch-size",
                 "4",
-                "--output",
+                "--output-dir",
                 str(tmp_path),
                 "--no-progress",
             ]

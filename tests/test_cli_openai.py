@@ -106,7 +106,7 @@ def openai_args(server, *extra):
         "openai",
         "--base-url",
         server.url,
-        "--batch-size",
+        "--rollout-batch-size",
         "1",
         "--max-retries",
         "0",
@@ -131,7 +131,7 @@ def test_eval_keeps_the_finished_episodes_and_says_what_failed_in_one_line(
 ):
     server.failure = failure
     out = tmp_path / "run"
-    code = main(["eval", "textgym/GSM8K-v0", *openai_args(server, "--output", str(out))])
+    code = main(["eval", "textgym/GSM8K-v0", *openai_args(server, "--output-dir", str(out))])
     err = capsys.readouterr().err
     lines = err.splitlines()
     assert code == 1 and "Traceback" not in err and len(lines) == 1, err
@@ -172,13 +172,13 @@ def test_the_same_error_raised_by_the_env_is_a_bug_and_keeps_its_traceback(serve
 
 def test_the_flags_reach_the_policy_and_the_key_the_server(server, tmp_path, monkeypatch):
     seen = {}
-    build = textgym.cli._build_policy
+    build = textgym.cli._common.build_policy
 
     def spy(name, kwargs):
         seen.update(kwargs)
         return build(name, kwargs)
 
-    monkeypatch.setattr(textgym.cli, "_build_policy", spy)
+    monkeypatch.setattr(textgym.cli._common, "build_policy", spy)
     server.failure = "none"  # never reached: two episodes only
     argv = [
         "eval",

@@ -31,7 +31,7 @@ def type_lines(monkeypatch, lines):
 def model_spy(monkeypatch):
     """Wrap the policy the CLI builds; record its name, kwargs and each conversation it sees."""
     seen = {"conversations": []}
-    build = cli._build_policy
+    build = cli._common.build_policy
 
     class Spy:
         def __init__(self, policy):
@@ -45,7 +45,7 @@ def model_spy(monkeypatch):
         seen.update(name=name, kwargs=kwargs)
         return Spy(build(name, kwargs))
 
-    monkeypatch.setattr(cli, "_build_policy", spy_build)
+    monkeypatch.setattr(cli._common, "build_policy", spy_build)
     return seen
 
 

@@ -33,7 +33,7 @@ QUIET = ["--no-progress"]
 
 def eval_run(tmp_path, *argv):
     out = tmp_path / "run"
-    assert main(["eval", *argv, *QUIET, "--output", str(out)]) == 0
+    assert main(["eval", *argv, *QUIET, "--output-dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     ids = [
         json.loads(line)["task_id"]
@@ -91,7 +91,7 @@ def test_gold_eval_plays_each_of_the_1319_test_problems_exactly_once(tmp_path, m
     [("textgym/GSM8K-v0", {}), ("textgym/ReverseText-v0", {}), ("textgym/Workplace-v0", {})],
 )
 def test_default_eval_walks_every_bundled_task_once_in_order(env_id, kwargs, tmp_path):
-    summary, ids, rows = eval_run(tmp_path, env_id, "--policy", "gold", "--batch-size", "7")
+    summary, ids, rows = eval_run(tmp_path, env_id, "--policy", "gold", "--rollout-batch-size", "7")
     assert ids == env_task_ids(env_id) and len(rows) == len(ids)
     assert summary["tasks"]["played"] == summary["tasks"]["available"] == len(ids)
     assert summary["tasks"]["pass@1"] == 1.0
@@ -203,7 +203,9 @@ class EveryFourthRight:
 
 
 def test_rollouts_per_task_reports_pass_at_k_and_mean_at_k(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(textgym.cli, "_build_policy", lambda name, kwargs: EveryFourthRight())
+    monkeypatch.setattr(
+        textgym.cli._common, "build_policy", lambda name, kwargs: EveryFourthRight()
+    )
     summary, ids, rows = eval_run(
         tmp_path,
         "textgym/GSM8K-v0",
@@ -213,7 +215,7 @@ def test_rollouts_per_task_reports_pass_at_k_and_mean_at_k(tmp_path, capsys, mon
         "3",
         "--rollouts-per-task",
         "4",
-        "--batch-size",
+        "--rollout-batch-size",
         "1",
     )
     assert ids == [i for i in env_task_ids("textgym/GSM8K-v0")[:3] for _ in range(4)]
@@ -312,7 +314,7 @@ def test_groups_of_a_walk_are_copies_of_one_task_sharing_a_seed(tmp_path):
                 "--seed",
                 "10",
                 *QUIET,
-                "--output",
+                "--output-dir",
                 str(out),
             ]
         )

@@ -1,0 +1,111 @@
+"""The ``textgym`` command line: ``list``, ``eval``, ``collect``, ``play``, ``sft``, ``train``
+and ``compare``.
+
+- ``textgym list``: the registered environments.
+- ``textgym eval ENV_ID``: play episodes with a policy and report statistics.
+- ``textgym collect ENV_ID --output FILE``: play episodes and write chat-format JSONL for SFT.
+- ``textgym play ENV_ID``: play an env yourself in the terminal (``--against`` a policy).
+- ``textgym sft --data FILE``: supervised fine-tuning on collected chat JSONL.
+- ``textgym train [ENV_ID]``: GRPO training of an LLM policy on an env.
+- ``textgym compare RUN RUN ...``: compare training runs.
+
+One grammar for all of them (:mod:`textgym.cli._common`): each subcommand is one config
+dataclass parsed with ``tyro``; the env id is the first positional argument; ``--env-kwargs``
+is a JSON object; lists are space-separated (``--wrappers a b``); booleans are
+``--flag/--no-flag``; ``--help`` shows every option with its default. ENV_ID is any
+registered Gymnasium id, ``module:EnvName-v0`` (the module is imported and registers it), or
+an id a package registers through the ``textgym.envs`` entry point.
+
+Bad arguments (an unknown option or env id, malformed JSON, out-of-range values, a config's
+validation error, a policy that cannot play the env, an output path that cannot be written)
+print one line starting with ``textgym: error:`` and exit with code 2; they are found before
+anything is played. ``eval --output-dir`` and ``collect`` write each episode as it finishes;
+a Ctrl-C stops the run, keeps what was written (marked incomplete), prints one line and exits
+with code 130. An endpoint that fails while ``--policy openai`` plays stops the run the same
+way, with one ``textgym: error:`` line and exit code 1.
+
+An evaluation is a pass over the tasks: on an env that lists its tasks (``task_ids``: GSM8K-v0,
+ReverseText-v0, Workplace-v0) ``eval`` and ``collect`` play each task once, in order, unless
+``--limit``, ``--task-ids``, ``--rollouts-per-task`` or ``--sample-tasks`` (random draws with
+replacement, as for training) say otherwise (:mod:`textgym.evaluation`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from textgym.cli._common import UsageError, fail, parse_config, plain_text
+
+__all__ = ["SUBCOMMANDS", "main"]
+
+#: Subcommand -> (module of ``textgym.cli`` with its ``Config`` and ``run``, one-line summary).
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "list": ("listing", "list the registered environments"),
+    "eval": ("evaluate", "play episodes with a policy and report statistics"),
+    "collect": ("collect", "play episodes and write chat-format JSONL for SFT"),
+    "play": ("play", "play an environment yourself in the terminal"),
+    "sft": ("sft", "supervised fine-tuning on collected chat JSONL"),
+    "train": ("train", "GRPO training of an LLM policy on an env"),
+    "compare": ("compare", "compare training runs: last metrics and overlaid plots"),
+}
+#: The extras a subcommand's module needs beyond the core install.
+_EXTRAS = {"sft": "llm,train", "train": "llm,train"}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in SUBCOMMANDS)
+    rows = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items())
+    return (
+        "usage: textgym [-h] [--version] SUBCOMMAND [OPTIONS]\n\n"
+        "Gymnasium text environments for RL with verifiable rewards: evaluate, collect, play "
+        "and train.\n\nsubcommands:\n"
+        f"{rows}\n\n"
+        "Run `textgym SUBCOMMAND --help` for its options (each shown with its default)."
+    )
+
+
+def _run(argv: list[str]) -> int:
+    import textgym
+
+    if not argv:
+        raise UsageError(f"expected a subcommand: {', '.join(SUBCOMMANDS)} (textgym --help)")
+    if argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0
+    if argv[0] == "--version":
+        print(f"textgym {textgym.__version__}")
+        return 0
+    if argv[0] not in SUBCOMMANDS:
+        raise UsageError(
+            f"unknown subcommand {argv[0]!r}; expected one of {', '.join(SUBCOMMANDS)}"
+        )
+    name = argv[0]
+    module_name = SUBCOMMANDS[name][0]
+    try:
+        module = importlib.import_module(f"textgym.cli.{module_name}")
+    except ImportError as exc:
+        if name not in _EXTRAS:
+            raise
+        fail(f'textgym {name} needs extras ({exc}); pip install "textgym[{_EXTRAS[name]}]"')
+    config = parse_config(module.Config, argv[1:], f"textgym {name}", plain_text(module.__doc__))
+    return module.run(config)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``textgym`` console script; returns the exit code.
+
+    0: done; 1: the endpoint of ``--policy openai`` failed while playing (one
+    ``textgym: error:`` line; ``eval``/``collect`` keep and report what they saved, as after a
+    Ctrl-C); 2: a usage error (one ``textgym: error:`` line, raised as ``SystemExit(2)``);
+    130: interrupted by Ctrl-C (one line; ``eval``/``collect`` keep and report what they
+    saved).
+    """
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    except UsageError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        print("textgym: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,400 @@
+"""What every ``textgym`` subcommand shares: the one-line usage error, the command-line grammar
+(a config dataclass per subcommand, parsed with ``tyro``), env and policy construction.
+
+The grammar: each field of a subcommand's config dataclass is an option ``--field-name``, with
+the field's docstring (reST markup removed) as its help and its default shown; booleans are
+``--flag/--no-flag``; sequences take space-separated values (``--wrappers a b``); a field named
+``env_id`` is the first positional argument; a field named ``env_kwargs`` is read as a JSON
+object (``--env-kwargs '{"data_path": "x.jsonl"}'``). The config's own validation
+(``__post_init__`` raising ``ValueError``) and every parse error become one
+``textgym: error:`` line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import importlib
+import importlib.metadata
+import inspect
+import io
+import json
+import math
+import re
+import sys
+import textwrap
+import typing
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any, NoReturn
+
+import gymnasium as gym
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "UsageError",
+    "build_policy",
+    "env_factory",
+    "fail",
+    "json_safe",
+    "one_line",
+    "parse_config",
+    "parse_env_kwargs",
+    "plain_text",
+    "raised_in",
+]
+
+#: The entry-point group through which installed packages register their envs (Gymnasium 1.x
+#: loads no plugins itself). A package declares e.g. ``[project.entry-points."textgym.envs"]
+#: mypkg = "mypkg.envs"``: the value is a module that calls ``gymnasium.register`` when
+#: imported, or a function (``"mypkg.envs:register_envs"``) that does when called. The group is
+#: loaded lazily, the first time an id is not found in the registry.
+ENTRY_POINT_GROUP = "textgym.envs"
+
+#: The default model of every subcommand that loads one.
+DEFAULT_MODEL = "gemma-3-270m"
+
+
+class UsageError(Exception):
+    """A bad command-line argument: reported in one line, exit code 2."""
+
+
+def fail(message: str) -> NoReturn:
+    """Print ``textgym: error: message`` (one line) and exit with code 2."""
+    print(f"textgym: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception's message on one line, cut to ``limit`` characters."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def raised_in(exc: BaseException, *functions: Callable[..., Any]) -> bool:
+    """Whether ``exc`` was raised inside one of ``functions`` (its traceback passes through one)."""
+    codes = {getattr(f, "__code__", None) for f in functions}
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code in codes:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN floats as ``None`` (JSON has no NaN), through dicts and lists."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# ----------------------------------------------------------------------------- the grammar
+
+
+_ROLE = re.compile(r":[a-z:]+:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+
+
+def plain_text(text: str | None) -> str:
+    """A docstring as plain one-paragraph help text: reST roles and literals unwrapped.
+
+    ``:func:`~textgym.wrappers.OpponentSkill``` becomes ``OpponentSkill``, a ``literal``
+    loses its backquotes, and the whitespace is collapsed.
+    """
+    if not text:
+        return ""
+    text = _ROLE.sub(
+        lambda m: m.group(1).rsplit(".", 1)[-1] if "~" in m.group(0) else m.group(1), text
+    )
+    text = text.replace("``", "")
+    return " ".join(text.split())
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """``{field: docstring}`` of a dataclass: the string literal under each annotated field,
+    the most derived class first (PEP 257's attribute docstrings, as ``tyro`` reads them)."""
+    docs: dict[str, str] = {}
+    for klass in cls.__mro__:
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):  # built at run time: no source
+            continue
+        (node,) = ast.parse(source).body
+        assert isinstance(node, ast.ClassDef)
+        for stmt, after in zip(node.body, node.body[1:]):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                docs.setdefault(stmt.target.id, after.value.value)
+    return docs
+
+
+def _cli_view(config_class: type, description: str) -> type:
+    """A dataclass that ``tyro`` parses into the fields of ``config_class``, without running its
+    validation (``tyro`` would print a validation error as a multi-line box; :func:`parse_config`
+    builds the config itself and reports its ``ValueError`` in one line)."""
+    import tyro
+
+    hints = typing.get_type_hints(config_class, include_extras=True)
+    docs = _field_docs(config_class)
+    fields: list[tuple[str, Any, Any]] = []
+    for f in dataclasses.fields(config_class):
+        if not f.init:
+            continue
+        kind: Any = hints[f.name]
+        help_text = plain_text(docs.get(f.name)) or f.name.replace("_", " ")
+        arg: dict[str, Any] = {"help": help_text}
+        if f.default is not dataclasses.MISSING:
+            default = dataclasses.field(default=f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = dataclasses.field(default_factory=f.default_factory)
+        else:
+            default = dataclasses.field()
+        if f.name == "env_id":  # the first positional argument of every subcommand with an env
+            kind, arg["metavar"] = tyro.conf.Positional[str], "ENV_ID"
+        elif f.name == "runs":  # compare's run directories
+            arg["metavar"] = "RUN"
+        elif f.name == "env_kwargs":  # JSON everywhere, so list and nested values work
+            value = f.default_factory() if f.default_factory is not dataclasses.MISSING else {}
+            kind, arg["metavar"] = str, "JSON"
+            default = dataclasses.field(default=json.dumps(value))
+        fields.append((f.name, Annotated[kind, tyro.conf.arg(**arg)], default))
+    return dataclasses.make_dataclass(
+        config_class.__name__,
+        fields,
+        kw_only=True,
+        namespace={"__doc__": description, "__module__": config_class.__module__},
+    )
+
+
+def parse_config(config_class: type, argv: Sequence[str], prog: str, description: str) -> Any:
+    """Parse ``argv`` into an instance of the dataclass ``config_class``.
+
+    ``--help`` prints the options and exits 0.
+
+    Raises:
+        UsageError: an unknown option, a value of the wrong type, a missing required option,
+            ``--env-kwargs`` that is not a JSON object, or the config's own validation error
+            (a ``ValueError`` from its ``__post_init__``); one line each.
+    """
+    import tyro
+
+    view = _cli_view(config_class, description)
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            parsed = tyro.cli(view, args=list(argv), prog=prog)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            raise UsageError(_tyro_error(captured.getvalue())) from None
+        raise
+    sys.stderr.write(captured.getvalue())  # warnings, if any
+    values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(view)}
+    if "env_kwargs" in values:
+        values["env_kwargs"] = parse_env_kwargs(values["env_kwargs"])
+    try:
+        return config_class(**values)
+    except ValueError as exc:  # __post_init__ validation: one line, exit 2
+        raise UsageError(one_line(exc)) from None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _tyro_error(text: str) -> str:
+    """``tyro``'s error box as one line: the message, the items it lists and any suggestion.
+
+    ``tyro`` draws the box with Unicode lines when stdout is UTF-8 (``╭─ title``, ``│ ... │``)
+    and else as a title, a line of dashes and the contents indented by two spaces.
+    """
+    lines = _ANSI.sub("", text).splitlines()
+    if any(line.lstrip().startswith("╭") for line in lines):
+        content = []
+        for raw in lines:
+            line = raw.strip()
+            if line.startswith("│"):
+                inner = line[1:-1] if line.endswith("│") else line[1:]
+                content.append(inner[1:] if inner.startswith(" ") else inner)
+    else:
+        rule = next(
+            (i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"-"}),
+            None,
+        )
+        if rule is None:
+            return " ".join(text.split()) or "bad command line"
+        content = [line[2:] for line in lines[rule + 1 :]]
+    blocks: list[list[str]] = [[]]
+    for inner in content:
+        if inner.strip() and set(inner.strip()) <= {"─", "-"}:
+            blocks.append([])
+        else:
+            blocks[-1].append(inner.rstrip())
+
+    def indent(line: str) -> int:
+        return len(line) - len(line.lstrip())
+
+    def items(block: list[str]) -> list[str]:
+        return [ln.strip() for ln in block if ln.strip() and 4 <= indent(ln) < 8]
+
+    top = [ln.strip() for ln in blocks[0] if ln.strip() and indent(ln) < 4]
+    message = " ".join(top + [", ".join(items(blocks[0]))] if items(blocks[0]) else top)
+    for block in blocks[1:]:
+        if block and block[0].strip().lower().startswith("perhaps you meant"):
+            message += f" (perhaps you meant {' or '.join(items(block[1:]))})"
+    union = _UNION_ERROR.match(message)
+    if union:  # tyro lists why each member of the union failed: the expected form is enough
+        message = f"{union['flag']}: expected {union['kinds']}, got {union['values']}"
+    return message or " ".join(text.split()) or "bad command line"
+
+
+_UNION_ERROR = re.compile(
+    r"Error parsing (?P<flag>\S+): no type matching (?P<kinds>\S+) could be instantiated "
+    r"from \[(?P<values>.*?)\]"
+)
+
+
+# ----------------------------------------------------------------------------- envs
+
+
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs`` text as a dict.
+
+    Raises:
+        UsageError: not JSON, nested too deeply to read, or not a JSON object.
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--env-kwargs is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}"
+        ) from None
+    except RecursionError:
+        raise UsageError(
+            f"--env-kwargs is nested too deeply to read ({len(text)} characters); "
+            "expected a JSON object of the env's keyword arguments"
+        ) from None
+    if not isinstance(value, dict):
+        raise UsageError(
+            f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}"
+        )
+    return value
+
+
+def _load_entry_points() -> None:
+    """Import the modules (or call the functions) of the ``textgym.envs`` entry points."""
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = entry_point.load()
+        except Exception as exc:  # a plugin's bug must not hide the id it failed to register
+            raise UsageError(
+                f"the {ENTRY_POINT_GROUP} entry point {entry_point.name!r} "
+                f"({entry_point.value}) failed to load: {one_line(exc)}"
+            ) from None
+        if callable(loaded):
+            loaded()
+
+
+def resolve_env_id(env_id: str) -> None:
+    """Make sure ``env_id`` is registered: import the module of a ``module:EnvName-v0`` id (as
+    ``gymnasium.make`` does), else load the ``textgym.envs`` entry points if it is unknown.
+
+    Raises:
+        UsageError: the module cannot be imported, or the id is still unknown.
+    """
+    import textgym  # registers the built-in envs
+
+    name = env_id
+    if ":" in env_id:
+        module, name = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UsageError(
+                f"cannot import module {module!r} of env id {env_id!r}: {one_line(exc)}"
+            ) from None
+    if name not in gym.registry:
+        _load_entry_points()
+    if name not in gym.registry:
+        known = ", ".join(sorted(textgym.ENV_DESCRIPTIONS))
+        raise UsageError(
+            f"unknown env id {env_id!r}; expected a registered Gymnasium id such as {known}, "
+            f"an id 'module:EnvName-v0' whose module registers it, or one registered through "
+            f"the {ENTRY_POINT_GROUP!r} entry point"
+        )
+
+
+def env_factory(
+    env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]
+) -> tuple[Callable[[], gym.Env], gym.Env]:
+    """Return a factory for the env and one env it built (to read attributes from, then close).
+
+    The one place the CLI builds envs.
+
+    Raises:
+        UsageError: for an unknown id or wrapper, or kwargs the env rejects.
+    """
+    from textgym.wrappers import REWARD_WRAPPERS
+
+    resolve_env_id(env_id)
+    for name in wrappers:
+        if name not in REWARD_WRAPPERS:
+            hint = "; separate wrappers with spaces" if "," in name else ""
+            raise UsageError(
+                f"unknown wrapper {name!r}; expected any of {', '.join(REWARD_WRAPPERS)}{hint}"
+            )
+
+    def make() -> gym.Env:
+        env = gym.make(env_id, **env_kwargs)
+        for name in wrappers:
+            env = REWARD_WRAPPERS[name](env)
+        return env
+
+    try:  # build one env now so that bad kwargs or data fail here, with the env's own message
+        probe = make()
+    except (ValueError, TypeError, OSError, ImportError, RecursionError, gym.error.Error) as exc:
+        # OSError: a data file that is missing, a hub dataset that cannot be reached.
+        raise UsageError(
+            f"cannot make {env_id} with {_shown(env_kwargs)}"
+            + (f" and --wrappers {' '.join(wrappers)}" if wrappers else "")
+            + f": {one_line(exc)}"
+        ) from None
+    return make, probe
+
+
+def _shown(env_kwargs: dict[str, Any]) -> str:
+    """The kwargs as JSON for a message, or ``--env-kwargs`` when too long or deep to show."""
+    try:
+        text = json.dumps(env_kwargs)
+    except (RecursionError, ValueError, TypeError):
+        return "--env-kwargs"
+    return text if len(text) <= 200 else "--env-kwargs"
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+def build_policy(name: str, kwargs: dict[str, Any]) -> Any:
+    """``textgym.policies.make_policy(name, **kwargs)``.
+
+    Raises:
+        UsageError: the policy cannot be built from these arguments.
+        SystemExit: (code 2, one line) its optional dependencies are not installed.
+    """
+    from textgym.policies import make_policy
+
+    try:
+        return make_policy(name, **kwargs)
+    except ImportError as exc:
+        fail(f"policy {name!r} needs optional dependencies: {exc}")
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        raise UsageError(f"cannot build policy {name!r}: {exc}") from None

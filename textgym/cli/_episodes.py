@@ -1,0 +1,449 @@
+"""What ``eval`` and ``collect`` share: checking the env and policy before anything is played,
+walking the tasks, playing the episodes in batches, and the run's summary.
+
+Episodes finished are handed on in episode order as they finish; a Ctrl-C, or an endpoint that
+fails under ``--policy openai``, stops the play and keeps what was finished.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from textgym.cli import _common
+from textgym.cli._common import UsageError, one_line, raised_in
+from textgym.cli._options import (
+    DEFAULT_EPISODES,
+    EnvOptions,
+    EpisodeOptions,
+    PolicyOptions,
+    split_list,
+)
+from textgym.evaluation import RunningSummary, TaskResults, TaskWalk, plan_tasks
+from textgym.policies import POLICY_NAMES, Policy
+from textgym.policies.gold import GOLD_INFO_KEY
+from textgym.results import hold_interrupts
+from textgym.rollout import Trajectory, iter_rollout
+
+__all__ = [
+    "PlayConfig",
+    "Played",
+    "Setup",
+    "checked_output",
+    "play",
+    "policy_kwargs",
+    "print_summary",
+    "setup",
+    "stopped",
+    "summarize",
+]
+
+
+@dataclasses.dataclass(kw_only=True)
+class PlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
+    """The options of ``eval`` and ``collect``: env, policy, episodes."""
+
+    def __post_init__(self) -> None:
+        self.check_env()
+        self.check_episodes()
+        self.check_policy()
+
+
+def policy_kwargs(
+    name: str,
+    config: Any,
+    stop: Sequence[str],
+    *,
+    seed: int | None,
+    batch_size: int,
+    reasoning: bool = True,
+    openai_options: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The keyword arguments of ``make_policy(name, ...)`` from a config's
+    :class:`~textgym.cli._options.ModelOptions` fields and the env's stop strings."""
+    if name == "hf":
+        return {
+            "stop": list(stop),
+            "model": config.model,
+            "dtype": config.dtype,
+            "max_new_tokens": config.max_new_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "batch_size": batch_size,
+            "seed": seed,
+        }
+    if name == "openai":
+        return {
+            "base_url": split_list(config.base_url) or "http://127.0.0.1:8000/v1",
+            "model": config.served_model(),
+            "max_tokens": config.max_new_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+            "seed": seed,
+            "stop": list(stop),
+            **(openai_options or {}),
+        }
+    if name in ("random", "minimax"):
+        return {"seed": seed, "reasoning": reasoning}
+    return {"seed": seed}
+
+
+def endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
+    """One line on ``exc`` if it is an endpoint failure of ``--policy openai``, else ``None``.
+
+    An endpoint failure is a ``ConnectionError``, ``TimeoutError`` or ``openai.OpenAIError``
+    (:class:`~textgym.policies.openai_compat.InvalidResponseError`, an HTTP error status)
+    raised inside ``OpenAIPolicy.act``, after its retries; the same errors raised anywhere
+    else (an env, a wrapper) are bugs and keep their traceback.
+    """
+    if policy_name != "openai":
+        return None
+    import openai
+
+    from textgym.policies.openai_compat import OpenAIPolicy
+
+    if isinstance(exc, (ConnectionError, TimeoutError, openai.OpenAIError)) and raised_in(
+        exc, OpenAIPolicy.act
+    ):
+        return one_line(exc)
+    return None
+
+
+class GroupSeeds(Sequence[int]):
+    """Episode ``i``'s seed, ``first + i // group_size`` (GRPO-style groups of copies sharing
+    one seed), computed when asked: no list of seeds, however many episodes."""
+
+    def __init__(self, first: int, episodes: int, group_size: int):
+        self.first, self.episodes, self.group_size = first, episodes, group_size
+
+    def __len__(self) -> int:
+        return self.episodes
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.episodes))]
+        if not -self.episodes <= index < self.episodes:
+            raise IndexError(f"episode {index} of {self.episodes}")
+        return self.first + (index % self.episodes) // self.group_size
+
+
+@dataclasses.dataclass
+class Setup:
+    """What ``eval`` and ``collect`` play, checked before anything is played."""
+
+    make_env: Callable[[], gym.Env]
+    stop: tuple[str, ...]  # where a completion may end (the env's stop strings)
+    episodes: int
+    walk: TaskWalk | None  # each episode's task, or None: each reset draws one
+    tasks_available: int | None  # len(env.task_ids), None for an env without a task list
+
+    def task_results(self, config: PlayConfig) -> TaskResults | None:
+        """A fresh per-task tally of the walk (``None`` without one)."""
+        if self.walk is None:
+            return None
+        return TaskResults(
+            [t for t, _ in self.walk.tasks], self.walk.rollouts, config.success_threshold
+        )
+
+
+#: The ``info`` key each scripted policy plays from, and which envs give it.
+_POLICY_NEEDS: dict[str, tuple[str, str]] = {
+    "gold": (
+        GOLD_INFO_KEY,
+        (
+            "only envs with a reference solution give (textgym/GSM8K-v0, "
+            "ReverseText-v0, Workplace-v0, EmailToolUse-v0)"
+        ),
+    ),
+    "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
+    "random": ("board", "only textgym/TicTacToe-v0 gives"),
+}
+
+
+def setup(config: PlayConfig) -> Setup:
+    """Check the env and that the policy can play it; plan the episodes.
+
+    Raises:
+        UsageError: an env that cannot be made, a scripted policy that needs an ``info`` key
+            the env does not give, or tasks that cannot be walked.
+    """
+    make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
+    try:
+        stop = tuple(getattr(probe.unwrapped, "stop_strings", ()))
+        _, info = probe.reset(seed=config.seed)
+        if config.policy in _POLICY_NEEDS and _POLICY_NEEDS[config.policy][0] not in info:
+            key, who = _POLICY_NEEDS[config.policy]
+            fits = [
+                p
+                for p in POLICY_NAMES
+                if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)
+            ]
+            raise UsageError(
+                f"--policy {config.policy} cannot play {config.env_id}: it plays from "
+                f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
+                f"{fits[-1]}"
+            )
+        env_task_ids = getattr(probe.unwrapped, "task_ids", None)
+        walk = _task_walk(config, probe, env_task_ids)
+    finally:
+        probe.close()
+    episodes = len(walk) if walk is not None else config.episodes or DEFAULT_EPISODES
+    if episodes % config.group_size:
+        raise UsageError(
+            f"{episodes} episodes are not a multiple of --group-size {config.group_size}; "
+            "use a multiple of the group size"
+        )
+    available = None if env_task_ids is None else len(env_task_ids)
+    return Setup(make_env, stop, episodes, walk, available)
+
+
+def _task_walk(
+    config: PlayConfig, probe: gym.Env, env_task_ids: Sequence[str] | None
+) -> TaskWalk | None:
+    """The tasks ``eval``/``collect`` walk, or ``None`` when each reset draws its task.
+
+    On an env with a task list the default is every task once, in order; ``--episodes N``
+    then walks N episodes in order (starting again after the last task). ``--task-ids`` on an
+    env without a list (EmailToolUse-v0) are checked by a ``reset`` each.
+
+    Raises:
+        UsageError: for ``--limit`` / ``--rollouts-per-task`` on an env without a task list, or
+            task ids the env does not know.
+    """
+    if config.sample_tasks:
+        return None
+    task_ids = split_list(config.task_ids)
+    if env_task_ids is None and task_ids is None:
+        for flag, given in (
+            ("--limit", config.limit is not None),
+            ("--rollouts-per-task", config.rollouts_per_task > 1),
+        ):
+            if given:
+                raise UsageError(
+                    f"{flag} needs tasks to walk, and {config.env_id} has no task list "
+                    "(GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); use "
+                    "--episodes, or --task-ids on an env that makes a task from its "
+                    "id (EmailToolUse-v0)"
+                )
+        return None
+    chosen = len(task_ids) if task_ids is not None else len(env_task_ids)  # type: ignore[arg-type]
+    if config.limit is not None and config.limit > chosen:
+        of = "--task-ids lists" if task_ids is not None else f"{config.env_id} holds"
+        raise UsageError(
+            f"--limit {config.limit} is more than the {chosen} tasks {of}; use at most "
+            f"{chosen}, or leave --limit out to play them all"
+        )
+    try:
+        tasks = plan_tasks(env_task_ids, limit=config.limit, task_ids=task_ids)
+    except ValueError as exc:
+        raise UsageError(f"--task-ids: {exc} ({config.env_id})") from None
+    assert tasks is not None  # there is a task list, or ids
+    if config.rollouts_per_task % config.group_size:
+        raise UsageError(
+            f"--group-size {config.group_size} groups copies of one task, and the walk "
+            f"plays each task --rollouts-per-task {config.rollouts_per_task} times; use "
+            "a number of rollouts per task that is a multiple of the group size "
+            "(or --sample-tasks for random draws in groups)"
+        )
+    if env_task_ids is None:
+        for task_id, options in tasks:
+            try:
+                probe.reset(seed=config.seed, options=options)
+            except ValueError as exc:
+                raise UsageError(
+                    f"--task-ids: {config.env_id} cannot play task {task_id!r}: {one_line(exc)}"
+                ) from None
+    return TaskWalk(tasks, config.rollouts_per_task, config.episodes)
+
+
+def checked_output(check: Callable[[Path, str], None], path: Path, flag: str) -> Path:
+    """``path`` after ``check`` (creates what it needs); its ValueError as a UsageError."""
+    try:
+        check(path, flag)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return path
+
+
+@dataclasses.dataclass
+class Played:
+    """How a play ended: its length, and what stopped it early (if anything)."""
+
+    elapsed: float
+    interrupted: bool = False  # Ctrl-C
+    error: str | None = None  # the endpoint of --policy openai failed (one line)
+
+    @property
+    def complete(self) -> bool:
+        return not (self.interrupted or self.error)
+
+
+def play(
+    config: PlayConfig,
+    plan: Setup,
+    policy: Policy,
+    description: str,
+    keep: Callable[[int, Trajectory], None],
+) -> Played:
+    """Play ``plan.episodes`` episodes; ``keep(i, episode)`` each finished one, in episode order.
+
+    An episode that finishes before an earlier one is held back until that one is kept. A
+    Ctrl-C, or an endpoint failure of ``--policy openai`` (:func:`endpoint_failure`), stops
+    the play; the episodes finished by then, held back or not, are all kept. ``keep`` runs
+    with Ctrl-C held back (:func:`~textgym.results.hold_interrupts`), so it never stops half
+    way.
+    """
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    held: dict[int, Trajectory] = {}
+    next_index = 0
+    start = time.perf_counter()
+    played = Played(0.0)
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        disable=not config.progress,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"{description} {config.env_id}", total=plan.episodes)
+        seeds = GroupSeeds(config.seed, plan.episodes, config.group_size)
+        episodes = iter_rollout(
+            plan.make_env,
+            policy,
+            seeds,
+            batch_size=config.rollout_batch_size,
+            options=plan.walk,
+        )
+        try:
+            with contextlib.closing(episodes):
+                for index, traj in episodes:
+                    held[index] = traj
+                    while next_index in held:
+                        with hold_interrupts():
+                            keep(next_index, held[next_index])
+                            del held[next_index]
+                        next_index += 1
+                    progress.advance(task)
+        except KeyboardInterrupt:
+            played.interrupted = True
+        except Exception as exc:
+            played.error = endpoint_failure(config.policy, exc)
+            if played.error is None:
+                raise
+    for index in sorted(held):  # finished, but after an episode the Ctrl-C cut short
+        with hold_interrupts():
+            keep(index, held.pop(index))
+    played.elapsed = time.perf_counter() - start
+    return played
+
+
+def summarize(
+    config: PlayConfig,
+    plan: Setup,
+    policy: Policy,
+    running: RunningSummary,
+    tasks: TaskResults | None,
+    played: Played,
+) -> dict[str, Any]:
+    """The run's summary: settings, :class:`RunningSummary` statistics, the walk's per-task
+    statistics (``tasks``, ``None`` with random draws), speed, completeness."""
+    stats = running.result()
+    elapsed = played.elapsed
+    walked = None
+    if tasks is not None:
+        assert plan.walk is not None
+        walked = {"available": plan.tasks_available, "selected": len(plan.walk.tasks)}
+        walked.update(tasks.result())
+    tokens = getattr(policy, "tokens_generated", None)
+    return {
+        "env_id": config.env_id,
+        "policy": config.policy,
+        "model": {"hf": config.model, "openai": getattr(policy, "model", None)}.get(config.policy),
+        "env_kwargs": config.env_kwargs,
+        "wrappers": list(config.wrappers),
+        "seed": config.seed,
+        "group_size": config.group_size,
+        # False after a Ctrl-C or an endpoint failure ("error"): then "episodes" counts those
+        # finished and saved.
+        "complete": played.complete,
+        "error": played.error,
+        "episodes_requested": plan.episodes,
+        **stats,
+        "tasks": walked,
+        "elapsed_s": elapsed,
+        "episodes_per_s": stats["episodes"] / elapsed if elapsed > 0 else math.inf,
+        "tokens_generated": tokens,
+        "tokens_per_s": tokens / elapsed if tokens is not None and elapsed > 0 else None,
+    }
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    """The summary as a table on the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"{summary['env_id']} · policy={summary['policy']}"
+        + (f" · model={summary['model']}" if summary["model"] else "")
+    )
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    ret, err = summary["mean_return"], summary["stderr_return"]
+    table.add_row("episodes", str(summary["episodes"]))
+    tasks = summary.get("tasks")
+    if tasks is not None:
+        each = (
+            f", {tasks['rollouts_per_task']} rollouts each"
+            if tasks["rollouts_per_task"] > 1
+            else ", each once"
+            if tasks["played"] == summary["episodes"]
+            else ""
+        )
+        table.add_row(
+            "tasks", f"{tasks['played']} of {tasks['available'] or tasks['selected']}" + each
+        )
+    table.add_row("mean return", f"{ret:.4f}" if math.isnan(err) else f"{ret:.4f} ± {err:.4f}")
+    for name, value in summary["reward_components"].items():
+        table.add_row(f"  component {name}", f"{value:.4f}")
+    if any(v for v in summary["outcomes"].values()):
+        for outcome, rate in summary["outcomes"].items():
+            table.add_row(outcome, f"{rate:.1%}")
+    table.add_row("truncated (time limit)", f"{summary['truncated_rate']:.1%}")
+    table.add_row("completions cut at --max-new-tokens", f"{summary['length_truncated_rate']:.1%}")
+    table.add_row("invalid actions", f"{summary['invalid_action_rate']:.1%}")
+    table.add_row("episodes with an invalid action", f"{summary['invalid_episode_rate']:.1%}")
+    table.add_row("mean turns", f"{summary['mean_turns']:.2f}")
+    if tasks is not None:
+        k = tasks["rollouts_per_task"]
+        for name in dict.fromkeys(["pass@1", f"pass@{k}"]):
+            table.add_row(f"{name} (success: {tasks['success']})", f"{tasks[name]:.1%}")
+        if k > 1:
+            table.add_row(f"mean@{k} (mean return per task)", f"{tasks[f'mean@{k}']:.4f}")
+    table.add_row("episodes / s", f"{summary['episodes_per_s']:.2f}")
+    if summary.get("tokens_per_s") is not None:
+        table.add_row("generated tokens / s", f"{summary['tokens_per_s']:.1f}")
+    table.add_row("elapsed", f"{summary['elapsed_s']:.1f} s")
+    Console().print(table)
+
+
+def stopped(played: Played, what: str) -> int:
+    """Say in one line why the play stopped and what it kept; the exit code (130 or 1)."""
+    import sys
+
+    if played.error is not None:
+        print(
+            f"textgym: error: --policy openai failed: {played.error}; stopped after {what}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"textgym: interrupted after {what}", file=sys.stderr)
+    return 130

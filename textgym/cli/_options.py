@@ -1,0 +1,215 @@
+"""The option groups that several subcommands share, as config dataclasses.
+
+Each field is one option (``--field-name``); its docstring is the option's help
+(:mod:`textgym.cli._common` describes the grammar). A subcommand's config inherits the groups
+it takes and calls their ``check`` methods from its ``__post_init__``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from textgym.cli._common import DEFAULT_MODEL
+
+__all__ = [
+    "DEFAULT_EPISODES",
+    "EnvOptions",
+    "EpisodeOptions",
+    "ModelOptions",
+    "PolicyOptions",
+    "split_list",
+]
+
+#: Episodes on an env without a task list, or with ``--sample-tasks``.
+DEFAULT_EPISODES = 100
+
+DType = Literal["auto", "float32", "bfloat16", "float16"]  # textgym.models.DTYPE_NAMES
+PolicyName = Literal["minimax", "random", "gold", "hf", "openai"]  # POLICY_NAMES but human
+
+
+def split_list(values: tuple[str, ...] | None) -> list[str] | None:
+    """Space-separated values of a list option; a comma inside a value also separates (the
+    spelling ``--task-ids a,b`` of earlier versions)."""
+    if values is None:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+@dataclass(kw_only=True)
+class EnvOptions:
+    """The env: its id, keyword arguments and reward wrappers."""
+
+    env_id: str
+    """Registered Gymnasium id: a textgym id (textgym list), 'module:EnvName-v0' (the module is
+    imported first and registers the id), or an id a package registers through the
+    'textgym.envs' entry point."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Keyword arguments of gymnasium.make as a JSON object, e.g. '{"data_path": "x.jsonl"}'."""
+    wrappers: tuple[str, ...] = ()
+    """Reward wrappers applied in order, space-separated: format_reward, invalid_action_penalty."""
+
+    def check_env(self) -> None:
+        """Split comma-joined wrapper names (the spelling of earlier versions)."""
+        self.wrappers = tuple(split_list(self.wrappers) or ())
+
+
+@dataclass(kw_only=True)
+class ModelOptions:
+    """The model behind an ``hf`` or ``openai`` policy, and how it samples."""
+
+    model: str = DEFAULT_MODEL
+    """hf: 'tiny', 'gemma-3-270m', a Hugging Face id, or a local model or LoRA adapter directory;
+    openai: a served model name (the default name means the first model served)."""
+    base_url: tuple[str, ...] = ("http://127.0.0.1:8000/v1",)
+    """openai: endpoint URLs, space-separated; requests are spread over them."""
+    dtype: DType = "auto"
+    """hf: dtype of the weights; auto: bfloat16 where the CPU/GPU computes it natively, else
+    float32."""
+    max_new_tokens: int = 256
+    """Most tokens per completion (per turn)."""
+    temperature: float = 0.7
+    """Sampling temperature (0: greedy)."""
+    top_p: float = 1.0
+    """Nucleus sampling mass (1 turns it off)."""
+
+    def served_model(self) -> str | None:
+        """``--model`` for an openai endpoint: ``None`` (the first served) when left default."""
+        return None if self.model == DEFAULT_MODEL else self.model
+
+
+@dataclass(kw_only=True)
+class PolicyOptions(ModelOptions):
+    """The policy that plays: a scripted expert, the gold answers, a local or served LLM."""
+
+    policy: PolicyName = "minimax"
+    """minimax and random play tic-tac-toe; gold plays an env's reference solutions (GSM8K,
+    ReverseText, Workplace, EmailToolUse); hf a local model; openai an OpenAI-compatible
+    endpoint."""
+    reasoning: bool = True
+    """random/minimax: write a <think> block before <move>N</move>."""
+    concurrency: int | None = None
+    """openai: most requests in flight at once (None: 8)."""
+    timeout_s: float | None = None
+    """openai: seconds one attempt of a request may take (None: 120)."""
+    max_retries: int | None = None
+    """openai: retries of a request after a transient failure (None: 3)."""
+    api_key: str | None = None
+    """openai: bearer token (None: $OPENAI_API_KEY, which keeps it out of the process list,
+    else 'EMPTY')."""
+
+    def openai_options(self) -> dict[str, Any]:
+        """The ``OpenAIPolicy`` arguments of the openai-only options that were given."""
+        given = {
+            "max_concurrency": self.concurrency,
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "api_key": self.api_key,
+        }
+        return {name: value for name, value in given.items() if value is not None}
+
+    def check_policy(self) -> None:
+        """Refuse the openai-only options with another policy, and out-of-range values.
+
+        Raises:
+            ValueError: naming the option.
+        """
+        flags = ("concurrency", "timeout_s", "max_retries", "api_key")
+        given = [f"--{f.replace('_', '-')}" for f in flags if getattr(self, f) is not None]
+        if given and self.policy != "openai":
+            raise ValueError(
+                f"{', '.join(given)} only apply to --policy openai, got --policy {self.policy}"
+            )
+        if self.concurrency is not None and self.concurrency < 1:
+            raise ValueError(
+                f"--concurrency must be >= 1 (requests in flight), got {self.concurrency}"
+            )
+        if self.timeout_s is not None and not (
+            math.isfinite(self.timeout_s) and self.timeout_s > 0
+        ):
+            raise ValueError(
+                f"--timeout-s must be a finite number > 0 (seconds per attempt), got {self.timeout_s}"
+            )
+        if self.max_retries is not None and self.max_retries < 0:
+            raise ValueError(f"--max-retries must be >= 0, got {self.max_retries}")
+
+
+@dataclass(kw_only=True)
+class EpisodeOptions:
+    """Which episodes are played: the tasks, seeds, groups and how many run at once."""
+
+    episodes: int | None = None
+    """Episodes to play (None: 100, or on an env with a task list - GSM8K, ReverseText,
+    Workplace - one pass over the tasks; N episodes then walk them in order, from the first
+    again after the last)."""
+    limit: int | None = None
+    """Play only the first N tasks (of the env's list, or of --task-ids)."""
+    task_ids: tuple[str, ...] | None = None
+    """Task ids to play, space-separated, in this order (any env whose reset takes
+    options['task_id'])."""
+    rollouts_per_task: int = 1
+    """Play each task K times (consecutive episodes) and report pass@K and mean@K."""
+    success_threshold: float = 1.0
+    """An episode succeeds (for pass@k) when its task component (correct, lcs or outcome; the
+    return for an env without one) is >= this; 1.0: a right answer, an exact reversal, a win,
+    matching tables."""
+    sample_tasks: bool = False
+    """Draw each episode's task at random, with replacement (as for training), instead of
+    walking the task list; --episodes counts them."""
+    seed: int = 0
+    """Group g of episodes is reset with seed + g (one group per episode by default)."""
+    group_size: int = 1
+    """Copies of each task sharing one seed, as in a GRPO group (walking a task list: a divisor
+    of --rollouts-per-task)."""
+    rollout_batch_size: int = 32
+    """Episodes in flight at once (and sequences per generate call of an hf policy)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+    def check_episodes(self) -> None:
+        """Refuse counts out of range and task options that contradict each other.
+
+        Raises:
+            ValueError: naming the option.
+        """
+        if self.episodes is not None and not 1 <= self.episodes <= sys.maxsize:
+            raise ValueError(f"--episodes must be in [1, {sys.maxsize}], got {self.episodes}")
+        for name, value, low in (
+            ("rollout_batch_size", self.rollout_batch_size, 1),
+            ("group_size", self.group_size, 1),
+            ("rollouts_per_task", self.rollouts_per_task, 1),
+        ):
+            if value < low:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+        if self.seed < 0:
+            raise ValueError(
+                f"--seed must be >= 0 (episode seeds are non-negative), got {self.seed}"
+            )
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+        if not math.isfinite(self.success_threshold):
+            raise ValueError(
+                f"--success-threshold must be a finite number, got {self.success_threshold}"
+            )
+        picks = [
+            flag
+            for flag, given in (
+                ("--limit", self.limit is not None),
+                ("--task-ids", self.task_ids is not None),
+                ("--rollouts-per-task", self.rollouts_per_task > 1),
+            )
+            if given
+        ]
+        if self.sample_tasks and picks:
+            raise ValueError(
+                f"--sample-tasks draws each episode's task at random; it cannot be "
+                f"combined with {', '.join(picks)}, which walk the tasks in order"
+            )
+        if self.rollouts_per_task > 1 and self.episodes is not None:
+            raise ValueError(
+                f"--episodes and --rollouts-per-task {self.rollouts_per_task} both set "
+                "the number of episodes; give --rollouts-per-task (with --limit or "
+                "--task-ids to choose the tasks)"
+            )

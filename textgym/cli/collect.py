@@ -1,0 +1,80 @@
+"""``textgym collect``: play episodes and write them as chat-format JSONL for SFT.
+
+Each episode the ``--filter`` keeps is appended to the ``--output`` file as it finishes, one
+record per line (:func:`textgym.collect.sft_record`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from textgym.cli import _common, _episodes
+from textgym.cli._common import UsageError
+from textgym.cli._episodes import PlayConfig
+from textgym.evaluation import RunningSummary
+from textgym.results import check_file, open_jsonl
+from textgym.rollout import Trajectory
+
+__all__ = ["CollectConfig", "run"]
+
+
+@dataclasses.dataclass(kw_only=True)
+class CollectConfig(PlayConfig):
+    """Play episodes and write chat-format JSONL for SFT."""
+
+    output: str
+    """JSONL file to write (one chat record per kept episode; textgym sft --data reads it)."""
+    filter: str | None = None
+    """Keep only the episodes that match, e.g. 'outcome in win,draw' or 'return >= 0.5'
+    (None: keep all)."""
+
+
+Config = CollectConfig
+
+
+def run(config: CollectConfig) -> int:
+    """Play; append each episode the filter keeps to the JSONL file as it finishes."""
+    from textgym.collect import parse_filter, sft_record
+
+    try:
+        wanted = parse_filter(config.filter) if config.filter else (lambda _t: True)
+    except ValueError as exc:
+        raise UsageError(f"--filter: {exc}") from None
+    plan = _episodes.setup(config)
+    out = _episodes.checked_output(check_file, Path(config.output), "--output")
+    kwargs = _episodes.policy_kwargs(
+        config.policy,
+        config,
+        plan.stop,
+        seed=config.seed,
+        batch_size=config.rollout_batch_size,
+        reasoning=config.reasoning,
+        openai_options=config.openai_options(),
+    )
+    policy = _common.build_policy(config.policy, kwargs)
+    running, tasks = RunningSummary(), plan.task_results(config)
+    with open_jsonl(out) as sink:
+
+        def keep(index: int, traj: Trajectory) -> None:
+            if wanted(traj):
+                sink.write(json.dumps(sft_record(traj), ensure_ascii=False))
+            running.add(traj)
+            if tasks is not None:
+                tasks.add(plan.walk.task_of(index), traj)  # type: ignore[union-attr]
+
+        played = _episodes.play(config, plan, policy, "collect", keep)
+    summary = _episodes.summarize(config, plan, policy, running, tasks, played)
+    kept = f"kept {sink.count} of {summary['episodes']} episodes" + (
+        f" (filter: {config.filter})" if config.filter else ""
+    )
+    if not played.complete:
+        return _episodes.stopped(
+            played,
+            f"{summary['episodes']} of {plan.episodes} episodes; {kept}; "
+            f"wrote {out} ({sink.count} whole records, valid JSONL)",
+        )
+    _episodes.print_summary(summary)
+    print(f"{kept}; wrote {out}")
+    return 0

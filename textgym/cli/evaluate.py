@@ -1,0 +1,142 @@
+"""``textgym eval``: play episodes with a policy and report statistics.
+
+Prints a table (mean return with its standard error, each reward component, win/draw/loss,
+invalid-action, time-limit and length-truncation rates, pass@k on a walk over the tasks) and a
+one-sentence verdict. With ``--output-dir``, each episode is written to ``trajectories.jsonl``
+as it finishes, the per-task rows of a walk to ``per_task.jsonl`` and the summary last to
+``summary.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from textgym.cli import _common, _episodes
+from textgym.cli._episodes import PlayConfig
+from textgym.evaluation import RunningSummary
+from textgym.models import MODEL_NAMES
+from textgym.results import check_dir, hold_interrupts, open_jsonl, write_json
+from textgym.rollout import Trajectory
+
+__all__ = ["EvalConfig", "run", "verdict"]
+
+
+@dataclasses.dataclass(kw_only=True)
+class EvalConfig(PlayConfig):
+    """Play episodes with a policy and report statistics."""
+
+    output_dir: str | None = None
+    """Directory for summary.json, trajectories.jsonl and, when the tasks are walked,
+    per_task.jsonl (None: write nothing)."""
+
+
+Config = EvalConfig
+
+
+def run(config: EvalConfig) -> int:
+    """Play, print the summary; with ``--output-dir``, save each episode as it finishes."""
+    plan = _episodes.setup(config)
+    out_dir = None
+    if config.output_dir is not None:
+        out_dir = _episodes.checked_output(check_dir, Path(config.output_dir), "--output-dir")
+    kwargs = _episodes.policy_kwargs(
+        config.policy,
+        config,
+        plan.stop,
+        seed=config.seed,
+        batch_size=config.rollout_batch_size,
+        reasoning=config.reasoning,
+        openai_options=config.openai_options(),
+    )
+    policy = _common.build_policy(config.policy, kwargs)
+    running, tasks = RunningSummary(), plan.task_results(config)
+    with contextlib.ExitStack() as stack:
+        sink = None
+        if out_dir is not None:
+            # The old summary and per-task rows describe trajectories about to be overwritten.
+            (out_dir / "summary.json").unlink(missing_ok=True)
+            (out_dir / "per_task.jsonl").unlink(missing_ok=True)
+            sink = stack.enter_context(open_jsonl(out_dir / "trajectories.jsonl"))
+
+        def keep(index: int, traj: Trajectory) -> None:
+            if sink is not None:
+                sink.write(traj.to_json())
+            running.add(traj)
+            if tasks is not None:
+                tasks.add(plan.walk.task_of(index), traj)  # type: ignore[union-attr]
+
+        played = _episodes.play(config, plan, policy, "eval", keep)
+    summary = _episodes.summarize(config, plan, policy, running, tasks, played)
+    files: list[Path] = []
+    if out_dir is not None:
+        with hold_interrupts():
+            if tasks is not None:
+                with open_jsonl(out_dir / "per_task.jsonl") as rows:
+                    for row in tasks.rows():
+                        rows.write(json.dumps(_common.json_safe(row), ensure_ascii=False))
+            write_json(out_dir / "summary.json", _common.json_safe(summary))
+        files = [
+            out_dir / name
+            for name in ("summary.json", "trajectories.jsonl", "per_task.jsonl")
+            if name != "per_task.jsonl" or tasks is not None
+        ]
+    if not played.complete:
+        saved = (
+            f'; wrote them to {_and(files[1:] + files[:1])} ("complete": false)'
+            if out_dir is not None
+            else "; nothing saved (no --output-dir)"
+        )
+        return _episodes.stopped(
+            played, f"{summary['episodes']} of {plan.episodes} episodes{saved}"
+        )
+    _episodes.print_summary(summary)
+    print(verdict(summary))
+    if out_dir is not None:
+        print(f"wrote {_and(files)}")
+    return 0
+
+
+def _and(paths: Sequence[Path]) -> str:
+    """``"a and b"``, ``"a, b and c"``."""
+    names = [str(p) for p in paths]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def verdict(summary: dict[str, Any]) -> str:
+    """One plain sentence on how the policy did, and for a built-in base model what to run next."""
+    who = summary["policy"] + (f" ({summary['model']})" if summary.get("model") else "")
+    parts = [f"legal, parsable actions in {1.0 - summary['invalid_action_rate']:.0%} of turns"]
+    outcomes = summary["outcomes"]
+    if any(v for v in outcomes.values()):
+        plural = {"win": "wins", "draw": "draws", "loss": "losses"}
+        parts.append(
+            ", ".join(
+                f"{rate:.0%} {plural.get(name, name)}"
+                for name, rate in outcomes.items()
+                if not math.isnan(rate)
+            )
+        )
+    else:
+        parts.append(f"mean return {summary['mean_return']:.3f}")
+    if summary.get("tasks") is not None:
+        tasks, k = summary["tasks"], summary["tasks"]["rollouts_per_task"]
+        parts.append(
+            f"pass@1 {tasks['pass@1']:.0%}"
+            + (f", pass@{k} {tasks[f'pass@{k}']:.0%}" if k > 1 else "")
+            + f" over {tasks['played']} tasks"
+        )
+    if summary["truncated_rate"] > 0:
+        parts.append(f"{summary['truncated_rate']:.0%} of episodes hit the turn limit")
+    text = f"{who} over {summary['episodes']} episodes: " + "; ".join(parts) + "."
+    if summary["policy"] == "hf" and summary.get("model") in MODEL_NAMES:  # a base model
+        text += (
+            " To train it: collect expert games with `textgym collect --policy minimax`, then"
+            " `textgym sft` and `textgym train` (README, 'Training')."
+        )
+    return text

@@ -1,0 +1,250 @@
+"""``textgym play``: play an env yourself in the terminal.
+
+Alone, the person plays the single-agent env against its built-in opponent (if it has one); on
+a tool env (``info["tools"]`` not empty: EmailToolUse-v0, Workplace-v0) the system prompt, the
+tools and the call format are shown before the first turn. With ``--against POLICY`` the person
+plays two-seat tic-tac-toe against a policy (:func:`play_against`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from textgym.cli import _common
+from textgym.cli._common import UsageError
+from textgym.cli._episodes import policy_kwargs
+from textgym.cli._options import EnvOptions, ModelOptions
+from textgym.policies import Policy
+
+__all__ = ["PlayConfig", "run"]
+
+_TWO_SEAT_ENV_ID = "textgym/TicTacToe-v0"
+
+
+@dataclasses.dataclass(kw_only=True)
+class PlayConfig(ModelOptions, EnvOptions):
+    """Play an env yourself in the terminal, alone or against a policy."""
+
+    seed: int | None = None
+    """Seed of the first episode (then +1 each; None: unseeded); with --against, also the
+    policy's seed."""
+    repeat: bool = False
+    """Start a new episode after each one."""
+    against: Literal["hf", "openai", "minimax", "random"] | None = None
+    """Play textgym/TicTacToe-v0 against this policy instead of the env's built-in opponent
+    (needs PettingZoo); the options below apply only with it."""
+    mark: Literal["X", "O", "random"] = "X"
+    """With --against: your mark (X moves first; random: drawn from the game's seed)."""
+    prompt_style: Literal["compact", "full"] = "compact"
+    """With --against: the prompts the policy sees (compact: the style of the trained
+    tic-tac-toe models); you see the full ones."""
+    temperature: float = 0.0
+    """With --against hf or openai: sampling temperature (0: greedy)."""
+    show_completions: bool = False
+    """With --against: print each raw answer of the policy."""
+
+    def __post_init__(self) -> None:
+        self.check_env()
+        if self.seed is not None and self.seed < 0:
+            raise ValueError(
+                f"--seed must be >= 0 (episode seeds are non-negative), got {self.seed}"
+            )
+        if self.against is None:
+            given = [flag for flag, value in self._against_only().items() if value]
+            if given:
+                raise ValueError(f"{', '.join(given)} can only be used with --against POLICY")
+
+    def _against_only(self) -> dict[str, bool]:
+        """``{--flag: given}`` of the options that apply only with ``--against``."""
+        defaults = {f.name: f.default for f in dataclasses.fields(PlayConfig)}
+        names = [
+            "mark",
+            "prompt_style",
+            *(f.name for f in dataclasses.fields(ModelOptions)),
+            "temperature",
+            "show_completions",
+        ]
+        return {
+            f"--{name.replace('_', '-')}": getattr(self, name) != defaults[name]
+            for name in dict.fromkeys(names)
+        }
+
+
+Config = PlayConfig
+
+
+def run(config: PlayConfig) -> int:
+    """Play episodes one at a time until the input ends (Ctrl-D) or, without ``--repeat``,
+    after the first."""
+    from textgym.policies.human import HumanPolicy
+
+    if config.against is not None:
+        return play_against(config)
+    make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
+    template = getattr(probe.unwrapped, "action_template", None)
+    probe.close()
+    policy = _ShowToolSetup(HumanPolicy(action_template=template))
+    print(f"Playing {config.env_id}. Type your answer and press Enter; Ctrl-D quits.")
+    return _episodes_loop(config, lambda seed: _one_episode(make_env, policy, seed))
+
+
+def _one_episode(make_env: Callable[[], Any], policy: Policy, seed: int | None) -> None:
+    from textgym.rollout import rollout
+
+    (traj,) = rollout(make_env, policy, [seed], batch_size=1)
+    print(
+        f"\n{traj.messages[-1]['content']}\n\nreturn {traj.episode_return:.2f}"
+        + (f", outcome {traj.outcome}" if traj.outcome else "")
+    )
+
+
+def _episodes_loop(config: PlayConfig, play_one: Callable[[int | None], None]) -> int:
+    """Call ``play_one(seed)`` until done; Ctrl-D or Ctrl-C says bye and exits 0."""
+    seed = config.seed
+    try:
+        while True:
+            play_one(seed)
+            seed = None if seed is None else seed + 1
+            if not config.repeat:
+                return 0
+    except (EOFError, KeyboardInterrupt):
+        print("\nbye")
+        return 0
+
+
+class _ShowToolSetup:
+    """Wraps the person's policy: before the first turn of an episode on a tool env, shows the
+    system prompt, the tools (name, arguments, description) and the call format."""
+
+    def __init__(self, policy: Policy):
+        self.policy, self.name = policy, "human"
+
+    def act(self, conversations: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> list[Any]:
+        for messages, info in zip(conversations, infos):
+            if info.get("tools") and not any(m["role"] == "assistant" for m in messages):
+                print(tool_setup_text(messages, info))
+        return self.policy.act(conversations, infos)
+
+
+def tool_setup_text(messages: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> str:
+    """What a person needs before the first turn of a tool episode: the system prompt, each tool
+    as ``name(argument: type, optional?: type)  description``, and the call format."""
+    system = info.get("system_prompt") or next(
+        (m["content"] for m in messages if m["role"] == "system"), ""
+    )
+    lines = ["", "System prompt:", system, "", f"Tools ({len(info['tools'])}):"]
+    for tool in info["tools"]:
+        spec = tool.get("function", tool)  # OpenAI chat form nests the function
+        parameters = spec.get("parameters", {})
+        required = set(parameters.get("required", []))
+        arguments = ", ".join(
+            f"{name}{'' if name in required else '?'}: {schema.get('type', 'any')}"
+            for name, schema in parameters.get("properties", {}).items()
+        )
+        lines.append(f"- {spec['name']}({arguments})  {spec.get('description', '')}".rstrip())
+    example = {"name": "<tool name>", "arguments": {"<argument>": "<value>"}}
+    lines += [
+        "",
+        f"Call format: <tool_call>{json.dumps(example)}</tool_call>, one block per call, "
+        "several per reply allowed; a reply without a tool call is your final answer.",
+    ]
+    return "\n".join(lines)
+
+
+class _ShowCompletions:
+    """Wraps a policy and prints each completion it returns (``play --show-completions``)."""
+
+    def __init__(self, policy: Policy, label: str):
+        self.policy, self.label = policy, label
+        self.name = getattr(policy, "name", type(policy).__name__)
+
+    def act(self, conversations: Any, infos: Any) -> list[Any]:
+        completions = self.policy.act(conversations, infos)
+        for completion in completions:
+            print(f"[{self.label}] {completion.text!r}", flush=True)
+        return completions
+
+
+def play_against(config: PlayConfig) -> int:
+    """``textgym play textgym/TicTacToe-v0 --against POLICY``: a person against a policy.
+
+    The person sits in seat ``player_0`` and reads the full prompts; the policy sits in
+    ``player_1`` and gets the ``--prompt-style`` prompts (compact by default, the style the
+    trained tic-tac-toe models saw). Games are played with :func:`textgym.selfplay.selfplay` on
+    the two-seat env, one at a time; ``--mark`` picks the person's mark (``random``: drawn
+    from the game's seed).
+
+    Raises:
+        UsageError: for another env id, ``--env-kwargs`` or ``--wrappers``, or a policy that
+            cannot be built.
+        SystemExit: (code 2) when PettingZoo or the policy's extras are not installed.
+    """
+    assert config.against is not None
+    if config.env_id != _TWO_SEAT_ENV_ID:
+        raise UsageError(
+            f"--against plays two-seat tic-tac-toe only; use {_TWO_SEAT_ENV_ID}, "
+            f"got {config.env_id!r}"
+        )
+    given = [
+        flag
+        for flag, value in (("--env-kwargs", config.env_kwargs), ("--wrappers", config.wrappers))
+        if value
+    ]
+    if given:
+        raise UsageError(
+            f"{' and '.join(given)} {'does' if len(given) == 1 else 'do'} not apply with "
+            "--against; use --mark and --prompt-style"
+        )
+    try:
+        pettingzoo_env = importlib.import_module("textgym.envs.tictactoe.pettingzoo_env")
+    except ImportError as exc:
+        _common.fail(
+            f'textgym play --against needs PettingZoo ({exc}); pip install "textgym[multiagent]"'
+        )
+    from textgym.envs.tictactoe.env import TicTacToeEnv
+    from textgym.policies.human import HumanPolicy
+
+    stop = TicTacToeEnv.stop_strings  # the answer ends at </move>
+    kwargs = policy_kwargs(config.against, config, stop, seed=config.seed, batch_size=1)
+    model: Policy = _common.build_policy(config.against, kwargs)
+    if config.show_completions:
+        model = _ShowCompletions(model, config.against)
+    human = HumanPolicy(action_template=TicTacToeEnv.action_template)
+    styles = {"player_0": "full", "player_1": config.prompt_style}
+
+    def make_env() -> Any:
+        return pettingzoo_env.env(prompt_style=styles)
+
+    served = getattr(model, "model", None) if config.against == "openai" else None
+    who = {"hf": f"hf {config.model}", "openai": f"openai {served or '(first model served)'}"}
+    print(
+        f"Playing {config.env_id} against {who.get(config.against, config.against)}, which "
+        f"sees the {config.prompt_style} prompt. Type a cell number 0-8 and press Enter; "
+        "Ctrl-D quits."
+    )
+    first = {"X": "player_0", "O": "player_1", "random": "random"}[config.mark]
+    return _episodes_loop(config, lambda seed: _one_game([human, model], make_env, first, seed))
+
+
+def _one_game(
+    policies: list[Any], make_env: Callable[[], Any], first: str, seed: int | None
+) -> None:
+    """One game of ``policies[0]`` (the person) against ``policies[1]``; prints the result."""
+    from textgym.selfplay import selfplay
+
+    (game,) = selfplay(policies, [seed], batch_size=1, first_player=first, make_env=make_env)
+    mine = game.trajectories["player_0"]
+    outcome = game.outcomes["player_0"]
+    print(f"\n{mine.messages[-1]['content']}\n")
+    if outcome is None:
+        print(
+            f"Result: no result, the game hit the limit of actions per seat "
+            f"(you played {game.marks['player_0']})."
+        )
+    else:
+        said = {"win": "you win", "draw": "a draw", "loss": "you lose"}[outcome]
+        print(f"Result: {said} (you played {game.marks['player_0']}).")

@@ -1,0 +1,17 @@
+"""``textgym sft``: supervised fine-tuning of a model on chat JSONL (``textgym collect``'s
+output), loss on assistant tokens only; every option is a field of
+``textgym.algos.sft.SFTConfig``."""
+
+from __future__ import annotations
+
+from textgym.algos import sft
+from textgym.cli._trainer import run_trainer
+
+__all__ = ["Config", "run"]
+
+Config = sft.SFTConfig
+
+
+def run(config: sft.SFTConfig) -> int:
+    """Fine-tune; print the run's summary as JSON."""
+    return run_trainer(config, lambda c: sft.train(c))

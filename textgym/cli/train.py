@@ -1,0 +1,16 @@
+"""``textgym train``: GRPO training of an LLM policy on an env (default
+textgym/TicTacToe-v0); every option is a field of ``textgym.algos.grpo.GRPOConfig``."""
+
+from __future__ import annotations
+
+from textgym.algos import grpo
+from textgym.cli._trainer import run_trainer
+
+__all__ = ["Config", "run"]
+
+Config = grpo.GRPOConfig
+
+
+def run(config: grpo.GRPOConfig) -> int:
+    """Train; print the last evaluation's metrics as JSON."""
+    return run_trainer(config, lambda c: grpo.train(c))
