@@ -275,7 +275,7 @@ def _episodes(
                 traj.reward_components.append(dict(info.get("reward_components", {})))
                 traj.invalid_actions.append(bool(info.get("invalid_action", False)))
                 traj.finish_reasons.append(completion.finish_reason)
-                slot.info = info
+                slot.info = _with_episode_tools(info, slot.info)
                 if done:
                     traj.terminated, traj.truncated = bool(terminated), bool(truncated)
                     traj.outcome = info.get("outcome")
@@ -290,6 +290,17 @@ def _episodes(
     finally:
         for env in envs:
             env.close()
+
+
+def _with_episode_tools(info: Mapping[str, Any], previous: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The step's info, carrying the episode's ``tools`` (given at reset) when it has none.
+
+    Tool envs list their tools in the reset info only; the policy gets them with every turn's
+    info, so that a chat endpoint receives the tools on every request, as servers expect.
+    """
+    if "tools" in info or "tools" not in previous:
+        return info
+    return {**info, "tools": previous["tools"]}
 
 
 def _step_all(envs: Sequence[Any], actions: Sequence[str]) -> list[tuple[Any, ...]]:

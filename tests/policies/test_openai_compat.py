@@ -533,3 +533,117 @@ def test_cli_eval_with_the_openai_policy(server_url, tmp_path):
     assert code == 0
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["policy"] == "openai" and summary["model"] == ALIAS and summary["episodes"] == 1
+
+
+# ------------------------------------------------------- structured tool calls (issue 13 §2)
+
+
+def _gold_tool_episode(env_id="textgym/EmailToolUse-v0", seed=0):
+    """A finished gold episode: calls, their results, then a final answer."""
+    from textgym.policies import GoldPolicy
+
+    (traj,) = rollout(lambda: gym.make(env_id), GoldPolicy(), [seed], batch_size=1)
+    assert traj.num_steps >= 2 and "<tool_call>" in traj.messages[2]["content"]
+    return traj
+
+
+def test_tool_history_becomes_structured_calls_and_tool_messages():
+    from textgym.policies.openai_compat import to_chat_messages
+
+    traj = _gold_tool_episode()
+    calls = parse_tool_calls(traj.messages[2]["content"])
+    out = to_chat_messages(traj.messages)
+    assert [m["role"] for m in out[:2]] == ["system", "user"]
+    assistant = out[2]
+    assert assistant["role"] == "assistant" and "<tool_call>" not in (assistant["content"] or "")
+    assert [c["function"]["name"] for c in assistant["tool_calls"]] == [c.name for c in calls]
+    assert [json.loads(c["function"]["arguments"]) for c in assistant["tool_calls"]] == [
+        c.arguments for c in calls
+    ]
+    tools = out[3 : 3 + len(calls)]
+    assert [m["role"] for m in tools] == ["tool"] * len(calls)
+    assert [m["tool_call_id"] for m in tools] == [c["id"] for c in assistant["tool_calls"]]
+    assert all("<tool_response>" not in m["content"] for m in tools)
+    assert out[-1] == traj.messages[-1]  # the last observation stays a user message
+    assert to_chat_messages(traj.messages) == out  # deterministic ids
+
+
+def test_rejected_or_plain_replies_stay_text():
+    from textgym.policies.openai_compat import to_chat_messages
+
+    call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
+    messages = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": call + "<tool_call>{not json</tool_call>"},
+        {"role": "user", "content": "Malformed tool call: invalid JSON. No call ran."},
+        {"role": "assistant", "content": call},
+        {"role": "user", "content": "Too many calls; none ran."},  # no response block
+        {"role": "assistant", "content": "done"},
+    ]
+    assert to_chat_messages(messages) == messages
+
+
+def test_tools_on_every_turn_and_a_seed_per_request(monkeypatch):
+    """Client-level fake: what an endpoint receives over a two-turn EmailToolUse-v0 episode."""
+    from openai.resources.chat.completions import AsyncCompletions
+
+    seen: list[dict] = []
+    gold_traj = _gold_tool_episode()
+    replies = iter([m["content"] for m in gold_traj.messages[2::2]])
+
+    async def create(self, **request):
+        seen.append(request)
+        return _response({"role": "assistant", "content": next(replies)})
+
+    monkeypatch.setattr(AsyncCompletions, "create", create)
+    policy = OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, seed=7)
+    (traj,) = rollout(lambda: gym.make("textgym/EmailToolUse-v0"), policy, [0], batch_size=1)
+    assert traj.messages == gold_traj.messages and traj.rewards == gold_traj.rewards
+    assert len(seen) == traj.num_steps >= 2
+    assert all(r["tools"] and r["tools"] == seen[0]["tools"] for r in seen)
+    assert [r["seed"] for r in seen] == list(range(7, 7 + len(seen)))
+    second = seen[1]["messages"]
+    roles = [m["role"] for m in second]
+    assert roles == ["system", "user", "assistant"] + ["tool"] * (len(roles) - 3)
+    assert len(second[2]["tool_calls"]) == len(roles) - 3 >= 1
+    text = OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, tool_format="text")
+    plain = text._request(gold_traj.messages[:4], {"tools": seen[0]["tools"]})
+    assert "tools" not in plain and plain["messages"] == [dict(m) for m in gold_traj.messages[:4]]
+    with pytest.raises(ValueError, match="tool_format"):
+        OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, tool_format="xml")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 2, 3])  # tasks with calls (seed 1 is a no-op task)
+def test_the_real_server_takes_structured_tool_histories(server_url, seed, monkeypatch):
+    """EmailToolUse-v0 episodes whose replies are the gold ones, each turn also sent to the
+    real server: every request carries the tools and, after the first turn, the earlier calls as
+    ``tool_calls`` with their results as ``tool`` messages; the server answers each one."""
+    from textgym.policies import GoldPolicy
+
+    server = make_policy("openai", base_url=server_url, model=ALIAS, max_tokens=8, seed=seed)
+    sent: list[dict] = []
+    original = OpenAIPolicy._request
+
+    def spy(self, messages, info, number=0):
+        sent.append(original(self, messages, info, number))
+        return sent[-1]
+
+    monkeypatch.setattr(OpenAIPolicy, "_request", spy)
+    gold = GoldPolicy()
+
+    class Mirror:
+        name = "mirror"
+
+        def act(self, conversations, infos):
+            answers = server.act(conversations, infos)  # the server must accept each request
+            assert all(isinstance(a, Completion) for a in answers)
+            return gold.act(conversations, infos)
+
+    (traj,) = rollout(lambda: gym.make("textgym/EmailToolUse-v0"), Mirror(), [seed], batch_size=1)
+    assert len(sent) == traj.num_steps >= 2
+    assert all(request["tools"] for request in sent)
+    later = sent[-1]["messages"]
+    assistant = next(m for m in later if m["role"] == "assistant")
+    ids = [c["id"] for c in assistant["tool_calls"]]
+    assert [m["tool_call_id"] for m in later if m["role"] == "tool"] == ids

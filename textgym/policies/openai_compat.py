@@ -4,9 +4,13 @@
 ``openai`` client (``AsyncOpenAI``), many requests at once under a semaphore, spread round-robin
 over one or more endpoints. Transient failures (rate limits, timeouts, 5xx answers, dropped
 connections) are retried with exponential backoff. When the env offers tools
-(``info["tools"]``), they are sent as the request's ``tools`` and the structured ``tool_calls``
-of the answer are written back in the env's text form,
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``.
+(``info["tools"]``), they are sent as the request's ``tools`` on every turn and the structured
+``tool_calls`` of the answer are written back in the env's text form,
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. The history goes to the server
+as servers expect it (:func:`to_chat_messages`): the model's earlier calls as the assistant
+message's ``tool_calls``, and their results as ``tool`` messages with the calls' ids.
+``tool_format="text"`` keeps everything in the text form instead, for models without native
+tool calling.
 
 The endpoints are checked once, when the policy is built: an unreachable URL raises
 :class:`ConnectionError` and a model the server does not list raises :class:`ValueError`, each
@@ -39,6 +43,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from textgym.envs.workplace.toolcalls import parse_tool_calls
 from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
 
@@ -57,6 +62,7 @@ __all__ = [
     "is_transient",
     "render_tool_calls",
     "restore_stop",
+    "to_chat_messages",
     "with_retries",
 ]
 
@@ -203,6 +209,72 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
     return "\n".join(blocks)
 
 
+_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL)
+_RESPONSE_BLOCK = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+
+
+def to_chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """A textgym conversation with structured tool calls, as chat-completions servers expect.
+
+    textgym's tool envs read calls as ``<tool_call>{json}</tool_call>`` blocks in the assistant
+    text and answer with one ``<tool_response>`` block per call, in order, in the next user
+    message. Where an assistant message holds calls that all parse and the next message holds
+    exactly one response block per call (the calls ran), the pair becomes an assistant message
+    with ``tool_calls`` (ids ``call_<message index>_<k>``, arguments as a JSON string, the text
+    outside the blocks as its content) and one
+    ``tool`` message per result with its call's ``tool_call_id``. Anything else (a final answer,
+    a reply the env rejected whole, plain text) is sent unchanged. The translation is
+    deterministic, so the same conversation always gives the same request.
+
+    Args:
+        messages: The conversation as the rollout records it (system, user, assistant, ...).
+
+    Returns:
+        New message dicts; ``messages`` is not changed.
+    """
+    out: list[dict[str, Any]] = []
+    index = 0
+    while index < len(messages):
+        message = messages[index]
+        reply = messages[index + 1] if index + 1 < len(messages) else None
+        calls = parse_tool_calls(message["content"]) if message["role"] == "assistant" else []
+        results = (
+            _RESPONSE_BLOCK.findall(reply["content"])
+            if calls and reply is not None and reply["role"] == "user"
+            else []
+        )
+        if not calls or len(results) != len(calls) or any(c.error for c in calls):
+            out.append(dict(message))
+            index += 1
+            continue
+        ids = [f"call_{index}_{k}" for k in range(len(calls))]
+        text = _CALL_BLOCK.sub("", message["content"]).strip()
+        out.append(
+            {
+                "role": "assistant",
+                # "" rather than null: OpenAI takes either, llama.cpp's server only a string.
+                "content": text,
+                "tool_calls": [
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {
+                            "name": call.name,
+                            "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                        },
+                    }
+                    for call_id, call in zip(ids, calls)
+                ],
+            }
+        )
+        out.extend(
+            {"role": "tool", "tool_call_id": call_id, "content": result}
+            for call_id, result in zip(ids, results)
+        )
+        index += 2
+    return out
+
+
 def _field(value: Any, name: str) -> Any:
     """``value[name]`` of a mapping or ``value.name`` of an object; ``None`` when absent."""
     if isinstance(value, Mapping):
@@ -309,8 +381,10 @@ class OpenAIPolicy:
     Completions come back in the order of the conversations.
 
     When ``infos[i]["tools"]`` is non-empty, those tools are sent as the request's ``tools``
-    (:func:`chat_tools`) and any structured ``tool_calls`` in the answer are appended to its
-    text as ``<tool_call>`` blocks (:func:`render_tool_calls`), the form the tool envs parse.
+    (:func:`chat_tools`), the history with structured tool calls and ``tool`` messages
+    (:func:`to_chat_messages`), and any structured ``tool_calls`` in the answer are appended to
+    its text as ``<tool_call>`` blocks (:func:`render_tool_calls`), the form the tool envs parse
+    (``tool_format="text"`` sends none of the structure).
     Stop strings that the server drops are put back where they close an open tag
     (:func:`restore_stop`). ``Completion.finish_reason`` is ``"length"`` when the server says
     so and ``"stop"`` otherwise; token ids and log-probabilities are ``None``.
@@ -341,6 +415,7 @@ class OpenAIPolicy:
         backoff_s: float = 0.5,
         check: bool = True,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        tool_format: str = "native",
     ) -> None:
         """Configure the endpoints and sampling, and check that every endpoint serves the model.
 
@@ -360,12 +435,18 @@ class OpenAIPolicy:
             timeout_s: Seconds one attempt may take in all (connecting, sending, every read of
                 the answer), > 0; also bounds the ``/v1/models`` check (at most 30 s there).
             max_retries: Retries of a request after a transient failure, >= 0.
-            seed: Sent as the request's ``seed`` (best-effort determinism on servers that honour
-                it) and seeds the retry jitter; ``None`` sends none.
+            seed: The first request's ``seed`` (best-effort determinism on servers that honour
+                it); the n-th request of the policy's lifetime sends ``seed + n``, so that the
+                copies of one prompt in a GRPO group are sampled independently. It also seeds
+                the retry jitter; ``None`` sends none.
             backoff_s: Wait before the first retry, doubled for each further one (capped at 30 s).
             check: Query each endpoint's ``/v1/models`` now (recommended).
             max_response_bytes: Largest response body read, in bytes after decompression,
                 >= 1024 (default 16 MiB); a longer one fails the attempt.
+            tool_format: ``"native"``: send the env's tools with every request and the history
+                with structured tool calls (:func:`to_chat_messages`); ``"text"``: send no
+                ``tools`` and the history as text (the env's system prompt describes the call
+                format), for models without native tool calling.
 
         Raises:
             ValueError: for an argument out of range, a malformed URL, or a model that an
@@ -392,6 +473,8 @@ class OpenAIPolicy:
         stop = [stop] if isinstance(stop, str) else list(stop or [])
         if not all(isinstance(s, str) and s for s in stop):
             raise ValueError(f"Expected stop to be non-empty strings, got {stop!r}")
+        if tool_format not in ("native", "text"):
+            raise ValueError(f"Expected tool_format 'native' or 'text', got {tool_format!r}")
         if model is not None and (not isinstance(model, str) or not model):
             raise ValueError(f"Expected model to be a non-empty string or None, got {model!r}")
 
@@ -406,8 +489,10 @@ class OpenAIPolicy:
         self.seed = seed
         self.backoff_s = float(backoff_s)
         self.max_response_bytes = max_response_bytes
+        self.tool_format = tool_format
         self.tokens_generated = 0
         self._next_endpoint = 0
+        self._requests_made = 0
         self._rng = random.Random(seed)
         self.model = model
         if check:
@@ -494,11 +579,15 @@ class OpenAIPolicy:
 
     # ----------------------------------------------------------------------------- acting
 
-    def _request(self, messages: Sequence[Message], info: Mapping[str, Any]) -> dict[str, Any]:
-        """Keyword arguments of one ``chat.completions.create`` call."""
+    def _request(
+        self, messages: Sequence[Message], info: Mapping[str, Any], number: int = 0
+    ) -> dict[str, Any]:
+        """Keyword arguments of the policy's ``number``-th ``chat.completions.create`` call."""
+        tools = info.get("tools") if isinstance(info, Mapping) else None
+        native = bool(tools) and self.tool_format == "native"
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": [dict(m) for m in messages],
+            "messages": to_chat_messages(messages) if native else [dict(m) for m in messages],
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
@@ -506,9 +595,8 @@ class OpenAIPolicy:
         if self.stop:
             request["stop"] = list(self.stop)
         if self.seed is not None:
-            request["seed"] = self.seed
-        tools = info.get("tools") if isinstance(info, Mapping) else None
-        if tools:
+            request["seed"] = self.seed + number
+        if native:
             request["tools"] = chat_tools(tools)
         return request
 
@@ -578,8 +666,7 @@ class OpenAIPolicy:
                 ) from error
             return self._completion(response)
 
-        async def one(messages: Sequence[Message], info: Mapping[str, Any], url: str) -> Completion:
-            request = self._request(messages, info)
+        async def one(request: dict[str, Any], url: str) -> Completion:
             async with semaphore:
                 try:
                     return await with_retries(
@@ -611,11 +698,15 @@ class OpenAIPolicy:
                         f"check base_url and model"
                     ) from error
 
-        urls = []
-        for _ in conversations:  # round-robin over the policy's lifetime, in conversation order
+        # Endpoints round-robin and request seeds count over the policy's lifetime, both in
+        # conversation order, so a run is reproducible whatever order the answers come in.
+        requests, urls = [], []
+        for messages, info in zip(conversations, infos):
+            requests.append(self._request(messages, info, self._requests_made))
+            self._requests_made += 1
             urls.append(self.base_urls[self._next_endpoint % len(self.base_urls)])
             self._next_endpoint += 1
-        tasks = [asyncio.ensure_future(one(m, i, u)) for m, i, u in zip(conversations, infos, urls)]
+        tasks = [asyncio.ensure_future(one(r, u)) for r, u in zip(requests, urls)]
         try:
             return list(await asyncio.gather(*tasks))
         finally:
