@@ -506,3 +506,52 @@ def test_help_of_the_trainers_is_the_configs(capsys):
     assert exit_info.value.code == 0 and "--learning-rate" in out and "AdamW learning rate" in out
     assert "textgym.algos.grpo.GRPOConfig" in out  # the description names the config
     assert "``" not in out and ":func:" not in out  # its docstrings, without reST markup
+
+
+def _skip_without_training(command):
+    if command in ("sft", "train"):
+        for module in ("torch", "transformers"):
+            pytest.importorskip(module)
+
+
+@pytest.mark.parametrize("command", list(textgym.cli.SUBCOMMANDS))
+def test_an_unknown_option_of_any_subcommand_is_one_line(command, capsys):
+    _skip_without_training(command)
+    required = {"eval": [TTT], "play": [TTT], "collect": [TTT, "--output", "x.jsonl"]}
+    argv = [command, *required.get(command, []), "--colour"]
+    if command == "sft":
+        argv += ["--data", "x.jsonl"]
+    assert_one_usage_error(capsys, argv, "Unrecognized options: --colour")
+
+
+@pytest.mark.parametrize("command", ["eval", "collect", "play", "train"])
+def test_env_kwargs_are_json_in_every_subcommand(command, capsys, tmp_path):
+    _skip_without_training(command)
+    argv = [command, TTT, "--env-kwargs", "colour=red", "--output-dir", str(tmp_path / "r")]
+    if command in ("collect", "play"):
+        argv = argv[:-2] + (["--output", str(tmp_path / "x.jsonl")] if command == "collect" else [])
+    assert_one_usage_error(capsys, argv, "--env-kwargs is not valid JSON")
+
+
+@needs_training
+def test_train_takes_list_valued_env_kwargs(capsys, tmp_path, monkeypatch):
+    # The env is built with domains=["email"]; the run then stops at the missing model.
+    monkeypatch.chdir(tmp_path)
+    argv = ["train", "textgym/Workplace-v0", "--env-kwargs", '{"domains": ["email"]}']
+    argv += ["--wrappers", "--model", str(tmp_path / "none"), *TRAIN]
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert_one_usage_error(capsys, argv, "Could not load model")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "expected a subcommand: list, eval, collect, play, sft, train, compare"),
+        (["evaluate"], "unknown subcommand 'evaluate'"),
+        (["eval", TTT, "--episodes", "x"], "--episodes: expected {None}|INT, got 'x'"),
+        (["eval"], "Missing from textgym eval: ENV_ID"),
+        (["list", "extra"], "Unrecognized options: extra"),
+    ],
+)
+def test_the_grammar_itself_fails_in_one_line(argv, message, capsys):
+    assert_one_usage_error(capsys, argv, message)

@@ -368,6 +368,12 @@ def env_factory(
             + (f" and --wrappers {' '.join(wrappers)}" if wrappers else "")
             + f": {one_line(exc)}"
         ) from None
+    if not isinstance(probe.action_space, gym.spaces.Text):
+        probe.close()
+        raise UsageError(
+            f"{env_id} is not a text env: its action space is {probe.action_space}; textgym "
+            "plays envs whose actions are strings (gymnasium.spaces.Text)"
+        )
     return make, probe
 
 
