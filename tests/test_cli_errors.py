@@ -384,7 +384,7 @@ CASES = [
     ),
     pytest.param(
         ["sft", "--data", "{tmp}/missing.jsonl", *TRAIN],
-        "Expected data to be a JSONL file",
+        "a JSONL file",
         marks=needs_training,
         id="sft-data-not-found",
     ),
