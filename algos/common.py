@@ -5,13 +5,20 @@ Both trainers score token sequences with the same chunked log-prob function
 numerics, and both save checkpoints in the same layout, so ``textgym train --model`` can start
 from a ``textgym sft`` output directory:
 
-``checkpoint-{step}/`` holds the model (``save_pretrained``: full weights or, with LoRA, the
-adapter), the tokenizer, ``trainer_state.pt`` (optimizer, scheduler, RNG states, step, extra
-trainer state) and ``config.json`` (the trainer's arguments).
+``checkpoint-{step}/`` holds the model (``save_pretrained``: full weights and the model's own
+``config.json``, or with LoRA the adapter), the tokenizer, ``trainer_state.pt`` (optimizer,
+scheduler, RNG states, step, extra trainer state; tensors and plain data only, loaded with
+``torch.load(..., weights_only=True)``) and ``trainer_config.json`` (the trainer's arguments,
+which :func:`check_resumable` compares on resume).
+
+Both trainers also load and prepare the model they train through one function
+(:func:`load_trainable_model`: load, optional reference copy, gradient checkpointing, LoRA), so
+an option such as ``lora_alpha`` means the same in ``textgym sft`` and ``textgym train``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import pickle
@@ -36,6 +43,7 @@ __all__ = [
     "check_positive_ints",
     "check_resumable",
     "check_finite_parameters",
+    "load_trainable_model",
     "make_optimizer",
     "shared_prefix_hidden",
     "shared_prefix_length",
@@ -57,54 +65,54 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 @dataclass(kw_only=True)
 class OptimizationConfig:
-    """Arguments both trainers share: optimizer, memory and device settings."""
+    """Arguments both trainers share: optimizer, memory, device and reporting settings."""
 
     learning_rate: float = 1e-5
-    """AdamW learning rate."""
+    """AdamW learning rate (per optimizer step)."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """AdamW decoupled weight decay (0 turns it off)."""
     warmup_steps: int = 0
-    """Linear learning-rate warm-up, in optimizer steps."""
+    """Linear learning-rate warm-up, in optimizer steps (0: the full rate from the start)."""
     max_grad_norm: float = 1.0
-    """Gradient clipping by global norm (0 turns it off)."""
+    """Gradient clipping by global L2 norm (0 turns it off)."""
     micro_batch_size: int = 16
-    """Sequences per forward/backward pass (gradient accumulation; the update does not depend
-    on it)."""
+    """Sequences per forward/backward pass; gradients are accumulated over the micro-batches of
+    a step, and the update does not depend on this number (only memory and speed do)."""
     logprob_chunk_size: int = 1024
-    """Positions per LM-head chunk when computing log-probs (memory: chunk x vocab x 4 bytes)."""
+    """Token positions per LM-head chunk when computing log-probs (memory: chunk x vocabulary x
+    4 bytes)."""
     device: str = "auto"
-    """``auto`` (CUDA if available), ``cpu`` or ``cuda[:i]``."""
+    """Where to train: auto (CUDA if available, else the CPU), cpu, or cuda / cuda:i."""
     bf16: bool = True
-    """bf16 autocast for training forward passes on CUDA (see ``cpu_bf16`` for the CPU)."""
+    """bf16 autocast for training forward passes on CUDA (see cpu-bf16 for the CPU)."""
     cpu_bf16: bool = False
     """bf16 autocast on CPUs that compute bf16 natively (AMX or AVX512-BF16; ignored elsewhere).
     Off by default so CPU runs stay float32. On a 2-core AMX Xeon, one Gemma-3-270M step of 8
     sequences x 150 tokens took 6.5 s instead of 9 s (full fine-tuning) and 3.5 s instead of
     5.1 s (LoRA rank 16); master weights, gradients and optimizer state stay float32."""
     gradient_checkpointing: bool = False
-    """Recompute decoder activations in the backward pass."""
+    """Recompute decoder activations in the backward pass (less memory, about 30% more time)."""
     lora_rank: int = 0
-    """0: full fine-tuning; > 0: LoRA adapters of this rank (peft)."""
+    """0: full fine-tuning; above 0: LoRA adapters of this rank on every linear layer (peft),
+    the base weights frozen."""
     lora_alpha: int = 16
-    """LoRA scaling numerator."""
+    """LoRA scaling numerator: the adapter's output is scaled by lora_alpha / lora_rank."""
     tensorboard: bool = True
-    """Also write TensorBoard scalars."""
+    """Also write TensorBoard scalars (under output_dir/tensorboard)."""
+    progress: bool = True
+    """Print one line per optimizer step to stderr while training: step, loss, reward (GRPO),
+    step time in seconds and tokens per second."""
 
     def __post_init__(self) -> None:
         check_finite_floats(self)
         check_positive_ints(self, ("micro_batch_size", "logprob_chunk_size"))
         if self.learning_rate <= 0:
-            raise ValueError(f"Expected learning_rate > 0, got {self.learning_rate}")
-        if self.weight_decay < 0 or self.max_grad_norm < 0:
-            raise ValueError(
-                f"Expected weight_decay >= 0 and max_grad_norm >= 0, got {self.weight_decay}, "
-                f"{self.max_grad_norm}"
-            )
-        if self.warmup_steps < 0 or self.lora_rank < 0:
-            raise ValueError(
-                f"Expected warmup_steps >= 0 and lora_rank >= 0, got {self.warmup_steps}, "
-                f"{self.lora_rank}"
-            )
+            raise ValueError(f"learning_rate: expected > 0, got {self.learning_rate}")
+        for name in ("weight_decay", "max_grad_norm", "warmup_steps", "lora_rank"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+        if self.lora_rank > 0 and self.lora_alpha <= 0:
+            raise ValueError(f"lora_alpha: expected > 0 with LoRA, got {self.lora_alpha}")
 
 
 def check_finite_floats(config: Any) -> None:
@@ -112,22 +120,29 @@ def check_finite_floats(config: Any) -> None:
 
     Checked before any range check: NaN fails no ``x < 0`` test (a NaN ``max_grad_norm`` or
     clipping epsilon would silently turn clipping off) and an infinite learning rate passes
-    ``> 0``. Floats inside tuples and lists (``opponent_skill``) are checked too.
+    ``> 0``. Floats inside tuples and lists (``opponent_random_move_prob``) are checked too.
+
+    Raises:
+        ValueError: ``"{field}: expected a finite number, got {value!r}"``.
     """
     for field in fields(config):
         value = getattr(config, field.name, None)  # init=False fields may not be set yet
         values = value if isinstance(value, (tuple, list)) else (value,)
         for item in values:
             if isinstance(item, float) and not math.isfinite(item):
-                raise ValueError(f"Expected {field.name} to be a finite number, got {value!r}")
+                raise ValueError(f"{field.name}: expected a finite number, got {value!r}")
 
 
 def check_positive_ints(config: Any, names: Sequence[str]) -> None:
-    """Raise ValueError naming the first of ``config``'s fields ``names`` that is not an int >= 1."""
+    """Raise ValueError naming the first of ``config``'s fields ``names`` that is not an int >= 1.
+
+    Raises:
+        ValueError: ``"{field}: expected an int >= 1, got {value!r}"``.
+    """
     for name in names:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"Expected {name} to be an int >= 1, got {value!r}")
+            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
 
 
 def make_optimizer(model: Any, config: OptimizationConfig) -> tuple[torch.optim.Optimizer, Any]:
@@ -280,6 +295,44 @@ def prepare_model(
             model.enable_input_require_grads()
     model.train()
     return model
+
+
+def load_trainable_model(
+    config: Any, device: torch.device, *, reference: bool = False
+) -> tuple[Any, Any, Any | None]:
+    """Load ``config.model`` and make it trainable as the config says; the one way both trainers
+    get the model they train.
+
+    Loads with :func:`textgym.models.load_model` (float32 weights; bf16 is autocast at run
+    time, see ``bf16`` and ``cpu_bf16``), optionally keeps a frozen copy as the reference
+    policy, then applies :func:`prepare_model` with the config's ``gradient_checkpointing``,
+    ``lora_rank`` and ``lora_alpha``.
+
+    Args:
+        config: A trainer config: an :class:`OptimizationConfig` with a ``model`` field.
+        device: Where the model goes.
+        reference: Also return a frozen copy of the loaded weights for a KL penalty. With LoRA
+            none is made (``None``): the base model with its adapter disabled is the reference.
+
+    Returns:
+        ``(model, tokenizer, reference)``: the model in train mode (a ``peft`` model when
+        ``lora_rank > 0``), its tokenizer, and the reference model in eval mode or ``None``.
+
+    Raises:
+        ValueError, OSError: from :func:`~textgym.models.load_model` (unknown model, no files).
+        ImportError: LoRA without ``peft``.
+    """
+    from textgym.models import load_model
+
+    model, tokenizer = load_model(config.model, device=device)
+    frozen = copy.deepcopy(model).eval() if reference and config.lora_rank == 0 else None
+    model = prepare_model(
+        model,
+        gradient_checkpointing=config.gradient_checkpointing,
+        lora_rank=config.lora_rank,
+        lora_alpha=config.lora_alpha,
+    )
+    return model, tokenizer, frozen
 
 
 class TokenBatch:
@@ -621,6 +674,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval_episodes",
         "log_every",
         "tensorboard",
+        "progress",
         "device",
         "output_dir",
     }

@@ -2,28 +2,31 @@
 
 GRPO (Shao et al., 2024, "DeepSeekMath") drops PPO's value network: each task is played by a
 *group* of ``G`` episodes that share the seed (same task, same opponent), and an episode's
-advantage is its return measured against its group. One training step:
+advantage is its return measured against its group. One training step of :func:`train`:
 
 1. **Rollout** ``M`` tasks x ``G`` copies with :func:`textgym.rollout.rollout`, token-in /
    token-out, so every trajectory carries its token ids, sampling log-probs and a loss mask
    that covers only the policy's own tokens (multi-turn episodes included).
-2. **Advantages** per group (:func:`~textgym.algos.losses.group_advantages`); groups whose
-   rewards are all equal carry no signal and are left out of the backward pass.
-3. **Update**: ``num_iterations`` optimizer steps on the batch with the clipped surrogate of
-   the chosen ``loss_type`` (:func:`~textgym.algos.losses.policy_loss`), gradients accumulated
-   over micro-batches with a normaliser of the whole batch, so the update does not depend on
-   the micro-batch size.
+2. **Update** (:func:`update`): advantages per group
+   (:func:`~textgym.algos.losses.group_advantages`; groups whose rewards are all equal carry no
+   signal and are left out of the backward pass), then ``num_iterations`` optimizer steps with
+   the clipped surrogate of the chosen ``loss_type`` (:func:`~textgym.algos.losses.policy_loss`),
+   gradients accumulated over micro-batches with a normaliser of the whole batch, so the update
+   does not depend on the micro-batch size.
+3. **Log, evaluate, save**: metrics (JSONL + TensorBoard, one progress line per step), an
+   evaluation and a checkpoint every few steps.
 
-Evaluation, metrics (JSONL + TensorBoard), plots and checkpoints happen every few steps. The
-same code runs on CPU (float32) and CUDA (bf16 autocast, optional gradient checkpointing and
-LoRA).
+The learner state (model, reference, optimizer, scheduler, device, non-finite guard) is one
+:class:`Learner`; :func:`update` takes it and a batch of trajectories and returns the step's
+metrics. The maths lives in :mod:`textgym.algos.losses`. The same code runs on CPU (float32)
+and CUDA (bf16 autocast, optional gradient checkpointing and LoRA).
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,14 +46,15 @@ from textgym.algos.common import (
     check_resumable,
     latest_checkpoint,
     load_checkpoint,
+    load_trainable_model,
     make_optimizer,
     make_token_batch,
-    prepare_model,
     resolve_device,
     save_checkpoint,
     sequence_log_probs,
 )
 from textgym.algos.losses import (
+    LOSS_VARIANTS,
     LossType,
     ScaleRewards,
     group_advantages,
@@ -58,98 +62,89 @@ from textgym.algos.losses import (
     policy_loss,
     zero_variance_groups,
 )
-from textgym.algos.metrics import MetricsLogger, plot_metrics, write_run_record
+from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.evaluation import summarize
-from textgym.models import load_model
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import Trajectory, rollout
-from textgym.wrappers import REWARD_WRAPPERS, OpponentSkill
+from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
-__all__ = ["GRPOConfig", "evaluate", "train"]
+__all__ = ["GRPOConfig", "Learner", "evaluate", "make_learner", "train", "update"]
 
-# Clip ranges when none is given: PPO's 0.2; DAPO's clip-higher 0.28 (Yu et al., 2025); GSPO's
-# sequence-level 3e-4 / 4e-4 (Zheng et al., 2025); CISPO truncates the IS weight at 1 + 5.0
-# in practice (MiniMax, 2025) and has no lower bound.
-_DEFAULT_EPSILONS: dict[str, tuple[float, float]] = {
-    "grpo": (0.2, 0.2),
-    "dapo": (0.2, 0.28),
-    "dr_grpo": (0.2, 0.2),
-    "gspo": (3e-4, 4e-4),
-    "cispo": (0.0, 5.0),
-}
 _EVAL_SEED_OFFSET = 10**9  # evaluation seeds never collide with training tasks
 
 
 @dataclass(kw_only=True)
 class GRPOConfig(OptimizationConfig):
-    """Arguments of :func:`train`; every field is a ``textgym train`` flag."""
+    """Arguments of textgym train (GRPO); every field is an option of the command."""
 
-    model: str = "tiny"
-    """Policy to train: ``tiny``, ``gemma-3-270m``, a local directory (e.g. ``textgym sft``'s
-    output) or a Hugging Face id."""
+    model: str = "gemma-3-270m"
+    """Policy to train: gemma-3-270m, tiny (a small random model for tests), a local directory
+    (e.g. the output of textgym sft) or a Hugging Face model id."""
     output_dir: str = "runs/grpo"
-    """Where checkpoints, ``metrics.jsonl``, TensorBoard logs and plots go."""
+    """Directory for checkpoints, metrics.jsonl, TensorBoard logs and plots."""
     env_id: str = "textgym/TicTacToe-v0"
-    """Registered env to train on."""
+    """Registered env to train on (textgym list shows them)."""
     env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
-    """Keyword arguments of ``gymnasium.make``."""
+    """Keyword arguments of gymnasium.make for the env (none by default)."""
     wrappers: tuple[str, ...] = ("invalid_action_penalty",)
-    """Reward wrappers applied in order (``format_reward``, ``invalid_action_penalty``)."""
-    opponent_skill: tuple[float, float] | None = (0.5, 1.0)
-    """TicTacToe only: the opponent's ``random_move_prob`` is drawn per task from this range,
-    stratified over the tasks of a step (:class:`textgym.wrappers.OpponentSkill`); ``None``
-    keeps the env's own setting."""
+    """Reward wrappers applied in order: format_reward, invalid_action_penalty."""
+    opponent_random_move_prob: tuple[float, float] | None = (0.5, 1.0)
+    """Envs with an opponent (tic-tac-toe): the range (low, high) from which each task's
+    opponent random-move probability is drawn, stratified over the tasks of a step; 1 is a
+    uniformly random opponent, 0 the optimal one. None keeps the env's own setting."""
     seed: int = 0
     """Seed of tasks, sampling and initialisation."""
     steps: int = 100
-    """Training steps (rollout + update)."""
+    """Training steps (one rollout and one update each)."""
     tasks_per_step: int = 8
     """Tasks (groups) per step, M."""
     group_size: int = 8
-    """Episodes per task, G (>= 2: a group of one has no baseline)."""
+    """Episodes per task, G (at least 2: a group of one has no baseline)."""
     rollout_batch_size: int = 64
-    """Largest number of episodes generated at once."""
+    """Most episodes generated at once (memory, not maths)."""
     max_new_tokens: int = 32
-    """Most tokens per completion (per turn)."""
+    """Most tokens per completion (per agent turn)."""
     temperature: float = 1.0
     """Sampling temperature; training log-probs use the same temperature."""
     top_p: float = 1.0
     """Nucleus sampling mass (1 turns it off; the surrogate assumes unmodified sampling)."""
     num_iterations: int = 1
-    """Optimizer steps per rollout batch (mu); > 1 reuses the batch with stored old log-probs."""
+    """Optimizer steps per rollout batch (mu); above 1 reuses the batch with stored old
+    log-probs."""
     loss_type: LossType = "dapo"
-    """Surrogate: ``grpo``, ``dapo``, ``dr_grpo``, ``gspo`` or ``cispo`` (see ``losses.py``)."""
+    """Policy loss, a row of the loss table in textgym/algos/losses.py (surrogate, reduction,
+    normaliser, default clip range)."""
     scale_rewards: ScaleRewards | None = None
-    """Advantage scaling ``group``, ``batch`` or ``none``; default ``none`` for ``dr_grpo``
-    (Dr. GRPO removes the std division), else ``group``."""
+    """Advantage scaling: group (divide by the group's std), batch (by the batch's std) or none;
+    None takes the loss type's default (none for dr_grpo, else group)."""
     epsilon_low: float | None = None
-    """Lower clip range; default per loss type (0.2; gspo 3e-4)."""
+    """Clip range below a ratio of 1; None takes the loss type's default (0.2; gspo 3e-4)."""
     epsilon_high: float | None = None
-    """Upper clip range; default per loss type (grpo 0.2, dapo 0.28, gspo 4e-4, cispo 5.0)."""
+    """Clip range above a ratio of 1; None takes the loss type's default (grpo 0.2, dapo 0.28,
+    gspo 4e-4, cispo 5.0)."""
     beta: float = 0.0
-    """Weight of the k3 KL penalty to the initial policy; 0 loads no reference model."""
+    """Weight of the k3 KL penalty to the initial policy (nats per token); 0 loads no reference
+    model."""
     share_prefix: bool = True
-    """Run the prompt a group's rows share once: in the rollout's prefill
-    (``HFPolicy(share_prefill=...)``) and per micro-batch in the update's forward pass
-    (:func:`textgym.algos.common.shared_prefix_hidden`). The same samples and loss up to float
-    rounding, fewer FLOPs; the update ignores it under gradient checkpointing."""
+    """Run the prompt a group's rows share once, in the rollout's prefill and in the update's
+    forward pass: the same samples and loss up to float rounding, fewer FLOPs; the update
+    ignores it under gradient checkpointing."""
     mask_truncated: bool = False
-    """Give no loss to episodes with a completion cut by ``max_new_tokens`` (DAPO's overlong
+    """Give no loss to episodes with a completion cut by max_new_tokens (DAPO's overlong
     filtering); they still count in their group's statistics."""
     eval_every: int = 10
-    """Evaluate every this many steps (0: only at the end)."""
+    """Evaluate every this many steps (0: only before the first step and at the end)."""
     eval_episodes: int = 100
-    """Episodes per evaluation opponent."""
+    """Episodes per evaluation setting (per opponent for tic-tac-toe)."""
     eval_temperature: float = 0.0
     """Sampling temperature of evaluation; 0 decodes greedily."""
     save_every: int = 0
     """Checkpoint every this many steps (0: only at the end)."""
     resume: bool = False
-    """Continue from the latest checkpoint in ``output_dir``."""
+    """Continue from the latest checkpoint in output_dir."""
     time_limit_minutes: float | None = None
-    """Wall-clock budget of this invocation: after the step that crosses it, save a checkpoint
-    and return (a later run with ``resume`` goes on). For preemptible jobs and the GPU suite's
-    parts of under 9 minutes. ``None``: no limit."""
+    """Wall-clock budget of this invocation in minutes: after the step that crosses it, save a
+    checkpoint and return (a later run with resume goes on). None: no limit."""
 
     # Derived in __post_init__.
     batch_size: int = field(init=False)
@@ -163,52 +158,116 @@ class GRPOConfig(OptimizationConfig):
         )
         if self.group_size < 2:
             raise ValueError(
-                f"Expected group_size >= 2, got {self.group_size}: a group of one episode has "
+                f"group_size: expected >= 2, got {self.group_size}: a group of one episode has "
                 "no baseline, so every advantage would be 0"
             )
-        if self.loss_type not in _DEFAULT_EPSILONS:
+        if self.loss_type not in LOSS_VARIANTS:
             raise ValueError(
-                f"Unknown loss_type {self.loss_type!r}; expected one of {', '.join(_DEFAULT_EPSILONS)}"
+                f"loss_type: unknown loss_type {self.loss_type!r}; expected one of "
+                f"{', '.join(LOSS_VARIANTS)}"
             )
+        variant = LOSS_VARIANTS[self.loss_type]
         if self.scale_rewards is None:
-            self.scale_rewards = "none" if self.loss_type == "dr_grpo" else "group"
-        if self.loss_type == "dr_grpo" and self.scale_rewards != "none":
+            self.scale_rewards = variant.scale_rewards[0]
+        if self.scale_rewards not in variant.scale_rewards:
+            allowed = " or ".join(f"scale_rewards={s!r}" for s in variant.scale_rewards)
             raise ValueError(
-                f"dr_grpo removes the std division (Liu et al., 2025), got scale_rewards="
-                f"{self.scale_rewards!r}; use scale_rewards='none' or another loss_type"
+                f"scale_rewards: {self.loss_type} ({variant.source}) allows only "
+                f"{', '.join(variant.scale_rewards)}, got {self.scale_rewards!r}; use {allowed} "
+                "or another loss_type"
             )
-        low, high = _DEFAULT_EPSILONS[self.loss_type]
+        low, high = variant.epsilons
         self.epsilon_low = low if self.epsilon_low is None else self.epsilon_low
         self.epsilon_high = high if self.epsilon_high is None else self.epsilon_high
-        if self.epsilon_low < 0 or self.epsilon_high < 0:
-            raise ValueError(
-                f"Expected clip ranges >= 0, got {self.epsilon_low}, {self.epsilon_high}"
-            )
-        if self.eval_temperature < 0:
-            raise ValueError(f"Expected eval_temperature >= 0, got {self.eval_temperature}")
+        for name in ("epsilon_low", "epsilon_high", "eval_temperature", "beta"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if self.temperature <= 0:
-            raise ValueError(f"Expected temperature > 0 for GRPO sampling, got {self.temperature}")
+            raise ValueError(f"temperature: expected > 0 for GRPO sampling, got {self.temperature}")
         if not 0 < self.top_p <= 1:
-            raise ValueError(f"Expected top_p in (0, 1], got {self.top_p}")
+            raise ValueError(f"top_p: expected a value in (0, 1], got {self.top_p}")
         if self.time_limit_minutes is not None and self.time_limit_minutes <= 0:
             raise ValueError(
-                f"Expected time_limit_minutes > 0 or None, got {self.time_limit_minutes}"
+                f"time_limit_minutes: expected > 0 or None, got {self.time_limit_minutes}"
             )
-        if self.beta < 0:
-            raise ValueError(f"Expected beta >= 0, got {self.beta}")
         unknown = [w for w in self.wrappers if w not in REWARD_WRAPPERS]
         if unknown:
             raise ValueError(
-                f"Unknown wrappers {unknown}; expected any of {', '.join(REWARD_WRAPPERS)}"
+                f"wrappers: unknown wrappers {unknown}; expected any of "
+                f"{', '.join(REWARD_WRAPPERS)}"
             )
-        if (
-            self.opponent_skill is not None
-            and not 0 <= self.opponent_skill[0] <= self.opponent_skill[1] <= 1
-        ):
+        prob = self.opponent_random_move_prob
+        if prob is not None and not (len(prob) == 2 and 0 <= prob[0] <= prob[1] <= 1):
             raise ValueError(
-                f"Expected opponent_skill (low, high) with 0 <= low <= high <= 1, got {self.opponent_skill}"
+                "opponent_random_move_prob: expected (low, high) with 0 <= low <= high <= 1, "
+                f"got {prob}"
             )
         self.batch_size = self.tasks_per_step * self.group_size
+
+
+@dataclass(kw_only=True)
+class Learner:
+    """The learner state of a GRPO run: everything :func:`update` reads or changes.
+
+    Build one with :func:`make_learner`, or directly (tests pass their own optimizer).
+
+    Attributes:
+        config: The run's arguments (never changed).
+        model: The policy being trained, a ``transformers`` causal LM (a ``peft`` model with
+            LoRA), in train mode.
+        optimizer: Over the model's trainable parameters (AdamW in :func:`make_learner`).
+        scheduler: Learning-rate schedule, stepped once per optimizer step.
+        max_loss_tokens: Most policy tokens per episode (``max_new_tokens`` x the env's most
+            agent turns); ``dr_grpo``'s constant normaliser is the batch size times this.
+        device: Where the model runs.
+        reference: Frozen reference policy of the KL penalty; ``None`` when ``beta == 0``, and
+            with LoRA (the base model with its adapter disabled is the reference then).
+        tokenizer: The model's tokenizer (``None`` when only :func:`update` is needed).
+        pad_token_id: Token id written in padding (never attended to, never scored).
+        guard: Skips optimizer steps whose loss or gradient norm is not finite, and stops the
+            run after a few in a row.
+    """
+
+    config: GRPOConfig
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    max_loss_tokens: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    reference: Any = None
+    tokenizer: Any = None
+    pad_token_id: int = 0
+    guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
+
+
+def make_learner(
+    config: GRPOConfig, *, max_turns: int = 1, device: torch.device | None = None
+) -> Learner:
+    """Load and prepare ``config.model`` (:func:`~textgym.algos.common.load_trainable_model`),
+    a reference copy when ``beta > 0``, AdamW and its warm-up schedule.
+
+    Args:
+        config: The run's arguments.
+        max_turns: Most agent turns per episode (the env's step limit), for ``max_loss_tokens``.
+        device: Where to train; default ``resolve_device(config.device)``.
+
+    Raises:
+        ValueError: CUDA asked for and not available; a model that cannot be loaded.
+    """
+    device = resolve_device(config.device) if device is None else device
+    model, tokenizer, reference = load_trainable_model(config, device, reference=config.beta > 0)
+    optimizer, scheduler = make_optimizer(model, config)
+    return Learner(
+        config=config,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        max_loss_tokens=config.max_new_tokens * max_turns,
+        device=device,
+        reference=reference,
+        tokenizer=tokenizer,
+        pad_token_id=tokenizer.pad_token_id or 0,
+    )
 
 
 def train(config: GRPOConfig) -> dict[str, Any]:
@@ -225,134 +284,227 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
     torch.manual_seed(config.seed)
-    device = resolve_device(config.device)
-    out = Path(config.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    # Resume checks come first, so a refused resume leaves the run's records untouched.
-    checkpoint = latest_checkpoint(out) if config.resume else None
-    if checkpoint is not None:
-        check_resumable(checkpoint, config)
-        if checkpoint.name == f"checkpoint-{config.steps}" and (out / "final_eval.json").exists():
-            print(f"{out} already finished its {config.steps} steps; nothing to do")
-            return json.loads((out / "final_eval.json").read_text())
+    device, out = resolve_device(config.device), Path(config.output_dir)
+    checkpoint = _checkpoint_to_resume(config, out)  # checked before any record is touched
+    if checkpoint is not None and _finished(checkpoint, config):
+        print(f"{out} already finished its {config.steps} steps; nothing to do")
+        return json.loads((out / "final_eval.json").read_text())
     write_run_record(out, config)
     task = _env_factory(config)
-
-    model, tokenizer = load_model(config.model, device=device)
-    reference = copy.deepcopy(model).eval() if config.beta > 0 and config.lora_rank == 0 else None
-    model = prepare_model(
-        model,
-        gradient_checkpointing=config.gradient_checkpointing,
-        lora_rank=config.lora_rank,
-        lora_alpha=config.lora_alpha,
-    )
-    policy = HFPolicy(
-        model,
-        tokenizer,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        stop=list(task.stop),
-        batch_size=config.rollout_batch_size,
-        seed=config.seed,
-        share_prefill=config.share_prefix,
-    )
-    evaluator = HFPolicy(
-        model,
-        tokenizer,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.eval_temperature,
-        stop=list(task.stop),
-        batch_size=config.rollout_batch_size,
-        seed=config.seed + 1,
-    )
-    optimizer, scheduler = make_optimizer(model, config)
-
-    start = 0
-    if checkpoint is not None:
-        state = load_checkpoint(checkpoint, model=model, optimizer=optimizer, scheduler=scheduler)
-        start = int(state["step"])
-        policy.set_sampling_state(state["extra"].get("sampling_state"))
-    logger = MetricsLogger(out, tensorboard=config.tensorboard, resume=config.resume)
-    if checkpoint is not None:
-        logger.truncate_after(start)
-    max_loss_tokens = config.max_new_tokens * task.max_turns
-    guard = NonFiniteGuard()
-
-    def run_eval() -> dict[str, float]:
-        metrics = evaluate(
-            task.make,
-            evaluator,
-            episodes=config.eval_episodes,
-            seed=config.seed,
-            batch_size=config.rollout_batch_size,
-        )
-        evaluator.clear_cache()
-        return metrics
-
+    learner = make_learner(config, max_turns=task.max_turns, device=device)
+    policy, evaluator = _policies(learner, task)
+    start = _restore(checkpoint, learner, policy)
+    deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
     eval_metrics: dict[str, Any] = {}
-
-    deadline = (
-        time.perf_counter() + 60 * config.time_limit_minutes
-        if config.time_limit_minutes is not None
-        else math.inf
-    )
-    with logger:
+    with MetricsLogger(out, tensorboard=config.tensorboard, resume=config.resume) as logger:
+        if checkpoint is not None:
+            logger.truncate_after(start)
         if start == 0:
-            eval_metrics = run_eval()
+            eval_metrics = _evaluate(evaluator, task, config)
             logger.log(0, eval_metrics, stage="eval")
-        for step in range(start, config.steps):
+        for step in range(start + 1, config.steps + 1):
             began = time.perf_counter()
-            trajectories = _rollout_step(task, policy, config, step)
+            trajectories = _rollout_step(task, policy, config, step - 1)
             policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
             rolled = time.perf_counter()
-            metrics = _train_on(
-                trajectories,
-                model,
-                reference,
-                optimizer,
-                scheduler,
-                config,
-                device,
-                tokenizer.pad_token_id or 0,
-                max_loss_tokens,
-                guard,
-            )
-            metrics.update(_rollout_metrics(trajectories))
-            metrics.update(
-                rollout_time_s=rolled - began,
-                update_time_s=time.perf_counter() - rolled,
-                step_time_s=time.perf_counter() - began,
-                lr=scheduler.get_last_lr()[0],
-            )
-            if device.type == "cuda":
-                metrics["cuda_max_memory_gib"] = torch.cuda.max_memory_allocated(device) / 2**30
-            logger.log(step + 1, metrics)
-            done = step + 1 == config.steps
-            if done or (config.eval_every and (step + 1) % config.eval_every == 0):
-                eval_metrics = run_eval()
-                logger.log(step + 1, eval_metrics, stage="eval")
+            metrics = update(learner, trajectories) | _rollout_metrics(trajectories)
+            metrics |= _timing(learner, began, rolled)
+            logger.log(step, metrics)
+            _report_progress(config, step, metrics)
+            done = step == config.steps
+            if done or _every(config.eval_every, step):
+                eval_metrics = _evaluate(evaluator, task, config)
+                logger.log(step, eval_metrics, stage="eval")
             out_of_time = time.perf_counter() > deadline
-            if done or out_of_time or (config.save_every and (step + 1) % config.save_every == 0):
-                save_checkpoint(
-                    out,
-                    step + 1,
-                    model=model,
-                    tokenizer=tokenizer,
-                    optimizer=optimizer,
-                    scheduler=scheduler,
-                    config=config,
-                    extra={"sampling_state": policy.sampling_state()},
-                )
+            if done or out_of_time or _every(config.save_every, step):
+                _save(learner, policy, step)
             if out_of_time and not done:
                 print(
-                    f"time limit of {config.time_limit_minutes} min reached after step "
-                    f"{step + 1}; resume to go on"
+                    f"time limit of {config.time_limit_minutes} min reached after step {step}; resume to go on"
                 )
                 break
     plot_metrics(out / "metrics.jsonl", out / "plots")
     (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")
     return eval_metrics
+
+
+def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]:
+    """One GRPO update on a batch of trajectories: advantages, then ``num_iterations`` optimizer
+    steps on the groups that carry signal.
+
+    Args:
+        learner: The learner state; its model, optimizer, scheduler and guard change.
+        trajectories: ``B = M x G`` token-level trajectories (``rollout(..., token_level=True)``),
+            consecutive runs of ``G = config.group_size`` forming a group.
+
+    Returns:
+        The step's metrics, the same keys every step (``NaN`` where an update was skipped):
+        ``zero_variance_fraction``, ``advantage_abs_mean``, ``loss``, ``grad_norm``,
+        ``nonfinite_skipped``, ``clip_fraction``, ``ratio_mean``, ``kl`` (nats per token),
+        ``entropy`` (nats per token), ``loss_tokens``, ``skipped_update`` (1.0 when every group
+        had equal rewards), ``sampler_logprob_gap``.
+
+    Raises:
+        ValueError: an episode return is NaN or inf (an env or wrapper bug; nothing is updated),
+            or ``B`` is not a multiple of the group size.
+        FloatingPointError: from the guard when steps keep having a non-finite loss or gradient.
+    """
+    config = learner.config
+    rewards = torch.tensor(_finite_returns(trajectories))  # [B] float32
+    advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
+    flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
+    keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
+    metrics = {
+        "zero_variance_fraction": float(flat.float().mean()),
+        "advantage_abs_mean": float(advantages.abs().mean()),
+    }
+    if not keep.any():  # same keys every step (NaN is written as null): plots have no gaps
+        return metrics | dict.fromkeys(_UPDATE_KEYS, math.nan) | _SKIPPED
+    kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
+    batch = make_token_batch(
+        [t.token_ids for t in kept],
+        [_loss_mask(t, config.mask_truncated) for t in kept],
+        [t.token_logprobs for t in kept],
+        pad_token_id=learner.pad_token_id,
+    )
+    normalizer = loss_normalizer(config.loss_type, batch.loss_mask, learner.max_loss_tokens)
+    size = config.micro_batch_size
+    micro = [
+        (
+            batch.select(slice(i, i + size)).to(learner.device),
+            advantages[keep][i : i + size].to(learner.device),
+        )
+        for i in range(0, len(batch), size)
+    ]
+    old, ref = _fixed_log_probs(learner, micro)
+    for iteration in range(config.num_iterations):
+        stats = _optimizer_step(learner, micro, old, ref, normalizer)
+        learner.scheduler.step()
+        if iteration == 0:
+            metrics.update(stats)
+    metrics["skipped_update"] = 0.0
+    metrics["sampler_logprob_gap"] = _sampler_gap(micro, old)
+    return metrics
+
+
+# Metrics of an update that runs no optimizer step (every group had equal rewards).
+_UPDATE_KEYS = ("loss", "grad_norm", "clip_fraction", "ratio_mean", "kl", "entropy")
+_SKIPPED = {"sampler_logprob_gap": math.nan, "loss_tokens": 0.0, "skipped_update": 1.0}
+
+
+def _checkpoint_to_resume(config: GRPOConfig, out: Path) -> Path | None:
+    """The checkpoint ``resume`` continues (checked against ``config``), else ``None``."""
+    checkpoint = latest_checkpoint(out) if config.resume else None
+    if checkpoint is not None:
+        check_resumable(checkpoint, config)
+    return checkpoint
+
+
+def _finished(checkpoint: Path, config: GRPOConfig) -> bool:
+    """Whether ``checkpoint`` ends a run that already wrote its final evaluation."""
+    final_eval = Path(config.output_dir) / "final_eval.json"
+    return checkpoint.name == f"checkpoint-{config.steps}" and final_eval.exists()
+
+
+def _policies(learner: Learner, task: _Task) -> tuple[HFPolicy, HFPolicy]:
+    """The sampling policy of the rollouts and the evaluation policy, both on the learner's
+    model (they see every update)."""
+    config = learner.config
+    common = {
+        "max_new_tokens": config.max_new_tokens,
+        "stop": list(task.stop),
+        "batch_size": config.rollout_batch_size,
+    }
+    policy = HFPolicy(
+        learner.model,
+        learner.tokenizer,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=config.seed,
+        share_prefill=config.share_prefix,
+        **common,
+    )
+    evaluator = HFPolicy(
+        learner.model,
+        learner.tokenizer,
+        temperature=config.eval_temperature,
+        seed=config.seed + 1,
+        **common,
+    )
+    return policy, evaluator
+
+
+def _restore(checkpoint: Path | None, learner: Learner, policy: HFPolicy) -> int:
+    """Load ``checkpoint`` into the learner and the sampling policy; return its step (0 if
+    there is none)."""
+    if checkpoint is None:
+        return 0
+    state = load_checkpoint(
+        checkpoint, model=learner.model, optimizer=learner.optimizer, scheduler=learner.scheduler
+    )
+    policy.set_sampling_state(state["extra"].get("sampling_state"))
+    return int(state["step"])
+
+
+def _save(learner: Learner, policy: HFPolicy, step: int) -> None:
+    """Checkpoint the learner and the sampling policy's RNG state after ``step``."""
+    save_checkpoint(
+        learner.config.output_dir,
+        step,
+        model=learner.model,
+        tokenizer=learner.tokenizer,
+        optimizer=learner.optimizer,
+        scheduler=learner.scheduler,
+        config=learner.config,
+        extra={"sampling_state": policy.sampling_state()},
+    )
+
+
+def _every(interval: int, step: int) -> bool:
+    """Whether ``step`` is a multiple of ``interval`` (0: never)."""
+    return bool(interval) and step % interval == 0
+
+
+def _timing(learner: Learner, began: float, rolled: float) -> dict[str, float]:
+    """Wall times of the step (seconds), the learning rate, and CUDA peak memory (GiB)."""
+    now = time.perf_counter()
+    metrics = {
+        "rollout_time_s": rolled - began,
+        "update_time_s": now - rolled,
+        "step_time_s": now - began,
+        "lr": learner.scheduler.get_last_lr()[0],
+    }
+    if learner.device.type == "cuda":
+        metrics["cuda_max_memory_gib"] = torch.cuda.max_memory_allocated(learner.device) / 2**30
+    return metrics
+
+
+def _report_progress(config: GRPOConfig, step: int, metrics: dict[str, float]) -> None:
+    """One line on stderr (``progress``): loss, reward, step time, sampled tokens per second."""
+    if config.progress:
+        tokens = metrics["completion_tokens_mean"] * config.batch_size
+        line = progress_line(
+            step,
+            config.steps,
+            loss=metrics["loss"],
+            reward=metrics["reward_mean"],
+            seconds=metrics["step_time_s"],
+            tokens=tokens,
+        )
+        print(line, file=sys.stderr, flush=True)
+
+
+def _evaluate(evaluator: HFPolicy, task: _Task, config: GRPOConfig) -> dict[str, float]:
+    """:func:`evaluate` with the run's settings; frees the evaluator's cache afterwards."""
+    metrics = evaluate(
+        task.make,
+        evaluator,
+        episodes=config.eval_episodes,
+        seed=config.seed,
+        batch_size=config.rollout_batch_size,
+    )
+    evaluator.clear_cache()
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -362,7 +514,7 @@ class _Task:
     make: Callable[[], gym.Env]
     stop: tuple[str, ...]  # where a completion may end (the env's stop strings)
     max_turns: int  # most agent turns per episode (the registered step limit, else 1)
-    stratified: bool  # an OpponentSkill wrapper draws the opponent per task
+    stratified: bool  # a StratifiedOpponent wrapper draws the opponent per task
 
 
 def _env_factory(config: GRPOConfig) -> _Task:
@@ -371,9 +523,10 @@ def _env_factory(config: GRPOConfig) -> _Task:
 
     def make() -> gym.Env:
         env = gym.make(config.env_id, **config.env_kwargs)
-        if config.opponent_skill is not None and _has_opponent(env):
-            low, high = config.opponent_skill
-            env = OpponentSkill(env, low=low, high=high, groups=config.tasks_per_step)
+        if config.opponent_random_move_prob is not None and _has_opponent(env):
+            env = StratifiedOpponent(
+                env, random_move_prob=config.opponent_random_move_prob, groups=config.tasks_per_step
+            )
         for name in config.wrappers:
             env = REWARD_WRAPPERS[name](env)
         return env
@@ -384,7 +537,7 @@ def _env_factory(config: GRPOConfig) -> _Task:
         make,
         tuple(getattr(probe.unwrapped, "stop_strings", ())),
         int(steps or 1),
-        config.opponent_skill is not None and _has_opponent(probe),
+        config.opponent_random_move_prob is not None and _has_opponent(probe),
     )
     probe.close()
     return task
@@ -395,7 +548,8 @@ def _has_opponent(env: gym.Env) -> bool:
 
 
 def _rollout_step(task: _Task, policy: HFPolicy, config: GRPOConfig, step: int) -> list[Trajectory]:
-    """Play step ``step``'s M tasks x G copies; a task's copies share seed and opponent stratum."""
+    """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
+    seed and opponent stratum."""
     first = config.seed * 10**6 + step * config.tasks_per_step
     seeds = [first + i // config.group_size for i in range(config.batch_size)]
     options = [{"episode_index": i // config.group_size} for i in range(config.batch_size)]
@@ -409,25 +563,8 @@ def _rollout_step(task: _Task, policy: HFPolicy, config: GRPOConfig, step: int) 
     )
 
 
-def _train_on(
-    trajectories: list[Trajectory],
-    model: Any,
-    reference: Any,
-    optimizer: torch.optim.Optimizer,
-    scheduler: Any,
-    config: GRPOConfig,
-    device: torch.device,
-    pad_token_id: int,
-    max_loss_tokens: int,
-    guard: NonFiniteGuard | None = None,
-) -> dict[str, float]:
-    """Advantages, then ``num_iterations`` optimizer steps on the groups that carry signal.
-
-    Raises:
-        ValueError: an episode return is NaN or inf (an env or wrapper bug; nothing is updated).
-        FloatingPointError: from ``guard`` when steps keep having a non-finite loss or gradient.
-    """
-    guard = guard if guard is not None else NonFiniteGuard()
+def _finite_returns(trajectories: list[Trajectory]) -> list[float]:
+    """The episode returns; ValueError naming the first that is NaN or inf."""
     returns = [t.episode_return for t in trajectories]
     bad = [(i, r) for i, r in enumerate(returns) if not math.isfinite(r)]
     if bad:
@@ -437,59 +574,7 @@ def _train_on(
             f"{len(bad)} of {len(returns)} returns are not finite, so no update was made. "
             "Rewards come from the env and its wrappers: check their reward components."
         )
-    rewards = torch.tensor(returns)  # [B] float32
-    advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
-    flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
-    keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
-    metrics = {
-        "zero_variance_fraction": float(flat.float().mean()),
-        "advantage_abs_mean": float(advantages.abs().mean()),
-    }
-    if (
-        not keep.any()
-    ):  # same keys every step (NaN is written as null), so plots have no gaps in kind
-        skipped = (
-            "loss",
-            "grad_norm",
-            "clip_fraction",
-            "ratio_mean",
-            "kl",
-            "entropy",
-            "sampler_logprob_gap",
-        )
-        return (
-            metrics
-            | dict.fromkeys(skipped, float("nan"))
-            | {"loss_tokens": 0.0, "skipped_update": 1.0}
-        )
-
-    kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
-    masks = [_loss_mask(t, config.mask_truncated) for t in kept]
-    batch = make_token_batch(
-        [t.token_ids for t in kept],
-        masks,
-        [t.token_logprobs for t in kept],
-        pad_token_id=pad_token_id,
-    )
-    normalizer = loss_normalizer(config.loss_type, batch.loss_mask, max_loss_tokens)
-    micro = [
-        (
-            batch.select(slice(i, i + config.micro_batch_size)).to(device),
-            advantages[keep][i : i + config.micro_batch_size].to(device),
-        )
-        for i in range(0, len(batch), config.micro_batch_size)
-    ]
-    old, ref = _fixed_log_probs(model, reference, micro, config, device)
-    for iteration in range(config.num_iterations):
-        stats = _optimizer_step(
-            model, optimizer, micro, old, ref, normalizer, config, device, guard
-        )
-        scheduler.step()
-        if iteration == 0:
-            metrics.update(stats)
-    metrics["skipped_update"] = 0.0
-    metrics["sampler_logprob_gap"] = _sampler_gap(micro, old)
-    return metrics
+    return returns
 
 
 def _loss_mask(traj: Trajectory, mask_truncated: bool) -> list[int]:
@@ -499,28 +584,29 @@ def _loss_mask(traj: Trajectory, mask_truncated: bool) -> list[int]:
     return traj.loss_mask
 
 
+_MicroBatches = list[tuple[TokenBatch, torch.Tensor]]  # (tokens, advantages [b]) on the device
+
+
 @torch.no_grad()
 def _fixed_log_probs(
-    model: Any,
-    reference: Any,
-    micro: list[tuple[TokenBatch, torch.Tensor]],
-    config: GRPOConfig,
-    device: torch.device,
+    learner: Learner, micro: _MicroBatches
 ) -> tuple[list[torch.Tensor | None], list[torch.Tensor | None]]:
-    """Old log-probs (only when the batch is reused) and reference log-probs (only if beta > 0)."""
+    """Old log-probs (only when the batch is reused) and reference log-probs (only if beta > 0),
+    ``[b, L-1]`` float32 per micro-batch."""
+    config = learner.config
     old: list[torch.Tensor | None] = [None] * len(micro)
     ref: list[torch.Tensor | None] = [None] * len(micro)
     for i, (mb, _adv) in enumerate(micro):
-        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
+        with autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16):
             if config.num_iterations > 1:
-                old[i] = _log_probs(model, mb, config)[0]  # [b, L-1]
+                old[i] = _log_probs(learner.model, mb, config)[0]  # [b, L-1]
             if config.beta > 0:
-                ref[i] = _reference_log_probs(model, reference, mb, config)  # [b, L-1]
+                ref[i] = _reference_log_probs(learner, mb)  # [b, L-1]
     return old, ref
 
 
 def _log_probs(
-    model: Any, mb: TokenBatch, config: GRPOConfig, with_entropy: bool = False
+    model: Any, mb: TokenBatch, config: GRPOConfig, *, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     return sequence_log_probs(
         model,
@@ -532,39 +618,29 @@ def _log_probs(
     )
 
 
-def _reference_log_probs(
-    model: Any, reference: Any, mb: TokenBatch, config: GRPOConfig
-) -> torch.Tensor:
-    if reference is not None:
-        return _log_probs(reference, mb, config)[0]
-    with model.disable_adapter():  # LoRA: the base weights are the reference policy
-        return _log_probs(model, mb, config)[0]
+def _reference_log_probs(learner: Learner, mb: TokenBatch) -> torch.Tensor:
+    if learner.reference is not None:
+        return _log_probs(learner.reference, mb, learner.config)[0]
+    with learner.model.disable_adapter():  # LoRA: the base weights are the reference policy
+        return _log_probs(learner.model, mb, learner.config)[0]
 
 
 def _optimizer_step(
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    micro: list[tuple[TokenBatch, torch.Tensor]],
+    learner: Learner,
+    micro: _MicroBatches,
     old: list[torch.Tensor | None],
     ref: list[torch.Tensor | None],
     normalizer: float,
-    config: GRPOConfig,
-    device: torch.device,
-    guard: NonFiniteGuard,
 ) -> dict[str, float]:
     """One optimizer step, gradients accumulated over the micro-batches; skipped (and counted
     in ``nonfinite_skipped``) when the loss or gradient norm is not finite."""
-    optimizer.zero_grad(set_to_none=True)
-    totals = {
-        "loss": 0.0,
-        "clipped_tokens": 0.0,
-        "tokens": 0.0,
-        "ratio_sum": 0.0,
-        "kl_sum": 0.0,
-        "entropy_sum": 0.0,
-    }
+    config, model = learner.config, learner.model
+    learner.optimizer.zero_grad(set_to_none=True)
+    totals = dict.fromkeys(
+        ("loss", "clipped_tokens", "tokens", "ratio_sum", "kl_sum", "entropy_sum"), 0.0
+    )
     for (mb, adv), old_logp, ref_logp in zip(micro, old, ref):
-        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
+        with autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, entropy = _log_probs(model, mb, config, with_entropy=True)  # [b, L-1] each
         old_logp = logp.detach() if old_logp is None else old_logp  # mu = 1: ratio is 1 in value
         loss, stats = policy_loss(
@@ -585,7 +661,9 @@ def _optimizer_step(
         for key in ("clipped_tokens", "tokens", "ratio_sum", "kl_sum"):
             totals[key] += float(stats[key])
     params = [p for p in model.parameters() if p.requires_grad]
-    norm, stepped = guard.step(optimizer, params, totals["loss"], config.max_grad_norm)
+    norm, stepped = learner.guard.step(
+        learner.optimizer, params, totals["loss"], config.max_grad_norm
+    )
     tokens = max(totals["tokens"], 1.0)
     return {
         "loss": totals["loss"],

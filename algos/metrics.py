@@ -32,6 +32,7 @@ __all__ = [
     "MetricsLogger",
     "compare_runs",
     "plot_metrics",
+    "progress_line",
     "read_metrics",
     "write_run_record",
 ]
@@ -266,6 +267,39 @@ class MetricsLogger:
         self.close()
 
 
+def progress_line(
+    step: int,
+    steps: int,
+    *,
+    loss: float,
+    seconds: float,
+    tokens: float,
+    reward: float | None = None,
+) -> str:
+    """The one-line progress report of a training step, as the trainers print it.
+
+    Args:
+        step: Steps done (1-based).
+        steps: Steps the run will take.
+        loss: The step's loss (NaN when no update ran: printed as ``-``).
+        seconds: Wall time of the step.
+        tokens: Tokens the step processed (sampled by the policy for GRPO, trained on for SFT).
+        reward: Mean episode return of the step's rollouts (GRPO), or ``None``.
+
+    Example:
+        >>> progress_line(3, 100, loss=0.01234, seconds=2.0, tokens=800, reward=0.5)
+        'step 3/100  loss 0.01234  reward 0.5  2.00 s  400 tokens/s'
+        >>> progress_line(1, 2, loss=float("nan"), seconds=0.5, tokens=10)
+        'step 1/2  loss -  0.50 s  20 tokens/s'
+    """
+    parts = [f"step {step}/{steps}", f"loss {loss:.4g}" if math.isfinite(loss) else "loss -"]
+    if reward is not None:
+        parts.append(f"reward {reward:.4g}")
+    parts.append(f"{seconds:.2f} s")
+    parts.append(f"{tokens / seconds:.0f} tokens/s" if seconds > 0 else "- tokens/s")
+    return "  ".join(parts)
+
+
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read the rows of a ``metrics.jsonl`` file, in file order; ``null`` values come back as None.
 
@@ -339,6 +373,7 @@ def _invalid_rate_series(rows: list[dict[str, Any]]) -> list[_Series]:
 _PANELS = (
     _Panel("reward.png", "Reward (train)", "reward (env units)", _reward_series),
     _Panel("invalid_rate.png", "Invalid-action rate", "rate (0-1)", _invalid_rate_series),
+    _Panel("loss.png", "Training loss", "loss (per token, nats for SFT)", _train_keys("loss")),
     _Panel("kl.png", "KL divergence to reference (train)", "KL (nats)", _train_keys("kl")),
     _Panel("entropy.png", "Policy entropy (train)", "entropy (nats)", _train_keys("entropy")),
     _Panel(
@@ -442,7 +477,8 @@ def plot_metrics(
 
     - ``reward.png``: train ``reward_mean`` and every reward component ``reward/<name>``.
     - ``invalid_rate.png``: train ``invalid_rate`` and eval ``<opponent>/invalid_rate``.
-    - ``kl.png``, ``entropy.png``, ``clip_fraction.png``: the train keys of the same names.
+    - ``loss.png``, ``kl.png``, ``entropy.png``, ``clip_fraction.png``: the train keys of the
+      same names (``loss.png`` is SFT's loss curve).
     - ``step_time.png``: train ``step_time_s``, ``rollout_time_s``, ``update_time_s`` (seconds),
       as separate lines (not stacked: the step time may already include the others).
     - ``eval.png``: eval rows, one subplot per opponent prefix of ``<opponent>/win_rate``,

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,16 +32,15 @@ from textgym.algos.common import (
     OptimizationConfig,
     autocast,
     check_positive_ints,
+    load_trainable_model,
     make_optimizer,
     make_token_batch,
-    prepare_model,
     resolve_device,
     save_model,
     sequence_log_probs,
 )
-from textgym.algos.metrics import MetricsLogger, plot_metrics, write_run_record
+from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.data import read_jsonl
-from textgym.models import load_model
 from textgym.tokens import ChatTokenizer
 
 __all__ = ["ROLES", "SFTConfig", "conversation_tokens", "read_conversations", "train"]
@@ -51,38 +51,51 @@ ROLES = ("system", "user", "assistant", "tool")
 
 @dataclass(kw_only=True)
 class SFTConfig(OptimizationConfig):
-    """Arguments of :func:`train`; every field is a ``textgym sft`` flag."""
+    """Arguments of textgym sft; every field is an option of the command."""
 
     data: str
-    """JSONL of chat records with a ``messages`` list (``textgym collect`` output)."""
-    model: str = "tiny"
-    """Model to fine-tune: ``tiny``, ``gemma-3-270m``, a local directory or a Hugging Face id."""
+    """JSONL file of chat records, each with a messages list (what textgym collect writes)."""
+    model: str = "gemma-3-270m"
+    """Model to fine-tune: gemma-3-270m, tiny (a small random model for tests), a local
+    directory or a Hugging Face model id."""
     output_dir: str = "runs/sft"
-    """Where the fine-tuned model (``save_pretrained``: full weights, or with ``lora_rank`` > 0
-    only the LoRA adapter, which ``load_model`` stacks on its base), metrics and plots go."""
+    """Directory for the fine-tuned model (full weights, or with lora-rank above 0 only the
+    LoRA adapter, which textgym loads on top of its base), metrics.jsonl and plots."""
     epochs: int = 1
     """Passes over the data."""
     batch_size: int = 16
     """Conversations per optimizer step."""
     learning_rate: float = 1e-4
-    """AdamW learning rate."""
+    """AdamW learning rate (per optimizer step)."""
     max_length: int = 4096
     """Longest token sequence; longer conversations are dropped (and counted), never cut."""
     seed: int = 0
-    """Seed of the shuffling."""
+    """Seed of the shuffling of the conversations."""
     log_every: int = 10
-    """Log every this many optimizer steps."""
-
-    steps_per_epoch: int = field(init=False, default=0)
-    """Derived when the data is read."""
+    """Write metrics.jsonl every this many optimizer steps (the loss is averaged over them)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_ints(self, ("epochs", "batch_size", "max_length", "log_every"))
         if not Path(self.data).is_file():
             raise ValueError(
-                f"Expected data to be a JSONL file, got {self.data!r} (not found); make one with `textgym collect`"
+                f"data: expected a JSONL file, got {self.data!r} (not found); make one with "
+                "`textgym collect`"
             )
+
+
+@dataclass(kw_only=True)
+class _Run:
+    """The state of an SFT run that its steps read or change (the config is never changed)."""
+
+    config: SFTConfig
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    device: torch.device
+    pad_token_id: int
+    total_steps: int  # epochs x optimizer steps per epoch
+    guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
 
 
 def conversation_tokens(
@@ -132,63 +145,89 @@ def train(config: SFTConfig) -> dict[str, Any]:
     out = Path(config.output_dir)
     if (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists():
         raise ValueError(
-            f"Expected output_dir {out} to hold no SFT run yet, got one (metrics.jsonl or "
+            f"output_dir: expected {out} to hold no SFT run yet, got one (metrics.jsonl or "
             "sft_summary.json); choose a new --output-dir or delete that one"
         )
     conversations = read_conversations(config.data)
     write_run_record(out, config)
-    model, tokenizer = load_model(config.model, device=device)
-    chat = ChatTokenizer(tokenizer)
-    sequences, dropped = _tokenize(config, chat, conversations)
-    model = prepare_model(
-        model, gradient_checkpointing=config.gradient_checkpointing, lora_rank=config.lora_rank
-    )
+    model, tokenizer, _ = load_trainable_model(config, device)
+    sequences, dropped = _tokenize(config, ChatTokenizer(tokenizer), conversations)
     optimizer, scheduler = make_optimizer(model, config)
-    order = random.Random(config.seed)
-    config.steps_per_epoch = -(-len(sequences) // config.batch_size)
-    began, step, window = time.perf_counter(), 0, []
-    guard = NonFiniteGuard()
+    run = _Run(
+        config=config,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        device=device,
+        pad_token_id=tokenizer.pad_token_id or 0,
+        total_steps=config.epochs * -(-len(sequences) // config.batch_size),
+    )
+    began = time.perf_counter()
     with MetricsLogger(out, tensorboard=config.tensorboard) as logger:
-        for epoch in range(config.epochs):
-            indices = list(range(len(sequences)))
-            order.shuffle(indices)
-            for start in range(0, len(indices), config.batch_size):
-                batch = [sequences[i] for i in indices[start : start + config.batch_size]]
-                loss, tokens = _sft_step(
-                    model, optimizer, batch, config, device, tokenizer.pad_token_id or 0, guard
+        steps, final_loss = _epochs(run, sequences, logger)
+    _save_final(model, tokenizer, config)
+    plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
+    summary = {
+        "conversations": len(sequences),
+        "dropped_too_long": dropped,
+        "steps": steps,
+        "final_loss": final_loss,
+        "elapsed_s": time.perf_counter() - began,
+    }
+    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _epochs(
+    run: _Run, sequences: list[tuple[list[int], list[int]]], logger: MetricsLogger
+) -> tuple[int, float]:
+    """Train ``config.epochs`` shuffled passes; return the steps taken and the last logged loss
+    (mean NLL per assistant token over the last ``log_every`` steps, nats)."""
+    config = run.config
+    order = random.Random(config.seed)
+    began, step, window = time.perf_counter(), 0, []
+    for epoch in range(config.epochs):
+        indices = list(range(len(sequences)))
+        order.shuffle(indices)
+        for start in range(0, len(indices), config.batch_size):
+            step_began = time.perf_counter()
+            batch = [sequences[i] for i in indices[start : start + config.batch_size]]
+            loss, tokens = _sft_step(run, batch)
+            run.scheduler.step()
+            step += 1
+            window.append(loss)
+            if config.progress:
+                seconds = time.perf_counter() - step_began
+                line = progress_line(
+                    step, run.total_steps, loss=loss, seconds=seconds, tokens=tokens
                 )
-                scheduler.step()
-                step += 1
-                window.append(loss)
-                if step % config.log_every == 0 or step == config.steps_per_epoch * config.epochs:
-                    logger.log(
-                        step,
-                        {
-                            "loss": sum(window) / len(window),
-                            "epoch": epoch,
-                            "tokens": tokens,
-                            "lr": scheduler.get_last_lr()[0],
-                            "elapsed_s": time.perf_counter() - began,
-                            "nonfinite_skipped": guard.skipped,
-                        },
-                    )
-                    final_loss, window = sum(window) / len(window), []
+                print(line, file=sys.stderr, flush=True)
+            if step % config.log_every == 0 or step == run.total_steps:
+                logger.log(
+                    step,
+                    {
+                        "loss": sum(window) / len(window),
+                        "epoch": epoch,
+                        "tokens": tokens,
+                        "lr": run.scheduler.get_last_lr()[0],
+                        "elapsed_s": time.perf_counter() - began,
+                        "nonfinite_skipped": run.guard.skipped,
+                    },
+                )
+                final_loss, window = sum(window) / len(window), []
+    return step, final_loss
+
+
+def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
+    """Save the model into ``output_dir`` through a scratch directory, so a run killed while
+    saving never leaves a model that looks complete."""
+    out = Path(config.output_dir)
     scratch = out / ".model.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     save_model(model, tokenizer, scratch, base=config.model, final_dir=out)
     for item in scratch.iterdir():
         item.replace(out / item.name)
     scratch.rmdir()
-    plot_metrics(out / "metrics.jsonl", out / "plots")
-    summary = {
-        "conversations": len(sequences),
-        "dropped_too_long": dropped,
-        "steps": step,
-        "final_loss": final_loss,
-        "elapsed_s": time.perf_counter() - began,
-    }
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
 
 
 def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
@@ -252,31 +291,24 @@ def _tokenize(
     return sequences, dropped
 
 
-def _sft_step(
-    model: Any,
-    optimizer: torch.optim.Optimizer,
-    batch: list[tuple[list[int], list[int]]],
-    config: SFTConfig,
-    device: torch.device,
-    pad_token_id: int,
-    guard: NonFiniteGuard,
-) -> tuple[float, float]:
+def _sft_step(run: _Run, batch: list[tuple[list[int], list[int]]]) -> tuple[float, float]:
     """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count)."""
+    config = run.config
     tokens = make_token_batch(
-        [ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=pad_token_id
+        [ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=run.pad_token_id
     )
     normalizer = max(float(tokens.loss_mask.sum()), 1.0)  # the whole batch: accumulation-invariant
-    optimizer.zero_grad(set_to_none=True)
+    run.optimizer.zero_grad(set_to_none=True)
     total = 0.0
     for start in range(0, len(tokens), config.micro_batch_size):
-        micro = tokens.select(slice(start, start + config.micro_batch_size)).to(device)
-        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
+        micro = tokens.select(slice(start, start + config.micro_batch_size)).to(run.device)
+        with autocast(run.device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, _ = sequence_log_probs(
-                model, micro, chunk_size=config.logprob_chunk_size
+                run.model, micro, chunk_size=config.logprob_chunk_size
             )  # [b, L-1]
         loss = -(logp * micro.loss_mask).sum() / normalizer
         loss.backward()
         total += float(loss.detach())
-    params = [p for p in model.parameters() if p.requires_grad]
-    guard.step(optimizer, params, total, config.max_grad_norm)
+    params = [p for p in run.model.parameters() if p.requires_grad]
+    run.guard.step(run.optimizer, params, total, config.max_grad_norm)
     return total, normalizer

@@ -142,7 +142,7 @@ if DENSE_ENV_ID not in gym.registry:
 
 
 def task_seed(seed: int, row: int) -> int:
-    """Reset seed of task ``row`` (0-based over the run), as ``algos.grpo._rollout_step`` sets it."""
+    """Reset seed of task ``row`` (0-based over the run), as ``textgym.algos.grpo.train`` sets it."""
     return seed * 10**6 + row
 
 
@@ -180,7 +180,7 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
         env_id=_env_id(args),
         env_kwargs={"max_chars": args.max_chars},
         wrappers=(),
-        opponent_skill=None,
+        opponent_random_move_prob=None,
         seed=args.seed,
         steps=args.warmup + args.steps,
         tasks_per_step=args.tasks_per_step,

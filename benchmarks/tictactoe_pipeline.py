@@ -8,12 +8,12 @@ or the GPU suite's parts of under 9 minutes, go on where they stopped):
 2. ``sft``: collect ``--games`` minimax games (opponent ``random_move_prob`` 0.5, no reasoning)
    and fine-tune on them (full weights, or LoRA with ``--lora-rank``).
 3. ``eval-sft``: evaluate the SFT model.
-4. ``grpo``: GRPO from the SFT model against opponents stratified in ``--opponent-skill``; with
+4. ``grpo``: GRPO from the SFT model against opponents stratified in ``--opponent-random-move-prob``; with
    ``--grpo-time-limit`` it checkpoints and stops after that many minutes, and the next run
    resumes it.
 5. ``eval-grpo``: evaluate the final GRPO checkpoint.
 6. ``mastery``: with ``--mastery-steps`` > 0, a second GRPO phase from that checkpoint against
-   stronger opponents (``--mastery-skill``, the reference's 0-0.25 after 0.2-0.7 for learning).
+   stronger opponents (``--mastery-random-move-prob``, the reference's 0-0.25 after 0.2-0.7 for learning).
 7. ``eval-mastery``: evaluate its final checkpoint.
 8. ``report``: the table, plots and one JSON with the commands, machine and device; with LoRA
    (``--lora-rank``) the adapters of every stage are copied beside the JSON, each recording the
@@ -27,7 +27,7 @@ reports win/draw/loss rates and the per-game rate of games with an invalid move 
 standard errors (``sqrt(p (1 - p) / n)``), the per-action invalid rate and the format rate
 (actions that are exactly the answer the prompt asks for:
 :func:`textgym.envs.tictactoe.parsing.is_answer`). ``sampled/train`` is the training objective:
-sampled play against opponents spread evenly over ``--opponent-skill`` (10 strata), reported
+sampled play against opponents spread evenly over ``--opponent-random-move-prob`` (10 strata), reported
 as mean return with its standard error.
 
     # CPU, the tiny model (what CI-sized hardware can do)
@@ -70,7 +70,7 @@ from textgym.rollout import rollout
 STOP = ["</move>"]
 STAGES = ("baseline", "sft", "eval-sft", "grpo", "eval-grpo", "mastery", "eval-mastery", "report")
 EVAL_STAGES = ("baseline", "eval-sft", "eval-grpo", "eval-mastery")
-#: Strata of the training-objective evaluation: opponents spread evenly over --opponent-skill.
+#: Strata of the training-objective evaluation: opponents spread evenly over --opponent-random-move-prob.
 TRAIN_STRATA = 10
 #: Adapter files copied beside the result (the tokenizer is the base's; Gemma's is 33 MB).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
@@ -118,7 +118,7 @@ def evaluate_stage(
         agent_mark=args.agent_mark,
     )
     seeds = [10**9 + args.seed * 10**6 + i for i in range(args.eval_episodes)]
-    low, high = args.opponent_skill
+    low, high = args.opponent_random_move_prob
     strata = [
         (low + (k + 0.5) * (high - low) / TRAIN_STRATA, seeds[k::TRAIN_STRATA])
         for k in range(TRAIN_STRATA)
@@ -202,7 +202,7 @@ def _grpo_phase(
     *,
     model: Path,
     out: Path,
-    skill: tuple[float, float],
+    random_move_prob: tuple[float, float],
     steps: int,
 ) -> dict[str, Any] | None:
     """One GRPO phase; ``None`` (no JSON) while the time limit stops it early."""
@@ -210,7 +210,7 @@ def _grpo_phase(
         model=str(model),
         output_dir=str(out),
         env_kwargs={"prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
-        opponent_skill=skill,
+        opponent_random_move_prob=random_move_prob,
         steps=steps,
         tasks_per_step=args.tasks_per_step,
         group_size=args.group_size,
@@ -238,13 +238,13 @@ def _grpo_phase(
 
 
 def stage_grpo(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any] | None:
-    """GRPO from the SFT model against opponents in ``--opponent-skill``."""
+    """GRPO from the SFT model against opponents in ``--opponent-random-move-prob``."""
     return _grpo_phase(
         args,
         device,
         model=work / "sft",
         out=work / "grpo",
-        skill=tuple(args.opponent_skill),
+        random_move_prob=tuple(args.opponent_random_move_prob),
         steps=args.grpo_steps,
     )
 
@@ -256,7 +256,7 @@ def stage_eval_grpo(args: argparse.Namespace, work: Path, device: torch.device) 
 def stage_mastery(
     args: argparse.Namespace, work: Path, device: torch.device
 ) -> dict[str, Any] | None:
-    """The second GRPO phase, from the last GRPO checkpoint against ``--mastery-skill``."""
+    """The second GRPO phase, from the last GRPO checkpoint against ``--mastery-random-move-prob``."""
     if args.mastery_steps == 0:
         return {"skipped": "--mastery-steps 0"}
     return _grpo_phase(
@@ -264,7 +264,7 @@ def stage_mastery(
         device,
         model=latest_checkpoint(work / "grpo"),
         out=work / "mastery",
-        skill=tuple(args.mastery_skill),
+        random_move_prob=tuple(args.mastery_random_move_prob),
         steps=args.mastery_steps,
     )
 
@@ -395,7 +395,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpo-lr", type=float, default=5e-4)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
     parser.add_argument(
-        "--opponent-skill",
+        "--opponent-random-move-prob",
         type=float,
         nargs=2,
         default=(0.5, 1.0),
@@ -404,7 +404,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--mastery-steps", type=int, default=0, help="second GRPO phase (0: none)")
     parser.add_argument(
-        "--mastery-skill",
+        "--mastery-random-move-prob",
         type=float,
         nargs=2,
         default=(0.0, 0.25),

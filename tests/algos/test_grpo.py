@@ -16,7 +16,7 @@ import gymnasium as gym  # noqa: E402
 
 import textgym  # noqa: E402,F401
 from textgym.algos import grpo  # noqa: E402
-from textgym.algos.grpo import GRPOConfig  # noqa: E402
+from textgym.algos.grpo import GRPOConfig, Learner, update  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
@@ -51,21 +51,30 @@ def small(tmp_path, **overrides) -> GRPOConfig:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"group_size": 1}, "group_size >= 2"),
-        ({"loss_type": "ppo"}, "Unknown loss_type 'ppo'"),
-        ({"loss_type": "dr_grpo", "scale_rewards": "group"}, "scale_rewards='none'"),
-        ({"wrappers": ("nope",)}, "Unknown wrappers"),
-        ({"opponent_skill": (0.8, 0.2)}, "0 <= low <= high <= 1"),
-        ({"temperature": 0.0}, "temperature > 0"),
-        ({"micro_batch_size": 0}, "micro_batch_size to be an int >= 1"),
-        ({"learning_rate": 0.0}, "learning_rate > 0"),
-        ({"max_grad_norm": -1.0}, "max_grad_norm >= 0"),
-        ({"beta": -0.1}, "beta >= 0"),
+        ({"group_size": 1}, "group_size: expected >= 2"),
+        ({"loss_type": "ppo"}, "loss_type: unknown loss_type 'ppo'"),
+        ({"loss_type": "dr_grpo", "scale_rewards": "group"}, "scale_rewards: .*'none'"),
+        ({"wrappers": ("nope",)}, "wrappers: unknown wrappers"),
+        (
+            {"opponent_random_move_prob": (0.8, 0.2)},
+            "opponent_random_move_prob: .*0 <= low <= high <= 1",
+        ),
+        ({"temperature": 0.0}, "temperature: expected > 0"),
+        ({"micro_batch_size": 0}, "micro_batch_size: expected an int >= 1"),
+        ({"learning_rate": 0.0}, "learning_rate: expected > 0"),
+        ({"max_grad_norm": -1.0}, "max_grad_norm: expected >= 0"),
+        ({"beta": -0.1}, "beta: expected >= 0"),
+        ({"top_p": 1.5}, "top_p: "),
+        ({"lora_rank": 4, "lora_alpha": 0}, "lora_alpha: expected > 0"),
     ],
 )
 def test_config_explains_bad_settings(tmp_path, overrides, message):
-    with pytest.raises(ValueError, match=message):
+    """Each message is one line that starts with the field's name (the CLI prints it as
+    ``textgym: error: ...``)."""
+    with pytest.raises(ValueError, match=message) as error:
         small(tmp_path, **overrides)
+    assert str(error.value).split(": ")[0] in overrides
+    assert "\n" not in str(error.value)
 
 
 def test_config_derives_defaults_per_loss_type(tmp_path):
@@ -74,6 +83,19 @@ def test_config_derives_defaults_per_loss_type(tmp_path):
     assert (dapo.scale_rewards, dapo.epsilon_low, dapo.epsilon_high) == ("group", 0.2, 0.28)
     assert small(tmp_path, loss_type="gspo").epsilon_high == 4e-4
     assert small(tmp_path, tasks_per_step=3, group_size=5).batch_size == 15
+
+
+def test_model_defaults_to_gemma_as_in_every_command():
+    assert GRPOConfig().model == "gemma-3-270m"
+
+
+def learner_for(model, config) -> Learner:
+    """A learner on ``model`` with plain SGD (params move by the gradient) and a flat schedule."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
+    return Learner(
+        config=config, model=model, optimizer=optimizer, scheduler=scheduler, max_loss_tokens=80
+    )
 
 
 @pytest.fixture(scope="module")
@@ -96,19 +118,7 @@ def test_update_does_not_depend_on_micro_batch_size(tmp_path, batch_of_trajector
     for micro in (1, 3, 8):
         config = small(tmp_path, micro_batch_size=micro, loss_type=loss_type, num_iterations=2)
         trained = copy.deepcopy(model).train()
-        optimizer = torch.optim.SGD(trained.parameters(), lr=1.0)  # SGD: params move by the grad
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-        metrics = grpo._train_on(
-            trajs,
-            trained,
-            None,
-            optimizer,
-            scheduler,
-            config,
-            torch.device("cpu"),
-            0,
-            max_loss_tokens=80,
-        )
+        metrics = update(learner_for(trained, config), trajs)
         assert metrics["skipped_update"] == 0.0 and metrics["loss_tokens"] > 0
         results.append(torch.cat([p.detach().flatten() for p in trained.parameters()]))
     before = torch.cat([p.detach().flatten() for p in model.parameters()])
@@ -123,19 +133,7 @@ def test_all_equal_groups_skip_the_update(tmp_path, batch_of_trajectories):
     for traj in flat:
         traj.rewards = [0.5] * len(traj.rewards)
     trained = copy.deepcopy(model)
-    optimizer = torch.optim.SGD(trained.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
-    metrics = grpo._train_on(
-        flat,
-        trained,
-        None,
-        optimizer,
-        scheduler,
-        small(tmp_path),
-        torch.device("cpu"),
-        0,
-        max_loss_tokens=80,
-    )
+    metrics = update(learner_for(trained, small(tmp_path)), flat)
     assert metrics["skipped_update"] == 1.0 and metrics["zero_variance_fraction"] == 1.0
     for a, b in zip(trained.parameters(), model.parameters()):
         assert torch.equal(a, b)
@@ -174,8 +172,11 @@ def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
     assert (tmp_path / "b" / "run" / "plots" / "reward.png").exists()
 
 
-def test_metrics_and_eval_are_written(tmp_path):
+def test_metrics_and_eval_are_written(tmp_path, capsys):
     result = grpo.train(small(tmp_path, steps=1))
+    progress = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in progress] == ["step 1/1"]
+    assert "reward -0.1" in progress[0] and "tokens/s" in progress[0]
     assert {"random/win_rate", "optimal/win_rate", "random/invalid_rate"} <= set(result)
     rows = [
         json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()

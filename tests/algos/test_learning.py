@@ -78,7 +78,7 @@ def test_sft_then_grpo_teaches_the_tiny_model_to_play(tmp_path):
             model=str(tmp_path / "sft"),
             output_dir=str(tmp_path / "grpo"),
             env_kwargs=ENV_KWARGS,
-            opponent_skill=(0.5, 1.0),
+            opponent_random_move_prob=(0.5, 1.0),
             steps=8,
             tasks_per_step=4,
             group_size=8,

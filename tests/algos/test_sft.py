@@ -78,6 +78,7 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, tiny):
     data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(8)))
     config = SFTConfig(
         data=str(data),
+        model="tiny",
         output_dir=str(tmp_path / "sft"),
         epochs=6,
         batch_size=4,
@@ -93,13 +94,46 @@ def test_sft_lowers_the_loss_and_saves_a_loadable_model(tmp_path, tiny):
     ]
     assert summary["steps"] == 12 and len(rows) == 12
     assert rows[-1]["loss"] < 0.5 * rows[0]["loss"]
+    assert (tmp_path / "sft" / "plots" / "loss.png").stat().st_size > 0
+    assert config.epochs == 6 and "steps_per_epoch" not in vars(config)  # nothing derived in place
     model, tokenizer = load_model(str(tmp_path / "sft"))
     assert tokenizer.chat_template and sum(p.numel() for p in model.parameters()) > 0
 
 
 def test_sft_config_explains_missing_data(tmp_path):
-    with pytest.raises(ValueError, match="make one with `textgym collect`"):
+    with pytest.raises(ValueError, match="^data: .*make one with `textgym collect`"):
         SFTConfig(data=str(tmp_path / "missing.jsonl"))
+
+
+def test_sft_config_defaults_and_messages(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
+    assert SFTConfig(data=str(data)).model == "gemma-3-270m"  # as in every other command
+    with pytest.raises(ValueError, match="^batch_size: expected an int >= 1, got 0$"):
+        SFTConfig(data=str(data), batch_size=0)
+
+
+def test_sft_passes_lora_alpha_and_prints_progress(tmp_path, capsys):
+    """``lora_alpha`` reaches the adapter (it was silently dropped: the adapter had alpha 16
+    whatever was asked), and each step prints one progress line."""
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+    config = SFTConfig(
+        data=str(data),
+        model="tiny",
+        output_dir=str(tmp_path / "sft"),
+        batch_size=2,
+        lora_rank=4,
+        lora_alpha=64,
+        device="cpu",
+        tensorboard=False,
+    )
+    train(config)
+    adapter = json.loads((tmp_path / "sft" / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"]) == (4, 64)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("step ")]
+    assert [line.split("  ")[0] for line in lines] == ["step 1/2", "step 2/2"]
+    assert all("loss " in line and "tokens/s" in line for line in lines)
 
 
 def _grouped_batch(tokenizer):

@@ -29,7 +29,7 @@ from textgym.algos.common import (
 from textgym.algos.sft import SFTConfig
 from textgym.models import build_tiny_model
 
-from .test_grpo import batch_of_trajectories, small  # noqa: F401
+from .test_grpo import batch_of_trajectories, learner_for, small  # noqa: F401
 
 pytestmark = pytest.mark.llm
 
@@ -85,7 +85,7 @@ def test_rng_state_survives_a_weights_only_round_trip(tmp_path):
         {"epsilon_low": math.nan},
         {"epsilon_high": math.inf},
         {"temperature": math.nan},
-        {"opponent_skill": (math.nan, 0.5)},
+        {"opponent_random_move_prob": (math.nan, 0.5)},
     ],
 )
 def test_grpo_config_rejects_non_finite_numbers(tmp_path, overrides):
@@ -124,12 +124,8 @@ def test_a_non_finite_return_stops_before_any_update(tmp_path, batch_of_trajecto
     trajs = copy.deepcopy(trajs)
     trajs[3].rewards[-1] = bad
     trained = copy.deepcopy(model)
-    optimizer = torch.optim.SGD(trained.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     with pytest.raises(ValueError, match="Episode 3 .* not finite"):
-        grpo._train_on(
-            trajs, trained, None, optimizer, scheduler, small(tmp_path), torch.device("cpu"), 0, 80
-        )
+        grpo.update(learner_for(trained, small(tmp_path)), trajs)
     for a, b in zip(trained.parameters(), model.parameters()):
         assert torch.equal(a, b)
 
@@ -206,7 +202,7 @@ def test_malformed_sft_records_are_named(tmp_path, record, message):
 def test_sft_checks_data_before_loading_a_model_and_refuses_an_existing_run(tmp_path, monkeypatch):
     bad = _write(tmp_path / "bad.jsonl", [{"messages": [{"role": "user", "content": None}]}])
     loads = []
-    monkeypatch.setattr(sft, "load_model", lambda *a, **k: loads.append(a))
+    monkeypatch.setattr("textgym.models.load_model", lambda *a, **k: loads.append(a))
     config = SFTConfig(data=str(bad), model="tiny", output_dir=str(tmp_path / "out"), device="cpu")
     with pytest.raises(ValueError, match="record 1"):
         sft.train(config)
