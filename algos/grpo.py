@@ -319,9 +319,8 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             if done or out_of_time or _every(config.save_every, step):
                 _save(learner, policy, step)
             if out_of_time and not done:
-                print(
-                    f"time limit of {config.time_limit_minutes} min reached after step {step}; resume to go on"
-                )
+                minutes = config.time_limit_minutes
+                print(f"time limit of {minutes} min reached after step {step}; resume to go on")
                 break
     plot_metrics(out / "metrics.jsonl", out / "plots")
     (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")

@@ -68,7 +68,8 @@ def _pipeline_args(results: Path, smoke: bool) -> list[str]:
             "--grpo-steps 40 --grpo-lr 2e-6 --tasks-per-step 32 --group-size 8 "
             "--micro-batch-size 32 --opponent-random-move-prob 0.2 0.7 --max-new-tokens 32 "
             "--batch-size 256 --eval-episodes 500 --eval-every 10 --eval-every-episodes 128 "
-            "--eval-dtype bfloat16 --grpo-time-limit 7.5 --mastery-steps 20 --mastery-random-move-prob 0 0.25"
+            "--eval-dtype bfloat16 --grpo-time-limit 7.5 --mastery-steps 20 "
+            "--mastery-random-move-prob 0 0.25"
         ),
     ]
 

@@ -142,7 +142,7 @@ if DENSE_ENV_ID not in gym.registry:
 
 
 def task_seed(seed: int, row: int) -> int:
-    """Reset seed of task ``row`` (0-based over the run), as ``textgym.algos.grpo.train`` sets it."""
+    """Reset seed of task ``row`` (0-based over the run), as ``textgym.algos.grpo`` sets it."""
     return seed * 10**6 + row
 
 
