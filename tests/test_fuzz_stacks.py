@@ -184,9 +184,7 @@ ACTIONS = st.lists(PIECES, max_size=25).map("".join)
 
 def check_step(env: gym.Env, result: tuple, limits: tuple[float, float]) -> None:
     obs, reward, terminated, truncated, info = result
-    chat_echo = isinstance(env, ChatMessages) and info.get("invalid_reason") == TOO_LONG
-    if not chat_echo:  # the chat view's echo of an over-long action: the xfail test below
-        assert env.observation_space.contains(obs), "observation outside the observation space"
+    assert env.observation_space.contains(obs), "observation outside the observation space"
     assert type(reward) is float and math.isfinite(reward)
     low, high = limits
     assert low - 1e-9 <= reward <= high + 1e-9, (reward, limits)
@@ -251,16 +249,6 @@ def test_a_million_characters_step_in_linear_time(env_id, stack):
     check_step(env, result, limits)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "wrappers/chat.py: ChatMessages echoes an action over the action space's max_length in "
-        "its assistant message, whose declared content space is UnicodeText(max(obs, action "
-        "max_length)), so the observation leaves ChatMessages.observation_space. Repro: "
-        "env = ChatMessages(gym.make('textgym/TicTacToe-v0')); env.reset(seed=0); "
-        "obs, *_ = env.step('x' * 1_000_000); env.observation_space.contains(obs) -> False"
-    ),
-)
 @pytest.mark.parametrize("env_id", ENV_IDS)
 def test_chat_messages_observation_stays_in_its_space_after_an_over_long_action(env_id):
     env = cached(env_id, "chat_messages")
@@ -268,3 +256,4 @@ def test_chat_messages_observation_stays_in_its_space_after_an_over_long_action(
     obs, *_, info = env.step("x" * 1_000_000)  # over every env's action and observation limit
     assert info["invalid_reason"] == TOO_LONG
     assert env.observation_space.contains(obs)
+    assert obs[-2]["content"] == "x" * env.unwrapped.action_space.max_length

@@ -22,7 +22,9 @@ class ChatMessages(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
     (``info["system_prompt"]``, when the env gives one), then alternating ``user`` (the env's
     observations) and ``assistant`` (the actions sent to ``step``) messages, ending with the
     latest observation. This is the form chat templates and OpenAI-compatible endpoints take.
-    Rewards, flags and ``info`` pass through unchanged.
+    Rewards, flags and ``info`` pass through unchanged. An action longer than the action
+    space's ``max_length`` (which the env rejects unread) is kept as its first ``max_length``
+    characters.
 
     Args:
         env: A text env (``str`` observations, ``str`` actions).
@@ -47,7 +49,8 @@ class ChatMessages(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         inner = env.observation_space
         if not isinstance(inner, spaces.Text):
             raise TypeError(f"ChatMessages needs a Text observation space, got {inner}")
-        content = UnicodeText(max(inner.max_length, env.action_space.max_length))
+        self._max_action = env.action_space.max_length
+        content = UnicodeText(max(inner.max_length, self._max_action))
         self.observation_space = spaces.Sequence(spaces.Dict({"role": _ROLES, "content": content}))
         self._messages: list[dict[str, str]] = []
 
@@ -61,7 +64,10 @@ class ChatMessages(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action: str):
         obs, reward, terminated, truncated, info = self.env.step(action)
-        self._messages.append({"role": "assistant", "content": action})
+        # An action over the action space's max_length is rejected unread by the env (invalid
+        # reason "too_long"); the conversation keeps its first max_length characters, so every
+        # observation stays in the declared space.
+        self._messages.append({"role": "assistant", "content": action[: self._max_action]})
         self._messages.append({"role": "user", "content": obs})
         return tuple(dict(m) for m in self._messages), reward, terminated, truncated, info
 
