@@ -148,7 +148,7 @@ def test_group_size_gives_identical_copies(tmp_path):
                 "4",
                 "--env-kwargs",
                 '{"random_move_prob": 0.5}',
-                "--output",
+                "--output-dir",
                 str(tmp_path),
                 "--no-progress",
             ]

@@ -54,7 +54,7 @@ def test_cli_eval_gold(env_id, component, tmp_path):
                 "--episodes",
                 "30",
                 "--no-progress",
-                "--output",
+                "--output-dir",
                 str(tmp_path),
             ]
         )

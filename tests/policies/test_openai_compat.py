@@ -526,7 +526,7 @@ def test_cli_eval_with_the_openai_policy(server_url, tmp_path):
             "--max-new-tokens",
             "16",
             "--no-progress",
-            "--output",
+            "--output-dir",
             str(tmp_path),
         ]
     )

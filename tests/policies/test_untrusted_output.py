@@ -223,7 +223,7 @@ def test_a_lone_surrogate_travels_the_whole_path_as_replacement_character(server
 def test_cli_eval_and_collect_write_every_file_despite_a_lone_surrogate(server, tmp_path, capsys):
     server.chat = _play_first_free_cell
     common = ["--policy", "openai", "--base-url", server.url, "--episodes", "2", "--no-progress"]
-    assert main(["eval", "textgym/TicTacToe-v0", *common, "--output", str(tmp_path / "e")]) == 0
+    assert main(["eval", "textgym/TicTacToe-v0", *common, "--output-dir", str(tmp_path / "e")]) == 0
     summary = json.loads((tmp_path / "e" / "summary.json").read_text())
     assert summary["episodes"] == 2 and summary["model"] == "m"
     records = (tmp_path / "e" / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()

@@ -4,4 +4,5 @@ import sys
 
 from textgym.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing the module (as the doctest walk does) runs nothing
+    sys.exit(main())

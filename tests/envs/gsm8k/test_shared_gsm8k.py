@@ -64,7 +64,7 @@ def test_cli_gold_eval_on_the_test_split(tmp_path, capsys):
                 "--env-kwargs",
                 kwargs,
                 "--no-progress",
-                "--output",
+                "--output-dir",
                 str(tmp_path),
             ]
         )

@@ -97,7 +97,7 @@ def test_cli_gold_eval(tmp_path):
                 "--env-kwargs",
                 kwargs,
                 "--no-progress",
-                "--output",
+                "--output-dir",
                 str(tmp_path),
             ]
         )
