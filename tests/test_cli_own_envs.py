@@ -82,4 +82,4 @@ def test_unknown_ids_and_modules_are_one_line(mypkg, capsys):
 
 def test_an_env_whose_actions_are_not_text_is_refused(capsys):
     err = one_error_line(capsys, ["eval", "CartPole-v1", "--policy", "hf"])
-    assert "CartPole-v1 is not a text env: its action space is Discrete(2)" in err
+    assert "CartPole-v1 builds CartPoleEnv, which is not a textgym.TextEnv" in err

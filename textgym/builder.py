@@ -53,7 +53,7 @@ from textgym.checks import check_int, check_probability
 from textgym.core import TextEnv
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
-__all__ = ["ENTRY_POINT_GROUP", "EnvRecipe", "env_factory", "resolve_env_id"]
+__all__ = ["ENTRY_POINT_GROUP", "EnvRecipe", "env_factory", "load_entry_points", "resolve_env_id"]
 
 #: The entry-point group through which installed packages register their envs (Gymnasium
 #: loads no plugins itself). A package declares e.g. ``[project.entry-points."textgym.envs"]
@@ -172,7 +172,7 @@ def _check_range(value: Any) -> tuple[float, float]:
     return low, high
 
 
-def _load_entry_points() -> None:
+def load_entry_points() -> None:
     """Import the modules (or call the functions) of the ``textgym.envs`` entry points.
 
     Raises:
@@ -209,7 +209,7 @@ def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
                 f"cannot import module {module!r} of env id {env_id!r}: {_one_line(exc)}"
             ) from exc
     if name not in gym.registry:
-        _load_entry_points()
+        load_entry_points()
     if name not in gym.registry:
         import textgym
 

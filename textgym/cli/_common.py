@@ -15,8 +15,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
-import importlib
-import importlib.metadata
 import inspect
 import io
 import json
@@ -31,7 +29,6 @@ from typing import Annotated, Any, NoReturn
 import gymnasium as gym
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
     "UsageError",
     "build_policy",
     "env_factory",
@@ -43,13 +40,6 @@ __all__ = [
     "plain_text",
     "raised_in",
 ]
-
-#: The entry-point group through which installed packages register their envs (Gymnasium 1.x
-#: loads no plugins itself). A package declares e.g. ``[project.entry-points."textgym.envs"]
-#: mypkg = "mypkg.envs"``: the value is a module that calls ``gymnasium.register`` when
-#: imported, or a function (``"mypkg.envs:register_envs"``) that does when called. The group is
-#: loaded lazily, the first time an id is not found in the registry.
-ENTRY_POINT_GROUP = "textgym.envs"
 
 #: The default model of every subcommand that loads one.
 DEFAULT_MODEL = "gemma-3-270m"
@@ -290,100 +280,24 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
     return value
 
 
-def _load_entry_points() -> None:
-    """Import the modules (or call the functions) of the ``textgym.envs`` entry points."""
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            loaded = entry_point.load()
-        except Exception as exc:  # a plugin's bug must not hide the id it failed to register
-            raise UsageError(
-                f"the {ENTRY_POINT_GROUP} entry point {entry_point.name!r} "
-                f"({entry_point.value}) failed to load: {one_line(exc)}"
-            ) from None
-        if callable(loaded):
-            loaded()
-
-
-def resolve_env_id(env_id: str) -> None:
-    """Make sure ``env_id`` is registered: import the module of a ``module:EnvName-v0`` id (as
-    ``gymnasium.make`` does), else load the ``textgym.envs`` entry points if it is unknown.
-
-    Raises:
-        UsageError: the module cannot be imported, or the id is still unknown.
-    """
-    import textgym  # registers the built-in envs
-
-    name = env_id
-    if ":" in env_id:
-        module, name = env_id.split(":", 1)
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise UsageError(
-                f"cannot import module {module!r} of env id {env_id!r}: {one_line(exc)}"
-            ) from None
-    if name not in gym.registry:
-        _load_entry_points()
-    if name not in gym.registry:
-        known = ", ".join(sorted(textgym.ENV_DESCRIPTIONS))
-        raise UsageError(
-            f"unknown env id {env_id!r}; expected a registered Gymnasium id such as {known}, "
-            f"an id 'module:EnvName-v0' whose module registers it, or one registered through "
-            f"the {ENTRY_POINT_GROUP!r} entry point"
-        )
-
-
 def env_factory(
     env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]
 ) -> tuple[Callable[[], gym.Env], gym.Env]:
-    """Return a factory for the env and one env it built (to read attributes from, then close).
-
-    The one place the CLI builds envs.
+    """Return a factory for the env and one env it built (to read the env contract from, then
+    close): :func:`textgym.builder.env_factory`, with its errors as usage errors.
 
     Raises:
-        UsageError: for an unknown id or wrapper, or kwargs the env rejects.
+        UsageError: for an unknown id or wrapper, an env that is not a ``textgym.TextEnv``, or
+            kwargs the env rejects.
     """
-    from textgym.wrappers import REWARD_WRAPPERS
+    from textgym.builder import EnvRecipe
+    from textgym.builder import env_factory as build
 
-    resolve_env_id(env_id)
-    for name in wrappers:
-        if name not in REWARD_WRAPPERS:
-            hint = "; separate wrappers with spaces" if "," in name else ""
-            raise UsageError(
-                f"unknown wrapper {name!r}; expected any of {', '.join(REWARD_WRAPPERS)}{hint}"
-            )
-
-    def make() -> gym.Env:
-        env = gym.make(env_id, **env_kwargs)
-        for name in wrappers:
-            env = REWARD_WRAPPERS[name](env)
-        return env
-
-    try:  # build one env now so that bad kwargs or data fail here, with the env's own message
-        probe = make()
-    except (ValueError, TypeError, OSError, ImportError, RecursionError, gym.error.Error) as exc:
-        # OSError: a data file that is missing, a hub dataset that cannot be reached.
-        raise UsageError(
-            f"cannot make {env_id} with {_shown(env_kwargs)}"
-            + (f" and --wrappers {' '.join(wrappers)}" if wrappers else "")
-            + f": {one_line(exc)}"
-        ) from None
-    if not isinstance(probe.action_space, gym.spaces.Text):
-        probe.close()
-        raise UsageError(
-            f"{env_id} is not a text env: its action space is {probe.action_space}; textgym "
-            "plays envs whose actions are strings (gymnasium.spaces.Text)"
-        )
-    return make, probe
-
-
-def _shown(env_kwargs: dict[str, Any]) -> str:
-    """The kwargs as JSON for a message, or ``--env-kwargs`` when too long or deep to show."""
     try:
-        text = json.dumps(env_kwargs)
-    except (RecursionError, ValueError, TypeError):
-        return "--env-kwargs"
-    return text if len(text) <= 200 else "--env-kwargs"
+        return build(EnvRecipe(env_id, env_kwargs, tuple(wrappers)))
+    except ValueError as exc:
+        hint = "; separate wrappers with spaces" if any("," in w for w in wrappers) else ""
+        raise UsageError(one_line(exc) + hint) from None
 
 
 # ----------------------------------------------------------------------------- policies

@@ -176,7 +176,7 @@ def setup(config: PlayConfig) -> Setup:
     """
     make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
     try:
-        stop = tuple(getattr(probe.unwrapped, "stop_strings", ()))
+        stop = probe.unwrapped.stop_strings
         _, info = probe.reset(seed=config.seed)
         if config.policy in _POLICY_NEEDS and _POLICY_NEEDS[config.policy][0] not in info:
             key, who = _POLICY_NEEDS[config.policy]
@@ -190,7 +190,7 @@ def setup(config: PlayConfig) -> Setup:
                 f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
                 f"{fits[-1]}"
             )
-        env_task_ids = getattr(probe.unwrapped, "task_ids", None)
+        env_task_ids = probe.unwrapped.task_ids
         walk = _task_walk(config, probe, env_task_ids)
     finally:
         probe.close()

@@ -11,7 +11,8 @@ import dataclasses
 import gymnasium as gym
 
 import textgym
-from textgym.cli._common import _load_entry_points
+from textgym.builder import load_entry_points
+from textgym.cli._common import UsageError, one_line
 
 __all__ = ["ListConfig", "run"]
 
@@ -27,7 +28,10 @@ Config = ListConfig
 def run(config: ListConfig) -> int:
     """Print each id and its description."""
     before = set(gym.registry)
-    _load_entry_points()
+    try:
+        load_entry_points()
+    except ValueError as exc:
+        raise UsageError(one_line(exc)) from None
     rows = dict(textgym.ENV_DESCRIPTIONS)
     for env_id in sorted(set(gym.registry) - before):
         entry_point = gym.registry[env_id].entry_point

@@ -85,7 +85,7 @@ def run(config: PlayConfig) -> int:
     if config.against is not None:
         return play_against(config)
     make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
-    template = getattr(probe.unwrapped, "action_template", None)
+    template = probe.unwrapped.action_template
     probe.close()
     policy = _ShowToolSetup(HumanPolicy(action_template=template))
     print(f"Playing {config.env_id}. Type your answer and press Enter; Ctrl-D quits.")
