@@ -52,6 +52,7 @@ from typing import Any
 import gymnasium as gym
 
 import textgym  # noqa: F401  (registers the textgym/* ids)
+from textgym.core import TextEnv
 from textgym.policies.base import conversation_start
 
 __all__ = ["EPISODE_KEY", "grpo_dataset", "reward_components", "reward_funcs", "rollout_func"]
@@ -75,8 +76,9 @@ def _env_factory(env: EnvSource, env_kwargs: Mapping[str, Any] | None) -> Callab
         TypeError: ``env`` is neither, or a callable is given together with ``env_kwargs``.
     """
     if isinstance(env, str):
-        kwargs = dict(env_kwargs or {})
-        return lambda: gym.make(env, **kwargs)
+        from textgym.builder import EnvRecipe
+
+        return EnvRecipe(env, dict(env_kwargs or {})).make
     if callable(env):
         if env_kwargs:
             raise TypeError(
@@ -386,7 +388,9 @@ def rollout_func(
             raise ValueError(f"Expected {label} to be an int >= 1 or None, got {value!r}")
     make_env = _env_factory(env, env_kwargs)
     probe = make_env()
-    stop = list(getattr(probe.unwrapped, "stop_strings", ()) or ())
+    # The env contract (textgym.TextEnv) says where a completion may stop; a factory's env
+    # that is not a TextEnv declares no stop strings.
+    stop = list(probe.unwrapped.stop_strings) if isinstance(probe.unwrapped, TextEnv) else []
     probe.close()
 
     def play(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
