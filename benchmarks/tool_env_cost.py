@@ -1,4 +1,4 @@
-"""Reset and step cost of the tool-use envs (Workplace-v0, EmailToolUse-v0), in microseconds.
+"""Reset and step cost of the tool-use envs (Workplace-v1, EmailToolUse-v1), in microseconds.
 
 For each task, on ``--episodes`` seeded episodes played by the gold policy, it times:
 ``reset`` (a fresh in-memory SQLite sandbox copied from the template, the task drawn; the first
@@ -79,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     info = machine_info()
     real = (WORKPLACE / "workbench" / "tasks.jsonl").is_file()
     envs = {
-        "textgym/Workplace-v0": (
+        "textgym/Workplace-v1": (
             WorkplaceEnv(data_dir=str(WORKPLACE)) if real else WorkplaceEnv(),
             "../shared/data/workplace (WorkBench, 690 tasks)" if real else "bundled sample",
         ),
-        "textgym/EmailToolUse-v0": (
+        "textgym/EmailToolUse-v1": (
             EmailToolUseEnv(),
             "generator, inbox_size=20, distractors=2, num_steps=1",
         ),

@@ -114,8 +114,8 @@ def test_recipe_refuses_malformed_fields(fields, message):
             "cannot wrap textgym/ReverseText-v0 in format_reward: ReverseTextEnv already pays",
         ),
         (
-            EnvRecipe("textgym/Workplace-v0", wrappers=("format_reward",)),
-            "cannot wrap textgym/Workplace-v0 in format_reward: WorkplaceEnv has no is_well_formed",
+            EnvRecipe("textgym/Workplace-v1", wrappers=("format_reward",)),
+            "cannot wrap textgym/Workplace-v1 in format_reward: WorkplaceEnv has no is_well_formed",
         ),
     ],
 )
@@ -228,3 +228,10 @@ def test_gym_make_of_the_spec_rebuilds_an_equal_stack(recipe):
     ]
     for seed in (0, 5):
         assert rebuilt.reset(seed=seed) == env.reset(seed=seed)
+
+
+def test_an_old_version_names_the_current_one():
+    with pytest.raises(
+        ValueError, match=r"'textgym/Workplace-v0' is not registered, but textgym/Workplace-v1 is"
+    ):
+        env_factory(EnvRecipe("textgym/Workplace-v0"))

@@ -210,14 +210,14 @@ CASES = [
     pytest.param(
         [
             "eval",
-            "textgym/EmailToolUse-v0",
+            "textgym/EmailToolUse-v1",
             "--policy",
             "gold",
             "--no-progress",
             "--task-ids",
             "email-1",
         ],
-        "--task-ids: textgym/EmailToolUse-v0 cannot play task 'email-1': Expected "
+        "--task-ids: textgym/EmailToolUse-v1 cannot play task 'email-1': Expected "
         "options['task_id'] like",
         id="bad-generated-task-id",
     ),
@@ -537,7 +537,7 @@ def test_env_kwargs_are_json_in_every_subcommand(command, capsys, tmp_path):
 def test_train_takes_list_valued_env_kwargs(capsys, tmp_path, monkeypatch):
     # The env is built with domains=["email"]; the run then stops at the missing model.
     monkeypatch.chdir(tmp_path)
-    argv = ["train", "textgym/Workplace-v0", "--env-kwargs", '{"domains": ["email"]}']
+    argv = ["train", "textgym/Workplace-v1", "--env-kwargs", '{"domains": ["email"]}']
     argv += ["--wrappers", "--model", str(tmp_path / "none"), *TRAIN]
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert_one_usage_error(capsys, argv, "Could not load model")

@@ -12,7 +12,7 @@ def ctrl_d(prompt=""):
     raise EOFError
 
 
-@pytest.mark.parametrize("env_id", ["textgym/EmailToolUse-v0", "textgym/Workplace-v0"])
+@pytest.mark.parametrize("env_id", ["textgym/EmailToolUse-v1", "textgym/Workplace-v1"])
 def test_a_tool_env_shows_its_setup_first(env_id, monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", ctrl_d)
     assert main(["play", env_id, "--seed", "0"]) == 0
@@ -29,7 +29,7 @@ def test_a_tool_env_shows_its_setup_first(env_id, monkeypatch, capsys):
 
 def test_the_arguments_of_a_tool_are_listed_with_their_types(monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", ctrl_d)
-    assert main(["play", "textgym/EmailToolUse-v0", "--seed", "0"]) == 0
+    assert main(["play", "textgym/EmailToolUse-v1", "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "- email_send_email(recipient: string, subject: string, body: string)" in out
     assert "company_directory_find_email_address(name?: string)" in out

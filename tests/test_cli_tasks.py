@@ -88,7 +88,7 @@ def test_gold_eval_plays_each_of_the_1319_test_problems_exactly_once(tmp_path, m
 
 @pytest.mark.parametrize(
     ("env_id", "kwargs"),
-    [("textgym/GSM8K-v0", {}), ("textgym/ReverseText-v0", {}), ("textgym/Workplace-v0", {})],
+    [("textgym/GSM8K-v0", {}), ("textgym/ReverseText-v0", {}), ("textgym/Workplace-v1", {})],
 )
 def test_default_eval_walks_every_bundled_task_once_in_order(env_id, kwargs, tmp_path):
     summary, ids, rows = eval_run(tmp_path, env_id, "--policy", "gold", "--rollout-batch-size", "7")
@@ -102,7 +102,7 @@ def test_workplace_gold_eval_walks_the_first_tasks_of_the_real_data(tmp_path):
     kwargs = json.dumps({"data_dir": str(WORKPLACE)})
     summary, ids, _ = eval_run(
         tmp_path,
-        "textgym/Workplace-v0",
+        "textgym/Workplace-v1",
         "--policy",
         "gold",
         "--env-kwargs",
@@ -110,7 +110,7 @@ def test_workplace_gold_eval_walks_the_first_tasks_of_the_real_data(tmp_path):
         "--limit",
         "25",
     )
-    assert ids == env_task_ids("textgym/Workplace-v0", data_dir=str(WORKPLACE))[:25]
+    assert ids == env_task_ids("textgym/Workplace-v1", data_dir=str(WORKPLACE))[:25]
     assert summary["tasks"]["available"] == 690 and summary["tasks"]["pass@1"] == 1.0
 
 
@@ -119,7 +119,7 @@ def test_workplace_gold_eval_walks_the_first_tasks_of_the_real_data(tmp_path):
 def test_workplace_gold_eval_covers_all_690_tasks(tmp_path):
     kwargs = json.dumps({"data_dir": str(WORKPLACE)})
     summary, ids, rows = eval_run(
-        tmp_path, "textgym/Workplace-v0", "--policy", "gold", "--env-kwargs", kwargs
+        tmp_path, "textgym/Workplace-v1", "--policy", "gold", "--env-kwargs", kwargs
     )
     assert len(ids) == len(set(ids)) == 690 and len(rows) == 690
     assert summary["tasks"]["pass@1"] == 1.0 and summary["reward_components"] == {"outcome": 1.0}
@@ -170,7 +170,7 @@ def test_task_ids_on_an_env_that_makes_tasks_from_their_id(tmp_path):
     chosen = ["email-00000000000004d2", "email-0000000000000007"]
     summary, ids, rows = eval_run(
         tmp_path,
-        "textgym/EmailToolUse-v0",
+        "textgym/EmailToolUse-v1",
         "--policy",
         "gold",
         "--task-ids",

@@ -15,8 +15,8 @@ from textgym.rollout import WorkerEnv, rollout
 @pytest.mark.parametrize(
     ("env_id", "policy"),
     [
-        ("textgym/Workplace-v0", GoldPolicy),
-        ("textgym/EmailToolUse-v0", GoldPolicy),
+        ("textgym/Workplace-v1", GoldPolicy),
+        ("textgym/EmailToolUse-v1", GoldPolicy),
         ("textgym/TicTacToe-v0", lambda: RandomPolicy(seed=3)),
     ],
 )

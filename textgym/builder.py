@@ -213,6 +213,13 @@ def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
     if name not in gym.registry:
         import textgym
 
+        family = name.rsplit("-v", 1)[0]
+        versions = sorted(i for i in gym.registry if i.rsplit("-v", 1)[0] == family)
+        if versions:
+            raise ValueError(
+                f"env id {env_id!r} is not registered, but {', '.join(versions)} is: a new "
+                "version means the env's behaviour changed (see the env's docs); use it"
+            )
         known = ", ".join(textgym.ENV_DESCRIPTIONS)
         raise ValueError(
             f"unknown env id {env_id!r}; expected a registered Gymnasium id such as {known}, "

@@ -78,7 +78,7 @@ class TextEnv(gym.Env[str, str]):
     #: The ids of a dataset task's items in index order: ``reset(options={"task_index": i})``
     #: plays ``task_ids[i]`` and ``options={"task_id": task_ids[i]}`` the same item, so an
     #: evaluation can walk every task once. ``None``: the env has no task list (it generates
-    #: its episodes, as TicTacToe-v0 and EmailToolUse-v0 do).
+    #: its episodes, as TicTacToe-v0 and EmailToolUse-v1 do).
     task_ids: tuple[str, ...] | None = None
 
     #: True when every ``reset`` info carries ``info["gold_completion"]``, a reference

@@ -34,7 +34,7 @@ OUTCOMES = ("win", "draw", "loss")
 
 #: The reward component that grades the task itself, looked up in this order: ``correct``
 #: (GSM8K-v0: the right number), ``lcs`` (ReverseText-v0: 1.0 exactly for the exact reversal),
-#: ``outcome`` (TicTacToe-v0: win 1, draw 0.5; Workplace-v0 and EmailToolUse-v0: 1 when the
+#: ``outcome`` (TicTacToe-v0: win 1, draw 0.5; Workplace-v1 and EmailToolUse-v1: 1 when the
 #: final tables match). Format and wrapper terms (``format``, ``invalid_action``) shape the
 #: reward; they never make an episode a success.
 TASK_COMPONENTS = ("correct", "lcs", "outcome")
@@ -182,7 +182,7 @@ def plan_tasks(
             for an env without a task list.
         limit: Keep the first ``limit`` of the chosen tasks, ``>= 1``.
         task_ids: Play these tasks, in this order. On an env with a task list each becomes
-            ``{"task_index": i}`` of its first occurrence; on one without (EmailToolUse-v0
+            ``{"task_index": i}`` of its first occurrence; on one without (EmailToolUse-v1
             makes any task from its id) each is passed as ``{"task_id": id}``, and the env's
             ``reset`` judges it.
 

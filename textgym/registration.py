@@ -47,14 +47,14 @@ ENVS: tuple[EnvEntry, ...] = (
         "number, + 0.1 format; bundled sample set unless data_path/dataset)",
     ),
     EnvEntry(
-        "textgym/EmailToolUse-v0",
+        "textgym/EmailToolUse-v1",
         "textgym.envs.email_tool_use.env:EmailToolUseEnv",
         10,
         "carry out a generated email request by calling tools on a sandboxed mailbox "
         "(1 if the final mailbox equals the gold outcome)",
     ),
     EnvEntry(
-        "textgym/Workplace-v0",
+        "textgym/Workplace-v1",
         "textgym.envs.workplace.env:WorkplaceEnv",
         10,
         "WorkBench workplace tasks: call 27 tools on sandboxed tables "

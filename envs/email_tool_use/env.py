@@ -1,4 +1,4 @@
-"""``textgym/EmailToolUse-v0``: carry out a generated email request by calling tools on a mailbox."""
+"""``textgym/EmailToolUse-v1``: carry out a generated email request by calling tools on a mailbox."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from textgym.envs.workplace.tools import TOOL_SCHEMAS
 
 __all__ = ["EMAIL_TOOL_NAMES", "EmailToolUseEnv"]
 
-#: The tools of this task: Workplace-v0's email tools and its company directory, same semantics.
+#: The tools of this task: Workplace-v1's email tools and its company directory, same semantics.
 EMAIL_TOOL_NAMES = tuple(
     s["name"]
     for s in TOOL_SCHEMAS
@@ -39,14 +39,14 @@ class EmailToolUseEnv(ToolUseEnv):
         reply to or forward the last email from someone or the email about a subject (to one
         or several people), delete the last email from someone or all emails about a subject,
         find an email then forward it, or a conditional request whose condition is false. The
-        tools are Workplace-v0's six email tools and its directory lookup, with the same
+        tools are Workplace-v1's six email tools and its directory lookup, with the same
         schemas and semantics (:mod:`textgym.envs.workplace.tools`). Each episode has its own
         in-memory SQLite mailbox.
 
     Action Space:
         ``UnicodeText(65536)``: the agent's whole reply, with tool calls written
         ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` exactly as in
-        ``textgym/Workplace-v0``, up to ``max_calls_per_step`` per reply, under the same
+        ``textgym/Workplace-v1``, up to ``max_calls_per_step`` per reply, under the same
         contract (``docs/tool_envs.md``): a reply is checked as a whole before any call runs;
         if one call is malformed, names a tool this task lacks or has arguments that fail the
         schema, or the reply has too many calls, no call runs, the mailbox is unchanged and
@@ -70,7 +70,7 @@ class EmailToolUseEnv(ToolUseEnv):
     Rewards:
         ``reward = outcome``, paid when the episode ends (0.0 on earlier steps): 1.0 if the
         final mailbox equals the one replaying the gold calls on a fresh copy gives (row order
-        included, text compared case-insensitively, WorkBench's rule as in Workplace-v0), else
+        included, text compared case-insensitively, WorkBench's rule as in Workplace-v1), else
         0.0.
 
     Episode End:

@@ -1,6 +1,6 @@
-"""``textgym/Workplace-v0``: WorkBench's workplace tasks, solved by calling tools on a sandbox.
+"""``textgym/Workplace-v1``: WorkBench's workplace tasks, solved by calling tools on a sandbox.
 
-:class:`ToolUseEnv` is the episode loop shared with ``textgym/EmailToolUse-v0``: parse the
+:class:`ToolUseEnv` is the episode loop shared with ``textgym/EmailToolUse-v1``: parse the
 completion's ``<tool_call>`` blocks, validate them as a whole (one invalid call, or too many,
 and none runs), run them on the episode's sandbox, answer with ``<tool_response>`` blocks; a
 completion without a call is the final answer, and the final tables are compared with the gold
@@ -350,7 +350,7 @@ class WorkplaceEnv(ToolUseEnv):
         - ``max_calls_per_step``: most tool calls in one reply, default 32; a reply with more
           runs none of them (``"too_many_calls"``).
 
-        Example: ``gym.make("textgym/Workplace-v0", data_dir="../shared/data/workplace",
+        Example: ``gym.make("textgym/Workplace-v1", data_dir="../shared/data/workplace",
         domains=["email"])``.
 
     Raises:

@@ -62,13 +62,13 @@ ADVERSARIAL = {
         "separators": lambda n: lead("#### ", "1,", n),
         "fractions": lambda n: lead("\\boxed{", "\\frac{1}{", n - 1) + "}",
     },
-    "textgym/Workplace-v0": {
+    "textgym/Workplace-v1": {
         "opening": lambda n: fill("<tool_call>", n),
         "many calls": lambda n: fill("<tool_call>{}</tool_call>", n),
         "deep json": lambda n: lead('<tool_call>{"name": "x", "arguments": ', "[", n),
         "digits": lambda n: lead('<tool_call>{"name": ', "1", n),
     },
-    "textgym/EmailToolUse-v0": {
+    "textgym/EmailToolUse-v1": {
         "many calls": lambda n: fill(
             '<tool_call>{"name": "email_delete_email", "arguments": {"email_id": "1"}}</tool_call>',
             n,
@@ -140,7 +140,7 @@ def test_the_limit_is_the_action_space_max_length(env_id):
     assert info["invalid_reason"] == TOO_LONG
 
 
-@pytest.mark.parametrize("env_id", ["textgym/Workplace-v0", "textgym/EmailToolUse-v0"])
+@pytest.mark.parametrize("env_id", ["textgym/Workplace-v1", "textgym/EmailToolUse-v1"])
 def test_a_too_long_reply_at_the_turn_limit_ends_the_episode_graded(env_id):
     env = gym.make(env_id, max_turns=1)
     _, first = env.reset(seed=0)

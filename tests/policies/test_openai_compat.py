@@ -363,7 +363,7 @@ def server_url(tmp_path_factory):
             "--chat_format",
             "gemma",
             "--n_ctx",
-            "8192",  # Workplace-v0's prompt with its 27 tool schemas is about 5k tokens
+            "8192",  # Workplace-v1's prompt with its 27 tool schemas is about 5k tokens
             "--host",
             "127.0.0.1",
             "--port",
@@ -436,13 +436,13 @@ def test_full_tictactoe_episodes_through_rollout(server_url):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("env_id", ["textgym/Workplace-v0", "textgym/EmailToolUse-v0"])
+@pytest.mark.parametrize("env_id", ["textgym/Workplace-v1", "textgym/EmailToolUse-v1"])
 def test_tool_use_episodes_through_rollout(server_url, env_id):
     """Tools travel as the request's ``tools``; the episode ends with a verified outcome."""
     policy = make_policy(
         "openai", base_url=server_url, model=ALIAS, max_tokens=48, temperature=0.7, seed=0
     )
-    make = lambda: gym.make(env_id)  # noqa: E731  (Workplace-v0: the bundled 8-task sample)
+    make = lambda: gym.make(env_id)  # noqa: E731  (Workplace-v1: the bundled 8-task sample)
     (traj,) = rollout(make, policy, seeds=[0], batch_size=1)
     assert traj.terminated or traj.truncated
     assert traj.num_steps >= 1 and traj.messages[0]["role"] == "system"
@@ -538,7 +538,7 @@ def test_cli_eval_with_the_openai_policy(server_url, tmp_path):
 # ------------------------------------------------------- structured tool calls (issue 13 §2)
 
 
-def _gold_tool_episode(env_id="textgym/EmailToolUse-v0", seed=0):
+def _gold_tool_episode(env_id="textgym/EmailToolUse-v1", seed=0):
     """A finished gold episode: calls, their results, then a final answer."""
     from textgym.policies import GoldPolicy
 
@@ -584,7 +584,7 @@ def test_rejected_or_plain_replies_stay_text():
 
 
 def test_tools_on_every_turn_and_a_seed_per_request(monkeypatch):
-    """Client-level fake: what an endpoint receives over a two-turn EmailToolUse-v0 episode."""
+    """Client-level fake: what an endpoint receives over a two-turn EmailToolUse-v1 episode."""
     from openai.resources.chat.completions import AsyncCompletions
 
     seen: list[dict] = []
@@ -597,7 +597,7 @@ def test_tools_on_every_turn_and_a_seed_per_request(monkeypatch):
 
     monkeypatch.setattr(AsyncCompletions, "create", create)
     policy = OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, seed=7)
-    (traj,) = rollout(lambda: gym.make("textgym/EmailToolUse-v0"), policy, [0], batch_size=1)
+    (traj,) = rollout(lambda: gym.make("textgym/EmailToolUse-v1"), policy, [0], batch_size=1)
     assert traj.messages == gold_traj.messages and traj.rewards == gold_traj.rewards
     assert len(seen) == traj.num_steps >= 2
     assert all(r["tools"] and r["tools"] == seen[0]["tools"] for r in seen)
@@ -616,7 +616,7 @@ def test_tools_on_every_turn_and_a_seed_per_request(monkeypatch):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 2, 3])  # tasks with calls (seed 1 is a no-op task)
 def test_the_real_server_takes_structured_tool_histories(server_url, seed, monkeypatch):
-    """EmailToolUse-v0 episodes whose replies are the gold ones, each turn also sent to the
+    """EmailToolUse-v1 episodes whose replies are the gold ones, each turn also sent to the
     real server: every request carries the tools and, after the first turn, the earlier calls as
     ``tool_calls`` with their results as ``tool`` messages; the server answers each one."""
     from textgym.policies import GoldPolicy
@@ -640,7 +640,7 @@ def test_the_real_server_takes_structured_tool_histories(server_url, seed, monke
             assert all(isinstance(a, Completion) for a in answers)
             return gold.act(conversations, infos)
 
-    (traj,) = rollout(lambda: gym.make("textgym/EmailToolUse-v0"), Mirror(), [seed], batch_size=1)
+    (traj,) = rollout(lambda: gym.make("textgym/EmailToolUse-v1"), Mirror(), [seed], batch_size=1)
     assert len(sent) == traj.num_steps >= 2
     assert all(request["tools"] for request in sent)
     later = sent[-1]["messages"]

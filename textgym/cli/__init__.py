@@ -25,7 +25,7 @@ with code 130. An endpoint that fails while ``--policy openai`` plays stops the 
 way, with one ``textgym: error:`` line and exit code 1.
 
 An evaluation is a pass over the tasks: on an env that lists its tasks (``task_ids``: GSM8K-v0,
-ReverseText-v0, Workplace-v0) ``eval`` and ``collect`` play each task once, in order, unless
+ReverseText-v0, Workplace-v1) ``eval`` and ``collect`` play each task once, in order, unless
 ``--limit``, ``--task-ids``, ``--rollouts-per-task`` or ``--sample-tasks`` (random draws with
 replacement, as for training) say otherwise (:mod:`textgym.evaluation`).
 """

@@ -159,7 +159,7 @@ _POLICY_NEEDS: dict[str, tuple[str, str]] = {
         GOLD_INFO_KEY,
         (
             "only envs with a reference solution give (textgym/GSM8K-v0, "
-            "ReverseText-v0, Workplace-v0, EmailToolUse-v0)"
+            "ReverseText-v0, Workplace-v1, EmailToolUse-v1)"
         ),
     ),
     "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
@@ -211,7 +211,7 @@ def _task_walk(
 
     On an env with a task list the default is every task once, in order; ``--episodes N``
     then walks N episodes in order (starting again after the last task). ``--task-ids`` on an
-    env without a list (EmailToolUse-v0) are checked by a ``reset`` each.
+    env without a list (EmailToolUse-v1) are checked by a ``reset`` each.
 
     Raises:
         UsageError: for ``--limit`` / ``--rollouts-per-task`` on an env without a task list, or
@@ -228,9 +228,9 @@ def _task_walk(
             if given:
                 raise UsageError(
                     f"{flag} needs tasks to walk, and {config.env_id} has no task list "
-                    "(GSM8K-v0, ReverseText-v0 and Workplace-v0 list theirs); use "
+                    "(GSM8K-v0, ReverseText-v0 and Workplace-v1 list theirs); use "
                     "--episodes, or --task-ids on an env that makes a task from its "
-                    "id (EmailToolUse-v0)"
+                    "id (EmailToolUse-v1)"
                 )
         return None
     chosen = len(task_ids) if task_ids is not None else len(env_task_ids)  # type: ignore[arg-type]

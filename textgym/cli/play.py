@@ -1,7 +1,7 @@
 """``textgym play``: play an env yourself in the terminal.
 
 Alone, the person plays the single-agent env against its built-in opponent (if it has one); on
-a tool env (``info["tools"]`` not empty: EmailToolUse-v0, Workplace-v0) the system prompt, the
+a tool env (``info["tools"]`` not empty: EmailToolUse-v1, Workplace-v1) the system prompt, the
 tools and the call format are shown before the first turn. With ``--against POLICY`` the person
 plays two-seat tic-tac-toe against a policy (:func:`play_against`).
 """

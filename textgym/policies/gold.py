@@ -3,7 +3,7 @@
 Envs with a reference solution emit the completion to play next as ``info["gold_completion"]``:
 single-turn dataset tasks at reset (:class:`textgym.envs.GSM8KEnv`,
 :class:`textgym.envs.ReverseTextEnv`), multi-turn tool tasks at reset and after every step (the
-gold tool calls, then a final answer; ``textgym/Workplace-v0``, ``textgym/EmailToolUse-v0``).
+gold tool calls, then a final answer; ``textgym/Workplace-v1``, ``textgym/EmailToolUse-v1``).
 Playing it back measures the verifier rather than a model: ``textgym eval textgym/GSM8K-v0
 --policy gold`` must score ``correct`` 1.0 on every problem, or the parser is wrong.
 """
@@ -47,7 +47,7 @@ class GoldPolicy:
             if not isinstance(gold, str):
                 raise KeyError(
                     f"The gold policy needs info[{GOLD_INFO_KEY!r}], the reference completion that "
-                    "envs with a reference solution (GSM8K-v0, ReverseText-v0, Workplace-v0, EmailToolUse-v0) "
+                    "envs with a reference solution (GSM8K-v0, ReverseText-v0, Workplace-v1, EmailToolUse-v1) "
                     f"emit; got info "
                     f"keys {sorted(info)}. Use a policy made for this env instead (e.g. 'minimax' for "
                     "textgym/TicTacToe-v0)."

@@ -1,4 +1,4 @@
-"""EmailToolUse-v0: generator gold on 1,000 seeds, variety, knobs, shared tools, fuzzing."""
+"""EmailToolUse-v1: generator gold on 1,000 seeds, variety, knobs, shared tools, fuzzing."""
 
 import copy
 import pickle
@@ -147,7 +147,7 @@ def test_a_valid_delete_beside_an_invalid_call_does_not_run(bad):
 
 
 def test_registered_and_picklable():
-    env = gym.make("textgym/EmailToolUse-v0")
+    env = gym.make("textgym/EmailToolUse-v1")
     seed = 0
     while env.reset(seed=seed)[1]["noop_task"]:
         seed += 1

@@ -1,4 +1,4 @@
-"""Workplace-v0 on the bundled sample workplace: gold, do-nothing, errors, isolation, fuzzing."""
+"""Workplace-v1 on the bundled sample workplace: gold, do-nothing, errors, isolation, fuzzing."""
 
 import copy
 import csv
@@ -285,7 +285,7 @@ def test_the_gold_outcome_cache_stays_small(tmp_path):
 
 
 def test_step_limit_truncates_and_grades():
-    env = gym.make("textgym/Workplace-v0")
+    env = gym.make("textgym/Workplace-v1")
     env.reset(options={"task_index": 0})
     read = '<tool_call>{"name": "company_directory_find_email_address", "arguments": {"name": "m"}}</tool_call>'
     steps = play(env, [read] * 20)

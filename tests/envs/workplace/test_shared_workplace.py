@@ -1,4 +1,4 @@
-"""Workplace-v0 on the real WorkBench data in ../shared/data/workplace: the verifier on all 690 tasks."""
+"""Workplace-v1 on the real WorkBench data in ../shared/data/workplace: the verifier on all 690 tasks."""
 
 import json
 from pathlib import Path
@@ -89,7 +89,7 @@ def test_cli_gold_eval(tmp_path):
         main(
             [
                 "eval",
-                "textgym/Workplace-v0",
+                "textgym/Workplace-v1",
                 "--policy",
                 "gold",
                 "--episodes",
