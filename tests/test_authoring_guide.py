@@ -158,14 +158,15 @@ def package_folder(guide, tmp_path, monkeypatch):
     gym.registry.update(saved)
 
 
-def test_the_command_lines_run(package_folder, monkeypatch, capsys):
+def test_the_command_lines_run(package_folder, capsys):
     assert entry_points() == {"mytasks": MODULE}  # the module registers its ids on import
     lines = command_lines()
     subcommands = [argv[0] for argv, _ in lines]
     assert subcommands.count("eval") >= 4 and "collect" in subcommands and "list" in subcommands
     for argv, pythonpath in lines:
         forget_guide_envs()  # each line loads the env itself
-        assert pythonpath == (":" in argv[1]) if argv[0] != "list" else not pythonpath, argv
+        module_form = argv[0] != "list" and ":" in argv[1]
+        assert pythonpath == module_form, f"PYTHONPATH=. belongs to module: ids only: {argv}"
         capsys.readouterr()
         assert main(argv if argv[0] == "list" else [*argv, "--no-progress"]) == 0, argv
         out = capsys.readouterr().out
