@@ -40,9 +40,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-import gymnasium as gym
-
 import textgym  # noqa: F401  (registers the textgym/* ids)
+from textgym.builder import EnvRecipe, resolve_env_id
 
 # The verifiers classes in __all__ are module attributes through __getattr__ (built on first use).
 # ruff: noqa: F822
@@ -136,7 +135,7 @@ def _classes() -> dict[str, Any]:
                 if config.seeds is not None
                 else range(config.first_seed, config.first_seed + config.num_tasks)
             )
-            env = gym.make(config.env, **config.env_kwargs)
+            env = EnvRecipe(config.env, dict(config.env_kwargs)).make()
             try:
                 for seed in seeds:
                     obs, info = env.reset(seed=int(seed), options=dict(config.options) or None)
@@ -172,7 +171,7 @@ def _classes() -> dict[str, Any]:
 
         async def run(self, task: TextgymTask, agents: Any) -> None:
             info = task.data.info
-            env = gym.make(info["env"], **info["env_kwargs"])
+            env = EnvRecipe(info["env"], dict(info["env_kwargs"])).make()
             steps: list[dict[str, float]] = []
             outcome: dict[str, Any] = {}
             try:
@@ -250,11 +249,13 @@ def load_environment(
         :data:`TASKSET_ID` so that verifiers' loaders (``vf-eval``'s runner) resolve it too.
 
     Raises:
-        gymnasium.error.Error: ``env`` is not registered (from ``gymnasium.make``).
+        ValueError: ``env`` is not registered, nor a ``module:EnvName-v0`` id whose module
+            registers it, nor registered through the ``textgym.envs`` entry point
+            (:func:`textgym.builder.resolve_env_id`).
         ImportError: ``verifiers`` is not installed.
         pydantic.ValidationError: an argument of the wrong type or range.
     """
-    gym.spec(env)  # an unknown id fails here, in one line, not inside verifiers
+    resolve_env_id(env)  # an unknown id fails here, in one line, not inside verifiers
     classes = _classes()
     sys.modules.setdefault(TASKSET_ID, sys.modules[__name__])
     taskset = classes["TextgymTasksetConfig"](
