@@ -42,6 +42,7 @@ from textgym.algos.common import (
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.data import read_jsonl
 from textgym.tokens import ChatTokenizer
+from textgym.toolformat import from_chat_messages
 
 __all__ = ["ROLES", "SFTConfig", "conversation_tokens", "read_conversations", "train"]
 
@@ -235,7 +236,10 @@ def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
 
     Each record must hold ``messages``: a list of objects with ``role`` one of :data:`ROLES`
     and ``content`` a string (``tool_calls`` and other keys are allowed), with a system or user
-    message before the first assistant message, and at least one assistant message.
+    message before the first assistant message, and at least one assistant message. A record of
+    a tool env in the structured form (assistant ``tool_calls``, ``tool`` messages; what
+    ``textgym collect`` writes for tool envs) is turned back into the text form the env parses
+    (:func:`textgym.toolformat.from_chat_messages`), which is what the policy learns to write.
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
@@ -247,6 +251,14 @@ def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
         messages = record.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ValueError(f"{where}: expected a non-empty 'messages' list")
+        if any(
+            isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
+            for m in messages
+        ):
+            try:
+                messages = from_chat_messages(messages)
+            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+                raise ValueError(f"{where}: the structured tool calls do not read: {exc}") from None
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
                 raise ValueError(f"{where}: message {i} is {type(message).__name__}, not an object")

@@ -6,6 +6,12 @@ and TRL's ``SFTTrainer`` accept), plus the episode's return, reward components, 
 seed for filtering and analysis. The final observation (e.g. "Game over: win.") is kept apart
 as ``final_observation``: no assistant turn follows it, so it would only cost tokens.
 
+An episode of a tool env is written in the form TRL's ``SFTTrainer`` reads for tool calling
+(:func:`textgym.toolformat.to_chat_messages`): a ``tools`` column (the schemas in the
+chat-completions form, as a JSON string, which TRL parses), the model's calls as the assistant
+messages' ``tool_calls`` and their results as ``tool`` messages. ``textgym sft`` reads both
+forms (it turns the structured one back into the text the env parses).
+
 Filters are a tiny, safe language (no ``eval`` of user text): clauses ``FIELD OP VALUE`` joined
 by ``and``. Fields: ``return``, ``outcome``, ``num_steps``, ``invalid_actions`` (count),
 ``truncated``, ``terminated``, ``component.NAME`` (episode total of a reward component).
@@ -18,12 +24,14 @@ the first error, never read as a string that matches nothing.
 
 from __future__ import annotations
 
+import json
 import operator
 import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from textgym.rollout import Trajectory
+from textgym.toolformat import chat_tools, to_chat_messages
 
 __all__ = ["parse_filter", "sft_record"]
 
@@ -194,8 +202,13 @@ def sft_record(trajectory: Trajectory) -> dict[str, Any]:
         if messages and messages[-1]["role"] == "user" and trajectory.num_steps
         else None
     )
+    tools = {}
+    if trajectory.tools:
+        messages = to_chat_messages(messages)
+        tools = {"tools": json.dumps(chat_tools(trajectory.tools), ensure_ascii=False)}
     return {
         "messages": messages,
+        **tools,
         "final_observation": final,
         "env_id": trajectory.env_id,
         "seed": trajectory.seed,

@@ -60,6 +60,8 @@ class Trajectory:
             and environment ids.
         token_logprobs: ``[L]`` floats, the sampling log-probability (natural log) of each
             generated id; 0.0 where ``loss_mask`` is 0.
+        tools: The tool schemas the env offered at reset (``info["tools"]``), ``None`` for an
+            env without tools.
     """
 
     env_id: str | None
@@ -76,6 +78,7 @@ class Trajectory:
     token_ids: list[int] = field(default_factory=list)
     loss_mask: list[int] = field(default_factory=list)
     token_logprobs: list[float] = field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
 
     def extend_tokens(self, ids: Sequence[int], logprobs: Sequence[float] | None = None) -> None:
         """Append ids to :attr:`token_ids`: generated ones when ``logprobs`` is given, else not.
@@ -249,6 +252,8 @@ def _episodes(
         obs, info = env.reset(seed=seeds[index], options=_episode_options(options, index))
         spec_id = env.spec.id if env.spec is not None else None
         traj = Trajectory(env_id=spec_id, seed=seeds[index], task_id=info.get("task_id"))
+        if info.get("tools"):
+            traj.tools = [dict(tool) for tool in info["tools"]]
         traj.messages = conversation_start(obs, info)
         if token_level:
             traj.extend_tokens(policy.prompt_ids(traj.messages, info))  # type: ignore[attr-defined]

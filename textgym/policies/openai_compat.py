@@ -43,9 +43,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from textgym.envs.workplace.toolcalls import parse_tool_calls
 from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
+from textgym.toolformat import chat_tools, to_chat_messages
 
 try:
     import openai
@@ -154,23 +154,6 @@ async def with_retries(
             await sleep(delay * rng.uniform(0.5, 1.0))
 
 
-def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Convert tool schemas to the Chat Completions form ``{"type": "function", "function": ...}``.
-
-    textgym's envs list tools in the flat form of the Responses API
-    (``{"type": "function", "name": ..., "description": ..., "parameters": ...}``); schemas that
-    already have a ``"function"`` member pass through unchanged.
-    """
-    converted = []
-    for tool in tools:
-        if "function" in tool:
-            converted.append(dict(tool))
-        else:
-            function = {k: v for k, v in tool.items() if k != "type"}
-            converted.append({"type": tool.get("type", "function"), "function": function})
-    return converted
-
-
 def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
     """Write a response's structured ``tool_calls`` as ``<tool_call>{...}</tool_call>`` blocks.
 
@@ -207,72 +190,6 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         blocks.append(_CALL_OPEN + body.replace("</", "<\\/") + _CALL_CLOSE)
     return "\n".join(blocks)
-
-
-_CALL_BLOCK = re.compile(r"<tool_call>.*?(?:</tool_call>|\Z)", re.DOTALL)
-_RESPONSE_BLOCK = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
-
-
-def to_chat_messages(messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """A textgym conversation with structured tool calls, as chat-completions servers expect.
-
-    textgym's tool envs read calls as ``<tool_call>{json}</tool_call>`` blocks in the assistant
-    text and answer with one ``<tool_response>`` block per call, in order, in the next user
-    message. Where an assistant message holds calls that all parse and the next message holds
-    exactly one response block per call (the calls ran), the pair becomes an assistant message
-    with ``tool_calls`` (ids ``call_<message index>_<k>``, arguments as a JSON string, the text
-    outside the blocks as its content) and one
-    ``tool`` message per result with its call's ``tool_call_id``. Anything else (a final answer,
-    a reply the env rejected whole, plain text) is sent unchanged. The translation is
-    deterministic, so the same conversation always gives the same request.
-
-    Args:
-        messages: The conversation as the rollout records it (system, user, assistant, ...).
-
-    Returns:
-        New message dicts; ``messages`` is not changed.
-    """
-    out: list[dict[str, Any]] = []
-    index = 0
-    while index < len(messages):
-        message = messages[index]
-        reply = messages[index + 1] if index + 1 < len(messages) else None
-        calls = parse_tool_calls(message["content"]) if message["role"] == "assistant" else []
-        results = (
-            _RESPONSE_BLOCK.findall(reply["content"])
-            if calls and reply is not None and reply["role"] == "user"
-            else []
-        )
-        if not calls or len(results) != len(calls) or any(c.error for c in calls):
-            out.append(dict(message))
-            index += 1
-            continue
-        ids = [f"call_{index}_{k}" for k in range(len(calls))]
-        text = _CALL_BLOCK.sub("", message["content"]).strip()
-        out.append(
-            {
-                "role": "assistant",
-                # "" rather than null: OpenAI takes either, llama.cpp's server only a string.
-                "content": text,
-                "tool_calls": [
-                    {
-                        "id": call_id,
-                        "type": "function",
-                        "function": {
-                            "name": call.name,
-                            "arguments": json.dumps(call.arguments, ensure_ascii=False),
-                        },
-                    }
-                    for call_id, call in zip(ids, calls)
-                ],
-            }
-        )
-        out.extend(
-            {"role": "tool", "tool_call_id": call_id, "content": result}
-            for call_id, result in zip(ids, results)
-        )
-        index += 2
-    return out
 
 
 def _field(value: Any, name: str) -> Any:
