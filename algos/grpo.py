@@ -337,11 +337,12 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
             consecutive runs of ``G = config.group_size`` forming a group.
 
     Returns:
-        The step's metrics, the same keys every step (``NaN`` where an update was skipped):
-        ``zero_variance_fraction``, ``advantage_abs_mean``, ``loss``, ``grad_norm``,
-        ``nonfinite_skipped``, ``clip_fraction``, ``ratio_mean``, ``kl`` (nats per token),
+        The step's metrics as floats: ``zero_variance_fraction``, ``advantage_abs_mean``,
+        ``loss``, ``grad_norm``, ``clip_fraction``, ``ratio_mean``, ``kl`` (nats per token),
         ``entropy`` (nats per token), ``loss_tokens``, ``skipped_update`` (1.0 when every group
-        had equal rewards), ``sampler_logprob_gap``.
+        had equal rewards: then the update metrics are ``NaN``, written as null, so every row
+        has them) and ``sampler_logprob_gap`` (``NaN`` unless old log-probs were recomputed);
+        ``nonfinite_skipped`` (1.0 when the guard skipped the step) when an update ran.
 
     Raises:
         ValueError: an episode return is NaN or inf (an env or wrapper bug; nothing is updated),
