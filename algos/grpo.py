@@ -24,6 +24,7 @@ and CUDA (bf16 autocast, optional gradient checkpointing and LoRA).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -63,10 +64,11 @@ from textgym.algos.losses import (
     zero_variance_groups,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.builder import EnvRecipe, env_factory
 from textgym.evaluation import summarize
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import Trajectory, rollout
-from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
+from textgym.wrappers import REWARD_WRAPPERS
 
 __all__ = ["GRPOConfig", "Learner", "evaluate", "make_learner", "train", "update"]
 
@@ -518,33 +520,29 @@ class _Task:
 
 
 def _env_factory(config: GRPOConfig) -> _Task:
-    if config.env_id not in gym.registry:
-        raise ValueError(f"Unknown env id {config.env_id!r}; see `textgym list`")
+    """The training env through the one builder (:mod:`textgym.builder`).
 
-    def make() -> gym.Env:
-        env = gym.make(config.env_id, **config.env_kwargs)
-        if config.opponent_random_move_prob is not None and _has_opponent(env):
-            env = StratifiedOpponent(
-                env, random_move_prob=config.opponent_random_move_prob, groups=config.tasks_per_step
-            )
-        for name in config.wrappers:
-            env = REWARD_WRAPPERS[name](env)
-        return env
+    The opponent range stratifies only an env with a seeded opponent (``has_opponent``); for
+    any other env it is ignored, so the default config trains GSM8K as it trains tic-tac-toe.
 
-    probe = make()
+    Raises:
+        ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects).
+    """
+    recipe = EnvRecipe(config.env_id, dict(config.env_kwargs), tuple(config.wrappers))
+    _, probe = env_factory(recipe)
+    stratified = config.opponent_random_move_prob is not None and probe.unwrapped.has_opponent
+    if stratified:
+        probe.close()
+        recipe = dataclasses.replace(
+            recipe,
+            opponent_random_move_prob=tuple(config.opponent_random_move_prob),
+            groups=config.tasks_per_step,
+        )
+        _, probe = env_factory(recipe)
     steps = probe.spec.max_episode_steps if probe.spec is not None else None
-    task = _Task(
-        make,
-        tuple(getattr(probe.unwrapped, "stop_strings", ())),
-        int(steps or 1),
-        config.opponent_random_move_prob is not None and _has_opponent(probe),
-    )
+    task = _Task(recipe.make, probe.unwrapped.stop_strings, int(steps or 1), stratified)
     probe.close()
     return task
-
-
-def _has_opponent(env: gym.Env) -> bool:
-    return hasattr(env.unwrapped, "random_move_prob")
 
 
 def _rollout_step(task: _Task, policy: HFPolicy, config: GRPOConfig, step: int) -> list[Trajectory]:
@@ -713,27 +711,29 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 64,
 ) -> dict[str, float]:
-    """Evaluate a policy: win/draw/loss and invalid rates against the random and the optimal
-    opponent (``random_move_prob`` 1 and 0) for envs with an opponent, else mean return.
+    """Evaluate a policy in each of the env's named evaluation settings
+    (``TextEnv.evaluation_settings``: tic-tac-toe's ``random`` and ``optimal`` opponents,
+    ``random_move_prob`` 1 and 0), or once with the env's own settings (named ``eval``) for an
+    env that names none.
 
     Evaluation seeds start at 10**9 + seed * 10**6, away from every training task.
 
     Returns:
-        ``{"random/win_rate": ..., "optimal/invalid_rate": ..., ...}`` (rates in [0, 1]) or
-        ``{"eval/return_mean": ..., "eval/invalid_rate": ...}``.
+        ``{"<setting>/return_mean", "<setting>/invalid_rate"}`` per setting, plus
+        ``"<setting>/<outcome>_rate"`` for each outcome in a named setting (e.g.
+        ``"random/win_rate"``); rates in [0, 1].
     """
     seeds = [_EVAL_SEED_OFFSET + seed * 10**6 + i for i in range(episodes)]
     probe = make_env()
-    opponents = {"random": 1.0, "optimal": 0.0} if _has_opponent(probe) else {"eval": None}
+    settings: dict[str, Any] = dict(probe.unwrapped.evaluation_settings) or {"eval": None}
     probe.close()
     metrics: dict[str, float] = {}
-    for name, prob in opponents.items():
-        options = {"random_move_prob": prob} if prob is not None else None
+    for name, options in settings.items():
         summary = summarize(
             rollout(make_env, policy, seeds, batch_size=batch_size, options=options)
         )
         metrics[f"{name}/return_mean"] = summary["mean_return"]
         metrics[f"{name}/invalid_rate"] = summary["invalid_action_rate"]
-        if prob is not None:
+        if options is not None:
             metrics.update({f"{name}/{k}_rate": v for k, v in summary["outcomes"].items()})
     return metrics
