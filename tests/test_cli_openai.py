@@ -83,7 +83,7 @@ class Handler(BaseHTTPRequestHandler):
         elif failure == "status":
             self.send(500, b'{"error": {"message": "the model crashed"}}')
         elif failure == "hang":
-            time.sleep(2.0)
+            time.sleep(6.0)
             self.send(200, chat_body("#### 7"))
         elif failure == "drop":
             self.close_connection = True
@@ -111,7 +111,7 @@ def openai_args(server, *extra):
         "--max-retries",
         "0",
         "--timeout-s",
-        "0.5",
+        "2",  # short, yet enough for the client's first connection on a loaded 2-core machine
         "--no-progress",
         *extra,
     ]
@@ -120,7 +120,7 @@ def openai_args(server, *extra):
 FAILURES = [
     ("garbage", "did not answer with a valid chat completion in 1 attempt(s)"),
     ("status", "Error code: 500"),
-    ("hang", "the last one cut off at timeout_s=0.5 s"),
+    ("hang", "the last one cut off at timeout_s=2 s"),
     ("drop", "failed after 1 attempt(s)"),
 ]
 
@@ -184,13 +184,17 @@ def test_the_flags_reach_the_policy_and_the_key_the_server(server, tmp_path, mon
         "eval",
         "textgym/GSM8K-v0",
         *openai_args(server, "--limit", "2", "--concurrency", "3", "--api-key", "sk-from-flag"),
+        "--tool-format",
+        "text",
     ]
     assert main(argv) == 0
-    assert {k: seen[k] for k in ("max_concurrency", "timeout_s", "max_retries", "api_key")} == {
+    keys = ("max_concurrency", "timeout_s", "max_retries", "api_key", "tool_format")
+    assert {k: seen[k] for k in keys} == {
         "max_concurrency": 3,
-        "timeout_s": 0.5,
+        "timeout_s": 2.0,
         "max_retries": 0,
         "api_key": "sk-from-flag",
+        "tool_format": "text",
     }
     assert server.auth == ["Bearer sk-from-flag"] * 2
     monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")

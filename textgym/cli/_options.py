@@ -99,6 +99,10 @@ class PolicyOptions(ModelOptions):
     api_key: str | None = None
     """openai: bearer token (None: $OPENAI_API_KEY, which keeps it out of the process list,
     else 'EMPTY')."""
+    tool_format: Literal["native", "text"] | None = None
+    """openai, tool envs: native sends the tools with every request and the history as
+    structured tool calls; text sends the calls and results as text, for models without native
+    tool calling (None: native)."""
 
     def openai_options(self) -> dict[str, Any]:
         """The ``OpenAIPolicy`` arguments of the openai-only options that were given."""
@@ -107,6 +111,7 @@ class PolicyOptions(ModelOptions):
             "timeout_s": self.timeout_s,
             "max_retries": self.max_retries,
             "api_key": self.api_key,
+            "tool_format": self.tool_format,
         }
         return {name: value for name, value in given.items() if value is not None}
 
@@ -116,7 +121,7 @@ class PolicyOptions(ModelOptions):
         Raises:
             ValueError: naming the option.
         """
-        flags = ("concurrency", "timeout_s", "max_retries", "api_key")
+        flags = ("concurrency", "timeout_s", "max_retries", "api_key", "tool_format")
         given = [f"--{f.replace('_', '-')}" for f in flags if getattr(self, f) is not None]
         if given and self.policy != "openai":
             raise ValueError(
