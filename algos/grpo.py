@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import sys
 import time
 from collections.abc import Callable
@@ -53,6 +54,17 @@ from textgym.algos.common import (
     resolve_device,
     save_checkpoint,
     sequence_log_probs,
+)
+from textgym.algos.distributed import (
+    SINGLE_PROCESS,
+    DistributedContext,
+    NullLogger,
+    all_gather_objects,
+    all_reduce_gradients,
+    all_reduce_sum,
+    barrier,
+    broadcast_parameters,
+    init_distributed,
 )
 from textgym.algos.losses import (
     LOSS_VARIANTS,
@@ -228,6 +240,8 @@ class Learner:
         pad_token_id: Token id written in padding (never attended to, never scored).
         guard: Skips optimizer steps whose loss or gradient norm is not finite, and stops the
             run after a few in a row.
+        dist: This process's rank in a data-parallel run (:mod:`textgym.algos.distributed`);
+            one process by default.
     """
 
     config: GRPOConfig
@@ -240,10 +254,15 @@ class Learner:
     tokenizer: Any = None
     pad_token_id: int = 0
     guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
+    dist: DistributedContext = SINGLE_PROCESS
 
 
 def make_learner(
-    config: GRPOConfig, *, max_turns: int = 1, device: torch.device | None = None
+    config: GRPOConfig,
+    *,
+    max_turns: int = 1,
+    device: torch.device | None = None,
+    dist: DistributedContext = SINGLE_PROCESS,
 ) -> Learner:
     """Load and prepare ``config.model`` (:func:`~textgym.algos.common.load_trainable_model`),
     a reference copy when ``beta > 0``, AdamW and its warm-up schedule.
@@ -252,12 +271,15 @@ def make_learner(
         config: The run's arguments.
         max_turns: Most agent turns per episode (the env's step limit), for ``max_loss_tokens``.
         device: Where to train; default ``resolve_device(config.device)``.
+        dist: The rank context; with more than one rank, rank 0's trainable weights are
+            broadcast to the others.
 
     Raises:
         ValueError: CUDA asked for and not available; a model that cannot be loaded.
     """
     device = resolve_device(config.device) if device is None else device
     model, tokenizer, reference = load_trainable_model(config, device, reference=config.beta > 0)
+    broadcast_parameters(model, dist)
     optimizer, scheduler = make_optimizer(model, config)
     return Learner(
         config=config,
@@ -269,6 +291,7 @@ def make_learner(
         reference=reference,
         tokenizer=tokenizer,
         pad_token_id=tokenizer.pad_token_id or 0,
+        dist=dist,
     )
 
 
@@ -278,60 +301,74 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     With ``resume``, the latest checkpoint in ``output_dir`` is continued; a run that already
     finished its ``steps`` returns its ``final_eval.json`` untouched.
 
+    Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel
+    (:mod:`textgym.algos.distributed`): each rank plays and learns from its share of the
+    step's groups, rank 0 logs, evaluates and saves, and the other ranks return ``{}``.
+
     Raises:
         ValueError: an env or model that cannot be used (see the messages); a resume whose
             config differs in what the run learns (:func:`~textgym.algos.common.check_resumable`)
-            or whose checkpoint is past ``steps``; an episode return that is NaN or inf.
+            or whose checkpoint is past ``steps``; an episode return that is NaN or inf;
+            ``tasks_per_step`` not a multiple of the number of ranks.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
     torch.manual_seed(config.seed)
-    device, out = resolve_device(config.device), Path(config.output_dir)
+    ctx, out = init_distributed(config.device), Path(config.output_dir)
+    _check_world_size(config, ctx)
     checkpoint = _checkpoint_to_resume(config, out)  # checked before any record is touched
     if checkpoint is not None and _finished(checkpoint, config):
         print(f"{out} already finished its {config.steps} steps; nothing to do")
         return json.loads((out / "final_eval.json").read_text())
-    write_run_record(out, config)
+    if ctx.is_main:
+        write_run_record(out, config)
     task = _env_factory(config)
-    learner = make_learner(config, max_turns=task.max_turns, device=device)
+    learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
     policy, evaluator = _policies(learner, task)
     start = _restore(checkpoint, learner, policy)
     deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
     eval_metrics: dict[str, Any] = {}
-    with MetricsLogger(out, tensorboard=config.tensorboard, resume=config.resume) as logger:
+    logger = _logger(out, config, ctx)
+    with logger:
         if checkpoint is not None:
             logger.truncate_after(start)
-        if start == 0:
+        if start == 0 and ctx.is_main:
             eval_metrics = _evaluate(evaluator, task, config)
             logger.log(0, eval_metrics, stage="eval")
         for step in range(start + 1, config.steps + 1):
             began = time.perf_counter()
-            trajectories = _rollout_step(task, policy, config, step - 1)
+            trajectories = _rollout_step(task, policy, config, step - 1, ctx)
             policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
             rolled = time.perf_counter()
-            metrics = update(learner, trajectories) | _rollout_metrics(trajectories)
+            metrics = update(learner, trajectories) | _rollout_metrics(trajectories, ctx)
             metrics |= _timing(learner, began, rolled)
             logger.log(step, metrics)
-            _report_progress(config, step, metrics)
+            _report_progress(config, step, metrics, ctx)
             done = step == config.steps
-            if done or _every(config.eval_every, step):
+            if ctx.is_main and (done or _every(config.eval_every, step)):
                 eval_metrics = _evaluate(evaluator, task, config)
                 logger.log(step, eval_metrics, stage="eval")
-            out_of_time = time.perf_counter() > deadline
+            out_of_time = _any_rank(time.perf_counter() > deadline, ctx)
             if done or out_of_time or _every(config.save_every, step):
                 _save(learner, policy, step)
             if out_of_time and not done:
                 minutes = config.time_limit_minutes
                 print(f"time limit of {minutes} min reached after step {step}; resume to go on")
                 break
-    plot_metrics(out / "metrics.jsonl", out / "plots")
-    (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")
+    if ctx.is_main:
+        plot_metrics(out / "metrics.jsonl", out / "plots")
+        (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")
+    barrier(ctx)  # the run's files are complete when train returns, on every rank
     return eval_metrics
 
 
 def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]:
     """One GRPO update on a batch of trajectories: advantages, then ``num_iterations`` optimizer
     steps on the groups that carry signal.
+
+    With more than one rank (``learner.dist``), every rank calls this with its own share of
+    the batch, whole groups only; the update and the metrics are those of one process over
+    all the ranks' trajectories in rank order (see :mod:`textgym.algos.distributed`).
 
     Args:
         learner: The learner state; its model, optimizer, scheduler and guard change.
@@ -348,11 +385,11 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
 
     Raises:
         ValueError: an episode return is NaN or inf (an env or wrapper bug; nothing is updated),
-            or ``B`` is not a multiple of the group size.
+            or ``B`` (a rank's share) is not a multiple of the group size.
         FloatingPointError: from the guard when steps keep having a non-finite loss or gradient.
     """
     config = learner.config
-    rewards = torch.tensor(_finite_returns(trajectories))  # [B] float32
+    rewards, mine = _batch_returns(trajectories, learner)  # [B] float32 (all ranks), own rows
     advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
@@ -362,21 +399,24 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
     }
     if not keep.any():  # same keys every step (NaN is written as null): plots have no gaps
         return metrics | dict.fromkeys(_UPDATE_KEYS, math.nan) | _SKIPPED
+    advantages, keep = advantages[mine], keep[mine]  # [B_rank] each: this rank's rows
     kept = [t for t, k in zip(trajectories, keep.tolist()) if k]
-    batch = make_token_batch(
-        [t.token_ids for t in kept],
-        [_loss_mask(t, config.mask_truncated) for t in kept],
-        [t.token_logprobs for t in kept],
-        pad_token_id=learner.pad_token_id,
-    )
-    normalizer = loss_normalizer(config.loss_type, batch.loss_mask, learner.max_loss_tokens)
+    batch = None
+    if kept:  # a rank whose groups all have equal rewards still joins the collectives
+        batch = make_token_batch(
+            [t.token_ids for t in kept],
+            [_loss_mask(t, config.mask_truncated) for t in kept],
+            [t.token_logprobs for t in kept],
+            pad_token_id=learner.pad_token_id,
+        )
+    normalizer = _normalizer(learner, batch)
     size = config.micro_batch_size
     micro = [
         (
             batch.select(slice(i, i + size)).to(learner.device),
             advantages[keep][i : i + size].to(learner.device),
         )
-        for i in range(0, len(batch), size)
+        for i in range(0, len(kept), size)
     ]
     old, ref = _fixed_log_probs(learner, micro)
     for iteration in range(config.num_iterations):
@@ -385,8 +425,44 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
         if iteration == 0:
             metrics.update(stats)
     metrics["skipped_update"] = 0.0
-    metrics["sampler_logprob_gap"] = _sampler_gap(micro, old)
+    metrics["sampler_logprob_gap"] = _sampler_gap(learner, micro, old)
     return metrics
+
+
+def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[torch.Tensor, slice]:
+    """The episode returns of the whole batch, ``[B]`` float32 (every rank's rows, in rank
+    order), and the slice of them that ``trajectories`` (this rank's share) are.
+
+    Raises:
+        ValueError: a return is NaN or inf; with more than one rank, a share that splits a
+            group.
+    """
+    returns = _finite_returns(trajectories)
+    group, ctx = learner.config.group_size, learner.dist
+    if ctx.distributed and len(returns) % group:
+        raise ValueError(
+            f"Expected rank {ctx.rank}'s share of the batch to be whole groups of {group}, got "
+            f"{len(returns)} trajectories; give each rank whole groups"
+        )
+    shares = all_gather_objects(returns, ctx)
+    start = sum(len(share) for share in shares[: ctx.rank])
+    rewards = torch.tensor([r for share in shares for r in share])  # [B] float32
+    return rewards, slice(start, start + len(returns))
+
+
+def _normalizer(learner: Learner, batch: TokenBatch | None) -> float:
+    """The loss normaliser of the whole batch (:func:`loss_normalizer`).
+
+    With more than one rank it is all-reduced before the backward pass: every row of
+    ``LOSS_VARIANTS`` counts something per sequence (sequences, loss tokens, or sequences x
+    ``max_loss_tokens``), so the sum of the ranks' counts is the count over the whole batch.
+    """
+    config, ctx = learner.config, learner.dist
+    if not ctx.distributed:
+        return loss_normalizer(config.loss_type, batch.loss_mask, learner.max_loss_tokens)
+    count = LOSS_VARIANTS[config.loss_type].normalizer
+    local = 0.0 if batch is None else count(batch.loss_mask, learner.max_loss_tokens)
+    return max(1.0, all_reduce_sum([local], ctx)[0])
 
 
 # Metrics of an update that runs no optimizer step (every group had equal rewards).
@@ -449,7 +525,10 @@ def _restore(checkpoint: Path | None, learner: Learner, policy: HFPolicy) -> int
 
 
 def _save(learner: Learner, policy: HFPolicy, step: int) -> None:
-    """Checkpoint the learner and the sampling policy's RNG state after ``step``."""
+    """Checkpoint the learner and the sampling policy's RNG state after ``step`` (rank 0 only:
+    the other ranks hold the same weights and optimizer state)."""
+    if not learner.dist.is_main:
+        return
     save_checkpoint(
         learner.config.output_dir,
         step,
@@ -460,6 +539,27 @@ def _save(learner: Learner, policy: HFPolicy, step: int) -> None:
         config=learner.config,
         extra={"sampling_state": policy.sampling_state()},
     )
+
+
+def _check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
+    """ValueError unless the step's groups split evenly over the ranks."""
+    if config.tasks_per_step % ctx.world_size:
+        raise ValueError(
+            f"tasks_per_step: expected a multiple of the {ctx.world_size} ranks (whole groups "
+            f"per rank), got {config.tasks_per_step}; change tasks_per_step or --nproc-per-node"
+        )
+
+
+def _logger(out: Path, config: GRPOConfig, ctx: DistributedContext) -> Any:
+    """Rank 0's metrics logger; one that writes nothing on the other ranks."""
+    if not ctx.is_main:
+        return NullLogger()
+    return MetricsLogger(out, tensorboard=config.tensorboard, resume=config.resume)
+
+
+def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
+    """Whether ``flag`` is true on any rank (so every rank takes the same branch)."""
+    return flag if not ctx.distributed else all_reduce_sum([float(flag)], ctx)[0] > 0
 
 
 def _every(interval: int, step: int) -> bool:
@@ -481,9 +581,12 @@ def _timing(learner: Learner, began: float, rolled: float) -> dict[str, float]:
     return metrics
 
 
-def _report_progress(config: GRPOConfig, step: int, metrics: dict[str, float]) -> None:
-    """One line on stderr (``progress``): loss, reward, step time, sampled tokens per second."""
-    if config.progress:
+def _report_progress(
+    config: GRPOConfig, step: int, metrics: dict[str, float], ctx: DistributedContext
+) -> None:
+    """One line on stderr (``progress``, rank 0): loss, reward, step time, sampled tokens per
+    second."""
+    if config.progress and ctx.is_main:
         tokens = metrics["completion_tokens_mean"] * config.batch_size
         line = progress_line(
             step,
@@ -545,18 +648,30 @@ def _env_factory(config: GRPOConfig) -> _Task:
     return task
 
 
-def _rollout_step(task: _Task, policy: HFPolicy, config: GRPOConfig, step: int) -> list[Trajectory]:
+def _rollout_step(
+    task: _Task, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
+) -> list[Trajectory]:
     """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
-    seed and opponent stratum."""
+    seed and opponent stratum.
+
+    With more than one rank, this rank plays its contiguous ``1 / world_size`` of the episodes
+    (whole groups), its sampling RNG re-seeded from ``(seed, step, rank)``, so a checkpoint
+    needs no per-rank sampling state and resumes on any number of ranks.
+    """
     first = config.seed * 10**6 + step * config.tasks_per_step
     seeds = [first + i // config.group_size for i in range(config.batch_size)]
     options = [{"episode_index": i // config.group_size} for i in range(config.batch_size)]
+    mine = slice(None)
+    if ctx.distributed:
+        share = config.batch_size // ctx.world_size
+        mine = slice(ctx.rank * share, (ctx.rank + 1) * share)
+        policy.set_sampling_state(random.Random(f"{config.seed}/{step}/{ctx.rank}").getstate())
     return rollout(
         task.make,
         policy,
-        seeds,
+        seeds[mine],
         batch_size=config.rollout_batch_size,
-        options=options if task.stratified else None,
+        options=options[mine] if task.stratified else None,
         token_level=True,
     )
 
@@ -659,6 +774,9 @@ def _optimizer_step(
         for key in ("clipped_tokens", "tokens", "ratio_sum", "kl_sum"):
             totals[key] += float(stats[key])
     params = [p for p in model.parameters() if p.requires_grad]
+    if learner.dist.distributed:  # the whole batch's gradient and sums, before clipping
+        all_reduce_gradients(params, learner.dist)
+        totals = dict(zip(totals, all_reduce_sum(list(totals.values()), learner.dist)))
     norm, stepped = learner.guard.step(
         learner.optimizer, params, totals["loss"], config.max_grad_norm
     )
@@ -675,22 +793,30 @@ def _optimizer_step(
     }
 
 
-def _sampler_gap(
-    micro: list[tuple[TokenBatch, torch.Tensor]], old: list[torch.Tensor | None]
-) -> float:
-    """Mean |sampling log-prob - training log-prob| on loss tokens (NaN when not recomputed)."""
-    if old[0] is None:
+def _sampler_gap(learner: Learner, micro: _MicroBatches, old: list[torch.Tensor | None]) -> float:
+    """Mean |sampling log-prob - training log-prob| on loss tokens of the whole batch (NaN when
+    not recomputed: ``num_iterations`` 1)."""
+    if learner.config.num_iterations == 1:
         return float("nan")
     gap = sum(
         float(((mb.sampler_logprobs - o).abs() * mb.loss_mask).sum())
         for (mb, _), o in zip(micro, old)
     )
     tokens = sum(float(mb.loss_mask.sum()) for mb, _ in micro)
+    if learner.dist.distributed:
+        gap, tokens = all_reduce_sum([gap, tokens], learner.dist)
     return gap / max(tokens, 1.0)
 
 
-def _rollout_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Reward, its components, outcomes and invalid rate of the training rollouts."""
+def _rollout_metrics(trajectories: list[Trajectory], ctx: DistributedContext) -> dict[str, float]:
+    """Reward, its components, outcomes and invalid rate of the training rollouts (of every
+    rank's: their episodes are gathered without their messages and token ids and log-probs)."""
+    if ctx.distributed:
+        light = [
+            dataclasses.replace(t, messages=[], token_ids=[], token_logprobs=[])
+            for t in trajectories
+        ]
+        trajectories = [t for share in all_gather_objects(light, ctx) for t in share]
     summary = summarize(trajectories)
     metrics = {
         "reward_mean": summary["mean_return"],

@@ -35,9 +35,18 @@ from textgym.algos.common import (
     load_trainable_model,
     make_optimizer,
     make_token_batch,
-    resolve_device,
     save_model,
     sequence_log_probs,
+)
+from textgym.algos.distributed import (
+    SINGLE_PROCESS,
+    DistributedContext,
+    NullLogger,
+    all_reduce_gradients,
+    all_reduce_sum,
+    barrier,
+    broadcast_parameters,
+    init_distributed,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.data import read_jsonl
@@ -97,6 +106,7 @@ class _Run:
     pad_token_id: int
     total_steps: int  # epochs x optimizer steps per epoch
     guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
+    dist: DistributedContext = SINGLE_PROCESS  # this process's rank in a data-parallel run
 
 
 def conversation_tokens(
@@ -131,10 +141,16 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
     Returns:
         Summary: ``conversations``, ``dropped_too_long``, ``steps``, ``final_loss`` (mean NLL per
-        assistant token over the last logged steps, nats), ``elapsed_s``.
+        assistant token over the last logged steps, nats), ``elapsed_s``; on ranks other than
+        0 of a data-parallel run only ``steps`` and ``final_loss``.
 
     The model is written to a scratch directory and moved into ``output_dir`` when complete;
     ``sft_summary.json`` is written last and marks a finished run.
+
+    Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel
+    (:mod:`textgym.algos.distributed`): each rank trains on its share of each step's
+    conversations with the whole step's token normaliser and all-reduced gradients, and only
+    rank 0 writes.
 
     Raises:
         ValueError: a malformed record (:func:`read_conversations`, with its record number),
@@ -142,16 +158,19 @@ def train(config: SFTConfig) -> dict[str, Any]:
             an SFT run.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm.
     """
-    device = resolve_device(config.device)
-    out = Path(config.output_dir)
+    ctx = init_distributed(config.device)
+    device, out = ctx.device, Path(config.output_dir)
     if (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists():
         raise ValueError(
             f"output_dir: expected {out} to hold no SFT run yet, got one (metrics.jsonl or "
             "sft_summary.json); choose a new --output-dir or delete that one"
         )
+    barrier(ctx)  # every rank has checked before rank 0 writes anything
     conversations = read_conversations(config.data)
-    write_run_record(out, config)
+    if ctx.is_main:
+        write_run_record(out, config)
     model, tokenizer, _ = load_trainable_model(config, device)
+    broadcast_parameters(model, ctx)
     sequences, dropped = _tokenize(config, ChatTokenizer(tokenizer), conversations)
     optimizer, scheduler = make_optimizer(model, config)
     run = _Run(
@@ -162,10 +181,15 @@ def train(config: SFTConfig) -> dict[str, Any]:
         device=device,
         pad_token_id=tokenizer.pad_token_id or 0,
         total_steps=config.epochs * -(-len(sequences) // config.batch_size),
+        dist=ctx,
     )
     began = time.perf_counter()
-    with MetricsLogger(out, tensorboard=config.tensorboard) as logger:
+    logger = MetricsLogger(out, tensorboard=config.tensorboard) if ctx.is_main else NullLogger()
+    with logger:
         steps, final_loss = _epochs(run, sequences, logger)
+    if not ctx.is_main:
+        barrier(ctx)  # returns once rank 0 has written the model
+        return {"steps": steps, "final_loss": final_loss}
     _save_final(model, tokenizer, config)
     plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
     summary = {
@@ -176,6 +200,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
         "elapsed_s": time.perf_counter() - began,
     }
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    barrier(ctx)
     return summary
 
 
@@ -193,11 +218,14 @@ def _epochs(
         for start in range(0, len(indices), config.batch_size):
             step_began = time.perf_counter()
             batch = [sequences[i] for i in indices[start : start + config.batch_size]]
+            if run.dist.distributed:  # this rank's contiguous share of the step's conversations
+                share = -(-len(batch) // run.dist.world_size)
+                batch = batch[run.dist.rank * share : (run.dist.rank + 1) * share]
             loss, tokens = _sft_step(run, batch)
             run.scheduler.step()
             step += 1
             window.append(loss)
-            if config.progress:
+            if config.progress and run.dist.is_main:
                 seconds = time.perf_counter() - step_began
                 line = progress_line(
                     step, run.total_steps, loss=loss, seconds=seconds, tokens=tokens
@@ -304,15 +332,25 @@ def _tokenize(
 
 
 def _sft_step(run: _Run, batch: list[tuple[list[int], list[int]]]) -> tuple[float, float]:
-    """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count)."""
-    config = run.config
-    tokens = make_token_batch(
-        [ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=run.pad_token_id
-    )
-    normalizer = max(float(tokens.loss_mask.sum()), 1.0)  # the whole batch: accumulation-invariant
+    """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count).
+
+    With more than one rank, ``batch`` is this rank's share (maybe empty) and the normaliser,
+    the gradients and the returned numbers are the whole step's (summed over the ranks).
+    """
+    config, ctx = run.config, run.dist
+    tokens = None
+    if batch:
+        tokens = make_token_batch(
+            [ids for ids, _ in batch], [mask for _, mask in batch], pad_token_id=run.pad_token_id
+        )
+    if not ctx.distributed:
+        normalizer = max(float(tokens.loss_mask.sum()), 1.0)  # the whole batch: exact accumulation
+    else:
+        local = 0.0 if tokens is None else float(tokens.loss_mask.sum())
+        normalizer = max(all_reduce_sum([local], ctx)[0], 1.0)  # the whole step's, every rank
     run.optimizer.zero_grad(set_to_none=True)
     total = 0.0
-    for start in range(0, len(tokens), config.micro_batch_size):
+    for start in range(0, len(batch), config.micro_batch_size):
         micro = tokens.select(slice(start, start + config.micro_batch_size)).to(run.device)
         with autocast(run.device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, _ = sequence_log_probs(
@@ -322,5 +360,8 @@ def _sft_step(run: _Run, batch: list[tuple[list[int], list[int]]]) -> tuple[floa
         loss.backward()
         total += float(loss.detach())
     params = [p for p in run.model.parameters() if p.requires_grad]
+    if ctx.distributed:
+        all_reduce_gradients(params, ctx)
+        total = all_reduce_sum([total], ctx)[0]
     run.guard.step(run.optimizer, params, total, config.max_grad_norm)
     return total, normalizer
