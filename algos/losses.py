@@ -21,6 +21,8 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from textgym.checks import check_int
+
 __all__ = [
     "LOSS_TYPES",
     "LOSS_VARIANTS",
@@ -49,8 +51,7 @@ SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
 
 def _grouped(rewards: Tensor, group_size: int) -> Tensor:
     """Check ``rewards`` and ``group_size`` and view the rewards as ``[B // G, G]``."""
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"Expected group_size to be an int >= 1, got {group_size!r}")
+    check_int("group_size", group_size, low=1)
     if rewards.ndim != 1:
         raise ValueError(
             f"Expected rewards of shape [B] (one reward per completion), got "
@@ -587,8 +588,7 @@ def _check_log_prob_inputs(
         )
     if temperature <= 0:
         raise ValueError(f"Expected temperature > 0, got {temperature}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"Expected chunk_size to be an int >= 1, got {chunk_size!r}")
+    check_int("chunk_size", chunk_size, low=1)
     if softcap is not None and softcap <= 0:
         raise ValueError(f"Expected softcap > 0 or None, got {softcap}")
 

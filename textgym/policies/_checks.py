@@ -8,14 +8,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from textgym import checks
+
 __all__ = ["check_int", "check_sampling"]
 
 
 def check_int(name: str, value: Any, minimum: int) -> int:
-    """``value`` must be an ``int`` (not a ``bool``) >= ``minimum``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Expected {name} to be an int >= {minimum}, got {value!r}")
-    return value
+    """``value`` must be an ``int`` (not a ``bool``) >= ``minimum``: :func:`textgym.checks.check_int`."""
+    return checks.check_int(name, value, low=minimum)
 
 
 def check_sampling(temperature: Any, top_p: Any) -> tuple[float, float]:

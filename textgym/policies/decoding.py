@@ -48,6 +48,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from textgym.checks import check_int
+
 __all__ = [
     "DecodedRow",
     "PrefixCache",
@@ -155,9 +157,7 @@ class PrefixCache:
     """
 
     def __init__(self, max_tokens: int) -> None:
-        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 0:
-            raise ValueError(f"Expected max_tokens to be an int >= 0, got {max_tokens!r}")
-        self.max_tokens = max_tokens
+        self.max_tokens = check_int("max_tokens", max_tokens, low=0)
         self._entries: OrderedDict[tuple[int, ...], SequenceKV] = OrderedDict()
         self._num_tokens = 0
         self._weights_tag: object = None
