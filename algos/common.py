@@ -669,6 +669,7 @@ RESUME_MAY_CHANGE = frozenset(
         "steps",
         "resume",
         "time_limit_minutes",
+        "env_workers",
         "save_every",
         "eval_every",
         "eval_episodes",

@@ -116,6 +116,10 @@ class GRPOConfig(OptimizationConfig):
     """Episodes per task, G (at least 2: a group of one has no baseline)."""
     rollout_batch_size: int = 64
     """Most episodes generated at once (memory, not maths)."""
+    env_workers: bool = False
+    """Step each env in its own worker process (Gymnasium's AsyncVectorEnv), so a turn's env
+    steps run in parallel: for envs whose step is heavy (tool sandboxes); the trajectories are
+    the same."""
     max_new_tokens: int = 32
     """Most tokens per completion (per agent turn)."""
     temperature: float = 1.0
@@ -673,6 +677,7 @@ def _rollout_step(
         batch_size=config.rollout_batch_size,
         options=options[mine] if task.stratified else None,
         token_level=True,
+        env_workers=config.env_workers,
     )
 
 

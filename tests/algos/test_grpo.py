@@ -213,3 +213,19 @@ def test_time_limit_checkpoints_and_a_resumed_run_finishes_the_same(tmp_path):
     assert (run / "run.json").exists()
     with pytest.raises(ValueError, match="time_limit_minutes"):
         small(tmp_path, time_limit_minutes=0)
+
+
+def test_env_workers_train_the_same_as_in_process(tmp_path):
+    """env_workers=True steps the envs in worker processes: same episodes, same update."""
+    grpo.train(small(tmp_path / "a", steps=1))
+    grpo.train(small(tmp_path / "b", steps=1, env_workers=True))
+    rows = [
+        [json.loads(x) for x in (tmp_path / run / "run" / "metrics.jsonl").read_text().splitlines()]
+        for run in ("a", "b")
+    ]
+    drop = ("rollout_time_s", "update_time_s", "step_time_s")
+    train = [
+        [{k: v for k, v in r.items() if k not in drop} for r in x if r["stage"] == "train"]
+        for x in rows
+    ]
+    assert train[0] == train[1] and len(train[0]) == 1

@@ -8,6 +8,7 @@ and the errors of loading the model or reading the data.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,5 +47,6 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
         if raised_in(exc, load_model, read_jsonl, check_resumable, read_conversations):
             raise UsageError(one_line(exc)) from None
         raise
-    print(json.dumps(json_safe(result), indent=2))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports the run
+        print(json.dumps(json_safe(result), indent=2))
     return 0
