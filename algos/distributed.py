@@ -17,7 +17,7 @@ and no collective, and the trainers run exactly as before.
 
 What each rank does (every rank holds a full copy of the model, as in DDP):
 
-* GRPO: each rank plays ``tasks_per_step / world_size`` of the step's groups (a group never
+* GRPO: each rank plays ``groups_per_step / world_size`` of the step's groups (a group never
   straddles ranks, so advantages stay group-relative; the rewards are all-gathered, so
   ``scale_rewards="batch"`` sees the whole batch). SFT: each rank takes its share of each
   step's conversations.

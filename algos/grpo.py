@@ -110,8 +110,8 @@ class GRPOConfig(OptimizationConfig):
     """Seed of tasks, sampling and initialisation."""
     steps: int = 100
     """Training steps (one rollout and one update each)."""
-    tasks_per_step: int = 8
-    """Tasks (groups) per step, M."""
+    groups_per_step: int = 8
+    """Groups per step, M: each group is G episodes of one task (the same seed and opponent)."""
     group_size: int = 8
     """Episodes per task, G (at least 2: a group of one has no baseline)."""
     rollout_batch_size: int = 64
@@ -172,7 +172,7 @@ class GRPOConfig(OptimizationConfig):
         super().__post_init__()
         check_positive_ints(
             self,
-            ("steps", "tasks_per_step", "rollout_batch_size", "max_new_tokens", "num_iterations"),
+            ("steps", "groups_per_step", "rollout_batch_size", "max_new_tokens", "num_iterations"),
         )
         if self.group_size < 2:
             raise ValueError(
@@ -220,7 +220,7 @@ class GRPOConfig(OptimizationConfig):
                 "opponent_random_move_prob: expected (low, high) with 0 <= low <= high <= 1, "
                 f"got {prob}"
             )
-        self.batch_size = self.tasks_per_step * self.group_size
+        self.batch_size = self.groups_per_step * self.group_size
 
 
 @dataclass(kw_only=True)
@@ -313,7 +313,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         ValueError: an env or model that cannot be used (see the messages); a resume whose
             config differs in what the run learns (:func:`~textgym.algos.common.check_resumable`)
             or whose checkpoint is past ``steps``; an episode return that is NaN or inf;
-            ``tasks_per_step`` not a multiple of the number of ranks.
+            ``groups_per_step`` not a multiple of the number of ranks.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
@@ -488,7 +488,7 @@ def _finished(checkpoint: Path, config: GRPOConfig) -> bool:
     return checkpoint.name == f"checkpoint-{config.steps}" and final_eval.exists()
 
 
-def _policies(learner: Learner, task: _Task) -> tuple[HFPolicy, HFPolicy]:
+def _policies(learner: Learner, task: _TrainingEnv) -> tuple[HFPolicy, HFPolicy]:
     """The sampling policy of the rollouts and the evaluation policy, both on the learner's
     model (they see every update)."""
     config = learner.config
@@ -547,10 +547,10 @@ def _save(learner: Learner, policy: HFPolicy, step: int) -> None:
 
 def _check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
     """ValueError unless the step's groups split evenly over the ranks."""
-    if config.tasks_per_step % ctx.world_size:
+    if config.groups_per_step % ctx.world_size:
         raise ValueError(
-            f"tasks_per_step: expected a multiple of the {ctx.world_size} ranks (whole groups "
-            f"per rank), got {config.tasks_per_step}; change tasks_per_step or --nproc-per-node"
+            f"groups_per_step: expected a multiple of the {ctx.world_size} ranks (whole groups "
+            f"per rank), got {config.groups_per_step}; change groups_per_step or --nproc-per-node"
         )
 
 
@@ -603,7 +603,7 @@ def _report_progress(
         print(line, file=sys.stderr, flush=True)
 
 
-def _evaluate(evaluator: HFPolicy, task: _Task, config: GRPOConfig) -> dict[str, float]:
+def _evaluate(evaluator: HFPolicy, task: _TrainingEnv, config: GRPOConfig) -> dict[str, float]:
     """:func:`evaluate` with the run's settings; frees the evaluator's cache afterwards."""
     metrics = evaluate(
         task.make,
@@ -617,7 +617,7 @@ def _evaluate(evaluator: HFPolicy, task: _Task, config: GRPOConfig) -> dict[str,
 
 
 @dataclass(frozen=True)
-class _Task:
+class _TrainingEnv:
     """How to build the training env, read once from a probe instance."""
 
     make: Callable[[], gym.Env]
@@ -626,7 +626,7 @@ class _Task:
     stratified: bool  # a StratifiedOpponent wrapper draws the opponent per task
 
 
-def _env_factory(config: GRPOConfig) -> _Task:
+def _env_factory(config: GRPOConfig) -> _TrainingEnv:
     """The training env through the one builder (:mod:`textgym.builder`).
 
     The opponent range stratifies only an env with a seeded opponent (``has_opponent``); for
@@ -643,17 +643,17 @@ def _env_factory(config: GRPOConfig) -> _Task:
         recipe = dataclasses.replace(
             recipe,
             opponent_random_move_prob=tuple(config.opponent_random_move_prob),
-            groups=config.tasks_per_step,
+            groups=config.groups_per_step,
         )
         _, probe = env_factory(recipe)
     steps = probe.spec.max_episode_steps if probe.spec is not None else None
-    task = _Task(recipe.make, probe.unwrapped.stop_strings, int(steps or 1), stratified)
+    task = _TrainingEnv(recipe.make, probe.unwrapped.stop_strings, int(steps or 1), stratified)
     probe.close()
     return task
 
 
 def _rollout_step(
-    task: _Task, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
+    task: _TrainingEnv, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
 ) -> list[Trajectory]:
     """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
     seed and opponent stratum.
@@ -662,7 +662,7 @@ def _rollout_step(
     (whole groups), its sampling RNG re-seeded from ``(seed, step, rank)``, so a checkpoint
     needs no per-rank sampling state and resumes on any number of ranks.
     """
-    first = config.seed * 10**6 + step * config.tasks_per_step
+    first = config.seed * 10**6 + step * config.groups_per_step
     seeds = [first + i // config.group_size for i in range(config.batch_size)]
     options = [{"episode_index": i // config.group_size} for i in range(config.batch_size)]
     mine = slice(None)

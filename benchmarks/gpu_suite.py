@@ -65,7 +65,7 @@ def _pipeline_args(results: Path, smoke: bool) -> list[str]:
         *work,
         *shlex.split(
             "--model gemma-3-270m --prompt-style compact --games 500 --sft-epochs 2 --sft-lr 5e-5 "
-            "--grpo-steps 40 --grpo-lr 2e-6 --tasks-per-step 32 --group-size 8 "
+            "--grpo-steps 40 --grpo-lr 2e-6 --groups-per-step 32 --group-size 8 "
             "--micro-batch-size 32 --opponent-random-move-prob 0.2 0.7 --max-new-tokens 32 "
             "--batch-size 256 --eval-episodes 500 --eval-every 10 --eval-every-episodes 128 "
             "--eval-dtype bfloat16 --grpo-time-limit 7.5 --mastery-steps 20 "
@@ -97,10 +97,10 @@ def _decode(results: Path, smoke: bool) -> list[str]:
 def _grpo_vs_trl(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "grpo_vs_trl.json")]
     if smoke:
-        sizes = "--steps 1 --warmup 0 --rounds 1 --tasks-per-step 2 --group-size 2"
+        sizes = "--steps 1 --warmup 0 --rounds 1 --groups-per-step 2 --group-size 2"
         sizes += " --micro-batch-size 2 --max-new-tokens 8"
     else:
-        sizes = "--model gemma-3-270m --tasks-per-step 8 --group-size 8 --max-new-tokens 128"
+        sizes = "--model gemma-3-270m --groups-per-step 8 --group-size 8 --max-new-tokens 128"
         sizes += " --steps 3 --rounds 1"
     return [PY, str(BENCH / "grpo_vs_trl.py"), *shlex.split(sizes), *out]
 

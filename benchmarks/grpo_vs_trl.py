@@ -69,7 +69,7 @@ average at the start and the end is recorded.
 Usage::
 
     python benchmarks/grpo_vs_trl.py --threads 1                       # tiny, CPU, ~2 minutes
-    python benchmarks/grpo_vs_trl.py --tasks-per-step 8 --group-size 8 --max-new-tokens 128
+    python benchmarks/grpo_vs_trl.py --groups-per-step 8 --group-size 8 --max-new-tokens 128
     python benchmarks/grpo_vs_trl.py --model gemma-3-270m --steps 5     # CUDA: also the roofline
 """
 
@@ -173,7 +173,7 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
     """
     from textgym.algos.grpo import GRPOConfig, train
 
-    batch = args.tasks_per_step * args.group_size
+    batch = args.groups_per_step * args.group_size
     config = GRPOConfig(
         model=args.model,
         output_dir=str(out),
@@ -183,7 +183,7 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
         opponent_random_move_prob=None,
         seed=args.seed,
         steps=args.warmup + args.steps,
-        tasks_per_step=args.tasks_per_step,
+        groups_per_step=args.groups_per_step,
         group_size=args.group_size,
         rollout_batch_size=batch,
         micro_batch_size=args.micro_batch_size,
@@ -233,7 +233,7 @@ def _trl_dataset(args: argparse.Namespace) -> Any:
 
     env = gym.make(_env_id(args), max_chars=args.max_chars)
     rows = []
-    for r in range(args.tasks_per_step * (args.warmup + args.steps)):
+    for r in range(args.groups_per_step * (args.warmup + args.steps)):
         seed = task_seed(args.seed, r)
         obs, info = env.reset(seed=seed)
         prompt = [
@@ -253,7 +253,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     from textgym.models import load_model
     from textgym.tokens import ChatTokenizer
 
-    batch = args.tasks_per_step * args.group_size
+    batch = args.groups_per_step * args.group_size
     env = gym.make(_env_id(args), max_chars=args.max_chars)
     tokens_per_call: list[int] = []
     rewards_per_call: list[float] = []
@@ -553,7 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model", default="tiny", help="tiny or gemma-3-270m (or a local directory)"
     )
     parser.add_argument(
-        "--tasks-per-step", type=int, default=4, help="M: tasks (TRL: prompts) per step"
+        "--groups-per-step", type=int, default=4, help="M: tasks (TRL: prompts) per step"
     )
     parser.add_argument(
         "--group-size", type=int, default=8, help="G: completions per task (num_generations)"
@@ -595,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=(*TRAINERS, "decode"), help=argparse.SUPPRESS)
     parser.add_argument("--child-output", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    batch = args.tasks_per_step * args.group_size
+    batch = args.groups_per_step * args.group_size
     if batch % args.micro_batch_size:
         parser.error(
             f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
@@ -645,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
             "env_id": _env_id(args),
             "reward": args.reward,
             "env_kwargs": {"max_chars": args.max_chars},
-            "tasks_per_step": args.tasks_per_step,
+            "groups_per_step": args.groups_per_step,
             "group_size": args.group_size,
             "batch": batch,
             "micro_batch_size": args.micro_batch_size,

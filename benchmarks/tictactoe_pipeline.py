@@ -212,7 +212,7 @@ def _grpo_phase(
         env_kwargs={"prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
         opponent_random_move_prob=random_move_prob,
         steps=steps,
-        tasks_per_step=args.tasks_per_step,
+        groups_per_step=args.groups_per_step,
         group_size=args.group_size,
         rollout_batch_size=args.batch_size,
         micro_batch_size=args.micro_batch_size,
@@ -414,7 +414,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--agent-mark", default="random", choices=["X", "O", "random"], help="SFT, GRPO, eval"
     )
-    parser.add_argument("--tasks-per-step", type=int, default=8)
+    parser.add_argument("--groups-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--micro-batch-size", type=int, default=16)
     parser.add_argument("--max-new-tokens", type=int, default=16)
@@ -432,7 +432,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.smoke:
         args.model, args.games, args.sft_epochs, args.grpo_steps = "tiny", 16, 1, 2
-        args.tasks_per_step, args.group_size, args.eval_episodes = 2, 2, 4
+        args.groups_per_step, args.group_size, args.eval_episodes = 2, 2, 4
         args.eval_every, args.eval_every_episodes, args.max_new_tokens = 1, 2, 8
         args.batch_size, args.micro_batch_size = 8, 4
         args.mastery_steps = min(args.mastery_steps, 1)

@@ -57,7 +57,7 @@ def test_grpo_step_on_cuda_reports_memory(tmp_path):
         model="tiny",
         output_dir=str(tmp_path),
         steps=1,
-        tasks_per_step=2,
+        groups_per_step=2,
         group_size=2,
         max_new_tokens=8,
         eval_every=0,

@@ -108,7 +108,7 @@ def update_config(directory: Path, **overrides) -> grpo.GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(directory / "unused"),
-        tasks_per_step=4,
+        groups_per_step=4,
         group_size=GROUP,
         micro_batch_size=3,
         max_new_tokens=8,
@@ -126,7 +126,7 @@ def train_config(output_dir: Path, **overrides) -> grpo.GRPOConfig:
         env_id=ENV_ID,
         wrappers=(),
         steps=2,
-        tasks_per_step=2,
+        groups_per_step=2,
         group_size=GROUP,
         rollout_batch_size=8,
         micro_batch_size=3,
@@ -336,8 +336,8 @@ def test_one_process_resumes_a_two_rank_checkpoint(launched, tmp_path):
 
 
 def test_groups_must_split_evenly_over_the_ranks(tmp_path):
-    config = train_config(tmp_path, tasks_per_step=3)
-    with pytest.raises(ValueError, match=r"^tasks_per_step: expected a multiple of the 2 ranks"):
+    config = train_config(tmp_path, groups_per_step=3)
+    with pytest.raises(ValueError, match=r"^groups_per_step: expected a multiple of the 2 ranks"):
         grpo._check_world_size(config, DistributedContext(rank=0, world_size=2))
 
 

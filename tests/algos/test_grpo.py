@@ -33,7 +33,7 @@ def small(tmp_path, **overrides) -> GRPOConfig:
         output_dir=str(tmp_path / "run"),
         env_kwargs=COMPACT,
         steps=2,
-        tasks_per_step=2,
+        groups_per_step=2,
         group_size=4,
         rollout_batch_size=8,
         micro_batch_size=8,
@@ -82,7 +82,7 @@ def test_config_derives_defaults_per_loss_type(tmp_path):
     dapo = small(tmp_path, loss_type="dapo")
     assert (dapo.scale_rewards, dapo.epsilon_low, dapo.epsilon_high) == ("group", 0.2, 0.28)
     assert small(tmp_path, loss_type="gspo").epsilon_high == 4e-4
-    assert small(tmp_path, tasks_per_step=3, group_size=5).batch_size == 15
+    assert small(tmp_path, groups_per_step=3, group_size=5).batch_size == 15
 
 
 def test_model_defaults_to_gemma_as_in_every_command():

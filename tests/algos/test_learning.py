@@ -80,7 +80,7 @@ def test_sft_then_grpo_teaches_the_tiny_model_to_play(tmp_path):
             env_kwargs=ENV_KWARGS,
             opponent_random_move_prob=(0.5, 1.0),
             steps=8,
-            tasks_per_step=4,
+            groups_per_step=4,
             group_size=8,
             max_new_tokens=16,
             learning_rate=5e-4,

@@ -143,7 +143,7 @@ def grpo_config(tmp_path, **overrides) -> grpo.GRPOConfig:
         model="tiny",
         output_dir=str(tmp_path / "run"),
         steps=2,
-        tasks_per_step=2,
+        groups_per_step=2,
         group_size=4,
         rollout_batch_size=8,
         micro_batch_size=3,
