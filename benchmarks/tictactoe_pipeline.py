@@ -43,7 +43,6 @@ The result goes to ``--output`` (default
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import shlex
@@ -53,13 +52,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import torch
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module of this script
 
 import textgym  # noqa: F401
 from textgym.algos import grpo, sft
 from textgym.algos.common import latest_checkpoint, resolve_device
+from textgym.builder import EnvRecipe
 from textgym.collect import sft_record
 from textgym.envs.tictactoe.parsing import is_answer
 from textgym.models import load_model
@@ -111,12 +110,9 @@ def evaluate_stage(
 ) -> dict[str, Any]:
     """Greedy and sampled play against both opponents, ``args.eval_episodes`` games each."""
     model, tokenizer = load_model(model_name, device=device, dtype=args.eval_dtype)
-    make = functools.partial(
-        gym.make,
-        "textgym/TicTacToe-v0",
-        prompt_style=args.prompt_style,
-        agent_mark=args.agent_mark,
-    )
+    make = EnvRecipe(
+        "textgym/TicTacToe-v0", {"prompt_style": args.prompt_style, "agent_mark": args.agent_mark}
+    ).make
     seeds = [10**9 + args.seed * 10**6 + i for i in range(args.eval_episodes)]
     low, high = args.opponent_random_move_prob
     strata = [
@@ -159,13 +155,10 @@ def stage_baseline(args: argparse.Namespace, work: Path, device: torch.device) -
 
 def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
     start = time.perf_counter()
-    make = functools.partial(
-        gym.make,
+    make = EnvRecipe(
         "textgym/TicTacToe-v0",
-        random_move_prob=0.5,
-        prompt_style=args.prompt_style,
-        agent_mark=args.agent_mark,
-    )
+        {"random_move_prob": 0.5, "prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
+    ).make
     games = rollout(
         make, MinimaxPolicy(seed=args.seed, reasoning=False), list(range(args.games)), batch_size=64
     )
