@@ -1,0 +1,48 @@
+"""Tokens of tic-tac-toe SFT conversations with compact and full prompts (Gemma 3's tokenizer).
+
+Plays ``--games`` minimax games (opponent ``random_move_prob`` 0.5, the agent's mark drawn per
+game, as the pipeline's SFT data) in each prompt style and prints the mean tokens of a whole
+SFT conversation and of the first prompt. Input of issue 17's prompt-style choice
+(benchmarks/results/tictactoe_prompt_style_cpu.json).
+
+Run: ``python benchmarks/tictactoe_prompt_tokens.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+import textgym  # noqa: F401
+from textgym.builder import EnvRecipe
+from textgym.collect import sft_record
+from textgym.models import load_model
+from textgym.policies import MinimaxPolicy
+from textgym.rollout import rollout
+from textgym.tokens import ChatTokenizer
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--games", type=int, default=100)
+    args = parser.parse_args(argv)
+    _, tokenizer = load_model("gemma-3-270m")
+    chat = ChatTokenizer(tokenizer)
+    result = {}
+    for style in ("compact", "full"):
+        kwargs = {"random_move_prob": 0.5, "prompt_style": style, "agent_mark": "random"}
+        make = EnvRecipe("textgym/TicTacToe-v0", kwargs).make
+        games = rollout(make, MinimaxPolicy(seed=0, reasoning=False), range(args.games))
+        records = [sft_record(g)["messages"] for g in games]
+        result[style] = {
+            "conversation_tokens_mean": statistics.mean(
+                len(chat.encode(m, add_generation_prompt=False)) for m in records
+            ),
+            "first_prompt_tokens_mean": statistics.mean(len(chat.prompt(m[:2])) for m in records),
+        }
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
