@@ -56,6 +56,24 @@ class PlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
         self.check_policy()
 
 
+def episode_policy(config: Any, stop: Sequence[str]) -> Any:
+    """The policy that ``eval`` and ``collect`` play with, built from their shared options.
+
+    Raises:
+        UsageError: the policy cannot be built (see :func:`textgym.cli._common.build_policy`).
+    """
+    kwargs = policy_kwargs(
+        config.policy,
+        config,
+        stop,
+        seed=config.seed,
+        batch_size=config.rollout_batch_size,
+        reasoning=config.reasoning,
+        openai_options=config.openai_options(),
+    )
+    return _common.build_policy(config.policy, kwargs)
+
+
 def policy_kwargs(
     name: str,
     config: Any,

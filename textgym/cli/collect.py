@@ -10,7 +10,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from textgym.cli import _common, _episodes
+from textgym.cli import _episodes
 from textgym.cli._common import UsageError
 from textgym.cli._episodes import PlayConfig
 from textgym.evaluation import RunningSummary
@@ -44,16 +44,7 @@ def run(config: CollectConfig) -> int:
         raise UsageError(f"--filter: {exc}") from None
     plan = _episodes.setup(config)
     out = _episodes.checked_output(check_file, Path(config.output), "--output")
-    kwargs = _episodes.policy_kwargs(
-        config.policy,
-        config,
-        plan.stop,
-        seed=config.seed,
-        batch_size=config.rollout_batch_size,
-        reasoning=config.reasoning,
-        openai_options=config.openai_options(),
-    )
-    policy = _common.build_policy(config.policy, kwargs)
+    policy = _episodes.episode_policy(config, plan.stop)
     running, tasks = RunningSummary(), plan.task_results(config)
     with open_jsonl(out) as sink:
 

@@ -45,16 +45,7 @@ def run(config: EvalConfig) -> int:
     out_dir = None
     if config.output_dir is not None:
         out_dir = _episodes.checked_output(check_dir, Path(config.output_dir), "--output-dir")
-    kwargs = _episodes.policy_kwargs(
-        config.policy,
-        config,
-        plan.stop,
-        seed=config.seed,
-        batch_size=config.rollout_batch_size,
-        reasoning=config.reasoning,
-        openai_options=config.openai_options(),
-    )
-    policy = _common.build_policy(config.policy, kwargs)
+    policy = _episodes.episode_policy(config, plan.stop)
     running, tasks = RunningSummary(), plan.task_results(config)
     with contextlib.ExitStack() as stack:
         sink = None
