@@ -39,7 +39,7 @@ from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
-from textgym.envs.workplace.sandbox import Sandbox
+from textgym.envs.workplace.sandbox import TABLE_COLUMNS, Sandbox
 
 __all__ = [
     "NOW",
@@ -55,21 +55,11 @@ __all__ = [
 NOW = "2023-11-30 23:59:00"
 PAGE_SIZE = 5
 
-EMAIL_FIELDS = ("email_id", "inbox/outbox", "sender/recipient", "subject", "sent_datetime", "body")
-EVENT_FIELDS = ("event_id", "event_name", "participant_email", "event_start", "duration")
-TASK_FIELDS = ("task_id", "task_name", "assigned_to_email", "list_name", "due_date", "board")
-CRM_FIELDS = (
-    "customer_id",
-    "assigned_to_email",
-    "customer_name",
-    "customer_email",
-    "customer_phone",
-    "last_contact_date",
-    "product_interest",
-    "status",
-    "follow_up_by",
-    "notes",
-)
+# The columns live in one table, the sandbox's schema.
+EMAIL_FIELDS = TABLE_COLUMNS["emails"]
+EVENT_FIELDS = TABLE_COLUMNS["calendar_events"]
+TASK_FIELDS = TABLE_COLUMNS["project_tasks"]
+CRM_FIELDS = TABLE_COLUMNS["customer_relationship_manager"]
 LISTS = ("Backlog", "In Progress", "In Review", "Completed")
 BOARDS = ("Back end", "Front end", "Design")
 STATUSES = ("Qualified", "Won", "Lost", "Lead", "Proposal")
