@@ -62,6 +62,7 @@ __all__ = [
     "all_reduce_gradients",
     "all_reduce_sum",
     "barrier",
+    "shutdown_distributed",
     "broadcast_parameters",
     "init_distributed",
 ]
@@ -135,6 +136,20 @@ def init_distributed(device: str = "auto") -> DistributedContext:
 
 def _destroy() -> None:
     if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shutdown_distributed() -> None:
+    """Leave the process group together: a barrier, then ``destroy_process_group``.
+
+    Call it once at the end of a script that trained under ``torchrun`` (``textgym train`` and
+    ``textgym sft`` do). Without it every rank tears gloo down from an ``atexit`` hook on its
+    own; a rank that left while another was still finishing aborted once in CI with
+    ``terminate called without an active exception`` (SIGABRT), after all its work was done,
+    which makes ``torchrun`` report the run as failed. Nothing happens without a group.
+    """
+    if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -44,6 +44,7 @@ from textgym.algos.distributed import (  # noqa: E402
     SINGLE_PROCESS,
     DistributedContext,
     init_distributed,
+    shutdown_distributed,
 )
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
 from textgym.core import TextEnv  # noqa: E402
@@ -229,6 +230,7 @@ def worker(directory: Path) -> None:
     sft.train(sft_config(directory, directory / "sft"))
     if ctx.is_main:
         (directory / "results.pkl").write_bytes(pickle.dumps(results))
+    shutdown_distributed()  # as textgym train/sft do at the end of a torchrun launch
 
 
 @pytest.fixture(scope="module")
@@ -245,7 +247,7 @@ def launched(tmp_path_factory):
     (directory / "conversations.jsonl").write_text("\n".join(lines) + "\n")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += [f"--nproc-per-node={WORLD}", __file__, str(directory)]
-    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return inputs, pickle.loads((directory / "results.pkl").read_bytes()), directory

@@ -27,6 +27,7 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
             a model or data file that cannot be loaded, a resume that is refused.
     """
     from textgym.algos.common import check_resumable
+    from textgym.algos.distributed import shutdown_distributed
     from textgym.algos.sft import read_conversations
     from textgym.data import read_jsonl
     from textgym.models import load_model
@@ -47,6 +48,7 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
         if raised_in(exc, load_model, read_jsonl, check_resumable, read_conversations):
             raise UsageError(one_line(exc)) from None
         raise
+    shutdown_distributed()  # under torchrun: the ranks leave together (a no-op otherwise)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports the run
         print(json.dumps(json_safe(result), indent=2))
     return 0
