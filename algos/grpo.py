@@ -24,6 +24,7 @@ and CUDA (bf16 autocast, optional gradient checkpointing and LoRA).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import torch
@@ -76,6 +77,7 @@ from textgym.algos.losses import (
     zero_variance_groups,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.algos.server_rollouts import ServerRollouts
 from textgym.builder import EnvRecipe, env_factory
 from textgym.evaluation import summarize
 from textgym.policies.hf import HFPolicy
@@ -120,6 +122,21 @@ class GRPOConfig(OptimizationConfig):
     """Step each env in its own worker process (Gymnasium's AsyncVectorEnv), so a turn's env
     steps run in parallel: for envs whose step is heavy (tool sandboxes); the trajectories are
     the same."""
+    rollout_engine: Literal["hf", "llama-server"] = "hf"
+    """Where rollouts are generated: hf (in this process, on the learner's model) or
+    llama-server (llama.cpp's server, started by the trainer on the base model's GGUF, sent
+    prompt token ids and returning sampled ids and log-probs; the LoRA adapter is pushed to it
+    after every update: needs lora_rank > 0). With num_iterations 1 the importance ratio is
+    taken against the server's log-probs (the behaviour policy)."""
+    llama_server: str = ""
+    """llama-server binary (empty: $TEXTGYM_LLAMA_SERVER, then PATH)."""
+    server_model: str = ""
+    """Base model GGUF that llama-server serves (empty: the packaged Gemma 3 270M GGUF, for
+    model gemma-3-270m)."""
+    async_rollouts: int = 0
+    """0: each step's rollouts use the weights of the update before. 1: the next step's
+    rollouts run on the server while this step updates, one update behind; the importance
+    ratio against the sampler's log-probs corrects for it. Needs rollout_engine llama-server."""
     max_new_tokens: int = 32
     """Most tokens per completion (per agent turn)."""
     temperature: float = 1.0
@@ -219,6 +236,22 @@ class GRPOConfig(OptimizationConfig):
             raise ValueError(
                 "opponent_random_move_prob: expected (low, high) with 0 <= low <= high <= 1, "
                 f"got {prob}"
+            )
+        if self.rollout_engine not in ("hf", "llama-server"):
+            raise ValueError(
+                f"rollout_engine: expected hf or llama-server, got {self.rollout_engine!r}"
+            )
+        if self.async_rollouts not in (0, 1):
+            raise ValueError(f"async_rollouts: expected 0 or 1, got {self.async_rollouts}")
+        if self.async_rollouts and self.rollout_engine == "hf":
+            raise ValueError(
+                "async_rollouts: 1 needs rollout_engine llama-server (in process, the rollout "
+                "and the update would share one model while it changes)"
+            )
+        if self.rollout_engine == "llama-server" and self.lora_rank <= 0:
+            raise ValueError(
+                "rollout_engine: llama-server receives the trained weights as a LoRA adapter; "
+                "set lora_rank > 0"
             )
         self.batch_size = self.groups_per_step * self.group_size
 
@@ -329,11 +362,17 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     task = _env_factory(config)
     learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
     policy, evaluator = _policies(learner, task)
+    server = None
+    if config.rollout_engine == "llama-server":
+        server = ServerRollouts(
+            config, learner, list(task.stop), out / "llama-server" / f"rank{ctx.rank}"
+        )
+        policy = server.policy
     start = _restore(checkpoint, learner, policy)
     deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
     eval_metrics: dict[str, Any] = {}
     logger = _logger(out, config, ctx)
-    with logger:
+    with logger, server or contextlib.nullcontext():
         if checkpoint is not None:
             logger.truncate_after(start)
         if start == 0 and ctx.is_main:
@@ -341,10 +380,21 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             logger.log(0, eval_metrics, stage="eval")
         for step in range(start + 1, config.steps + 1):
             began = time.perf_counter()
-            trajectories = _rollout_step(task, policy, config, step - 1, ctx)
+            stale, sync_s = 0.0, 0.0
+            if server is not None and server.pending:
+                trajectories, stale = server.collect(), 1.0  # sampled one update behind
+            else:
+                trajectories = _rollout_step(task, policy, config, step - 1, ctx)
+            if server is not None and config.async_rollouts and step < config.steps:
+                sync_s = server.push() if step > start + 1 else 0.0  # this step's weights
+                server.submit(lambda s=step: _rollout_step(task, policy, config, s, ctx))
             policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
             rolled = time.perf_counter()
             metrics = update(learner, trajectories) | _rollout_metrics(trajectories, ctx)
+            if server is not None:
+                if not config.async_rollouts and step < config.steps:
+                    sync_s = server.push()  # the next step samples from this update's weights
+                metrics |= {"sampler_staleness_steps": stale, "weight_sync_s": sync_s}
             metrics |= _timing(learner, began, rolled)
             logger.log(step, metrics)
             _report_progress(config, step, metrics, ctx)
@@ -384,7 +434,9 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
         ``loss``, ``grad_norm``, ``clip_fraction``, ``ratio_mean``, ``kl`` (nats per token),
         ``entropy`` (nats per token), ``loss_tokens``, ``skipped_update`` (1.0 when every group
         had equal rewards: then the update metrics are ``NaN``, written as null, so every row
-        has them) and ``sampler_logprob_gap`` (``NaN`` unless old log-probs were recomputed);
+        has them) and ``sampler_logprob_gap`` (mean |sampling - learner log-prob| per loss
+        token before the update; ``NaN`` for in-process rollouts with ``num_iterations`` 1,
+        where the two are the same numbers);
         ``nonfinite_skipped`` (1.0 when the guard skipped the step) when an update ran.
 
     Raises:
@@ -423,13 +475,21 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
         for i in range(0, len(kept), size)
     ]
     old, ref = _fixed_log_probs(learner, micro)
+    measured = old
+    if config.rollout_engine != "hf" and config.num_iterations == 1:
+        # Another engine sampled (a quantized copy, perhaps an update behind): the ratio is
+        # taken against its log-probs, the behaviour policy; the learner's own log-probs are
+        # computed once more only to measure how far the sampler was.
+        with torch.no_grad(), autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16):
+            measured = [_log_probs(learner.model, mb, config)[0] for mb, _ in micro]
+        old = [mb.sampler_logprobs for mb, _ in micro]
     for iteration in range(config.num_iterations):
         stats = _optimizer_step(learner, micro, old, ref, normalizer)
         learner.scheduler.step()
         if iteration == 0:
             metrics.update(stats)
     metrics["skipped_update"] = 0.0
-    metrics["sampler_logprob_gap"] = _sampler_gap(learner, micro, old)
+    metrics["sampler_logprob_gap"] = _sampler_gap(learner, micro, measured)
     return metrics
 
 
@@ -800,8 +860,8 @@ def _optimizer_step(
 
 def _sampler_gap(learner: Learner, micro: _MicroBatches, old: list[torch.Tensor | None]) -> float:
     """Mean |sampling log-prob - training log-prob| on loss tokens of the whole batch (NaN when
-    not recomputed: ``num_iterations`` 1)."""
-    if learner.config.num_iterations == 1:
+    not recomputed: ``num_iterations`` 1 with in-process rollouts)."""
+    if any(o is None for o in old):
         return float("nan")
     gap = sum(
         float(((mb.sampler_logprobs - o).abs() * mb.loss_mask).sum())

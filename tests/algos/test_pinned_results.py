@@ -29,12 +29,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import gymnasium as gym  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from textgym.algos import grpo, sft  # noqa: E402
-from textgym.core import TextEnv  # noqa: E402
-from textgym.spaces import UnicodeText  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -106,36 +103,6 @@ def _close(got, expected) -> bool:
     if isinstance(expected, float) and math.isnan(expected):
         return isinstance(got, float) and math.isnan(got)
     return math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-7)
-
-
-class DistinctCharacters(TextEnv):
-    """One turn; the reward is the number of distinct characters in the reply over 8.
-
-    The untrained tiny model never writes the tags of the real tasks, so every group of theirs
-    has equal rewards and no update happens; this reward differs within a group, so both
-    steps of the pinned run update the weights.
-    """
-
-    def __init__(self, render_mode: str | None = None):
-        self._init_render(render_mode)
-        self.observation_space = UnicodeText(256)
-        self.action_space = UnicodeText(4096)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        info = {"system_prompt": "Answer.", "tools": [], "task_id": "distinct"}
-        return self._emit(f"Say {int(self.np_random.integers(100))}."), info
-
-    def step(self, action):
-        self._check_action(action)
-        reward = len(set(action)) / 8
-        info = {"reward_components": {"distinct": reward}, "invalid_action": False}
-        return self._emit("done"), reward, True, False, info
-
-
-DISTINCT_ID = "textgym_test/DistinctCharacters-v0"
-if DISTINCT_ID not in gym.registry:
-    gym.register(DISTINCT_ID, entry_point=DistinctCharacters, max_episode_steps=1)
 
 
 def grpo_config(tmp_path, **overrides) -> grpo.GRPOConfig:
@@ -302,19 +269,26 @@ def run_grpo(config) -> dict:
     }
 
 
-def test_grpo_with_kl_and_batch_reuse_is_unchanged(tmp_path):
+def test_grpo_with_kl_and_batch_reuse_is_unchanged(tmp_path, distinct_characters_env):
     """Rewards differ within groups, so both steps update; a KL term to the reference model,
     two optimizer steps per batch (stored old log-probs), micro-batches of 3 (accumulation)
     and a warm-up schedule are all on the path."""
     config = grpo_config(
-        tmp_path, env_id=DISTINCT_ID, wrappers=(), beta=0.04, num_iterations=2, warmup_steps=3
+        tmp_path,
+        env_id=distinct_characters_env,
+        wrappers=(),
+        beta=0.04,
+        num_iterations=2,
+        warmup_steps=3,
     )
     check("PINNED_GRPO_DISTINCT", run_grpo(config), PINNED_GRPO_DISTINCT)
 
 
-def test_grpo_lora_with_kl_is_unchanged(tmp_path):
+def test_grpo_lora_with_kl_is_unchanged(tmp_path, distinct_characters_env):
     """LoRA: the reference policy is the base model with the adapter disabled."""
-    config = grpo_config(tmp_path, env_id=DISTINCT_ID, wrappers=(), beta=0.04, lora_rank=4)
+    config = grpo_config(
+        tmp_path, env_id=distinct_characters_env, wrappers=(), beta=0.04, lora_rank=4
+    )
     check("PINNED_GRPO_LORA", run_grpo(config), PINNED_GRPO_LORA)
 
 
