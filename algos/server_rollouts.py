@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from textgym.policies.llama_server import LlamaServerPolicy
-from textgym.serving.llama_cpp import LlamaServer, write_lora_gguf
+from textgym.serving.llama_cpp import LlamaServer, find_llama_server, write_lora_gguf
 
 __all__ = ["ServerRollouts", "gguf_architecture", "server_model_path"]
 
@@ -89,11 +89,12 @@ class ServerRollouts:
         self.config, self.learner = config, learner
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        binary = find_llama_server(config.llama_server or None)  # before any GGUF is built
         base = server_model_path(config, self.directory.parent)
         self.architecture = gguf_architecture(base)
         self.server = LlamaServer(
             base,
-            binary=config.llama_server or None,
+            binary=binary,
             parallel=config.rollout_batch_size,
             ctx_size=SLOT_CONTEXT_TOKENS,
             log_path=self.directory / "server.log",

@@ -383,6 +383,19 @@ CASES = [
         id="train-output-dir-under-a-file",
     ),
     pytest.param(
+        ["train", "--async-rollouts", "1", *TRAIN],
+        "async_rollouts: 1 needs rollout_engine llama-server",
+        marks=needs_training,
+        id="train-async-without-server",
+    ),
+    pytest.param(
+        ["train", "--model", "tiny", "--rollout-engine", "llama-server", "--lora-rank", "4"]
+        + ["--llama-server", "{tmp}/no-such-binary", *TRAIN],
+        "Expected llama.cpp's llama-server binary",
+        marks=needs_training,
+        id="train-server-binary-missing",
+    ),
+    pytest.param(
         ["sft", "--data", "{tmp}/missing.jsonl", *TRAIN],
         "a JSONL file",
         marks=needs_training,

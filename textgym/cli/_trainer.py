@@ -28,10 +28,12 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
     """
     from textgym.algos.common import check_resumable
     from textgym.algos.distributed import shutdown_distributed
+    from textgym.algos.server_rollouts import gguf_architecture, server_model_path
     from textgym.algos.sft import read_conversations
     from textgym.data import read_jsonl
     from textgym.models import load_model
     from textgym.results import check_dir
+    from textgym.serving.llama_cpp import find_llama_server
 
     env_id = getattr(config, "env_id", None)  # train has an env; sft has none
     if env_id is not None:  # build the env once, as train will
@@ -45,7 +47,10 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
         result = train(config)
     except (ValueError, OSError, ImportError) as exc:
         # Raised while loading the model or the data, or refusing a resume: before training.
-        if raised_in(exc, load_model, read_jsonl, check_resumable, read_conversations):
+        # Or while preparing the rollout server: no binary, no base model GGUF.
+        setup = (load_model, read_jsonl, check_resumable, read_conversations)
+        setup += (find_llama_server, server_model_path, gguf_architecture)
+        if raised_in(exc, *setup):
             raise UsageError(one_line(exc)) from None
         raise
     shutdown_distributed()  # under torchrun: the ranks leave together (a no-op otherwise)
