@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,7 +103,9 @@ class ServerRollouts:
         self.policy = LlamaServerPolicy(
             lambda: self.server.url,
             learner.model,
-            learner.tokenizer,
+            # Its own copy: asynchronous rollouts tokenize in a background thread while the
+            # evaluator may tokenize in the main one, and a fast tokenizer is not thread-safe.
+            copy.deepcopy(learner.tokenizer),
             max_new_tokens=config.max_new_tokens,
             temperature=config.temperature,
             top_p=config.top_p,
