@@ -133,6 +133,10 @@ class GRPOConfig(OptimizationConfig):
     server_model: str = ""
     """Base model GGUF that llama-server serves (empty: the packaged Gemma 3 270M GGUF, for
     model gemma-3-270m)."""
+    server_context_tokens: int = 4096
+    """Tokens of context per llama-server slot (one slot per episode in flight): the longest
+    episode must fit (a compact tic-tac-toe game is under 1k; a Workplace prompt alone is about
+    5k)."""
     async_rollouts: int = 0
     """0: each step's rollouts use the weights of the update before. 1: the next step's
     rollouts run on the server while this step updates, one update behind; the importance
@@ -189,7 +193,14 @@ class GRPOConfig(OptimizationConfig):
         super().__post_init__()
         check_positive_ints(
             self,
-            ("steps", "groups_per_step", "rollout_batch_size", "max_new_tokens", "num_iterations"),
+            (
+                "steps",
+                "groups_per_step",
+                "rollout_batch_size",
+                "max_new_tokens",
+                "num_iterations",
+                "server_context_tokens",
+            ),
         )
         if self.group_size < 2:
             raise ValueError(

@@ -30,11 +30,6 @@ from textgym.serving.llama_cpp import LlamaServer, find_llama_server, write_lora
 
 __all__ = ["ServerRollouts", "gguf_architecture", "server_model_path"]
 
-#: Tokens of context per server slot: the longest multi-turn tic-tac-toe or Workplace episode
-#: textgym trains on fits (Workplace's first prompt, with its tool schemas, is about 5k tokens:
-#: give such envs a larger value through the server's own flags).
-SLOT_CONTEXT_TOKENS = 4096
-
 
 def server_model_path(config: Any, scratch: Path) -> Path:
     """The base GGUF to serve: ``config.server_model``, or the packaged Gemma 3 270M GGUF
@@ -79,7 +74,8 @@ class ServerRollouts:
 
     Args:
         config: The :class:`~textgym.algos.grpo.GRPOConfig` (``llama_server``,
-            ``server_model``, ``rollout_batch_size`` slots, sampling settings, ``seed``).
+            ``server_model``, ``rollout_batch_size`` slots of ``server_context_tokens`` each,
+            sampling settings, ``seed``).
         learner: The :class:`~textgym.algos.grpo.Learner` whose adapter is pushed.
         stop: The env's stop strings.
         directory: Where the server's log, the base GGUF (if assembled) and the adapter files
@@ -97,7 +93,7 @@ class ServerRollouts:
             base,
             binary=binary,
             parallel=config.rollout_batch_size,
-            ctx_size=SLOT_CONTEXT_TOKENS,
+            ctx_size=config.server_context_tokens,
             log_path=self.directory / "server.log",
         )
         self.policy = LlamaServerPolicy(
