@@ -80,6 +80,13 @@ class ServerRollouts:
         stop: The env's stop strings.
         directory: Where the server's log, the base GGUF (if assembled) and the adapter files
             go (``<output_dir>/llama-server/rank<r>``).
+
+    Raises:
+        FileNotFoundError: no ``llama-server`` binary (:func:`find_llama_server`) or base GGUF.
+        ValueError: no ``server_model`` for a model without a packaged GGUF; a GGUF without
+            ``general.architecture``.
+        RuntimeError: on enter, a server that exits or does not answer
+            (:meth:`LlamaServer.start`).
     """
 
     def __init__(self, config: Any, learner: Any, stop: list[str], directory: Path) -> None:

@@ -9,7 +9,6 @@ import asyncio
 import importlib
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from textgym.policies.openai_compat import (
     with_retries,
 )
 from textgym.rollout import rollout
+from textgym.serving.llama_cpp import free_port, stop_process
 
 ALIAS = "gemma-3-270m"  # the server's --model_alias
 SERVER_START_TIMEOUT_S = 120
@@ -44,13 +44,6 @@ def _http_module():
     return importlib.import_module(
         openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0]
     )
-
-
-def _free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (bound, read, released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _offline(url: str) -> OpenAIPolicy:
@@ -299,7 +292,7 @@ def test_requests_are_spread_round_robin(monkeypatch):
 
 
 def test_bad_url_gives_a_clear_connection_error_quickly():
-    url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     start = time.perf_counter()
     with pytest.raises(ConnectionError) as info:
         OpenAIPolicy(url, model="m")
@@ -310,7 +303,7 @@ def test_bad_url_gives_a_clear_connection_error_quickly():
 
 
 def test_cli_bad_url_is_a_usage_error(capsys):
-    url = f"http://127.0.0.1:{_free_port()}/v1"
+    url = f"http://127.0.0.1:{free_port()}/v1"
     with pytest.raises(SystemExit) as info:
         main(
             [
@@ -349,7 +342,7 @@ def server_url(tmp_path_factory):
 
     folder = tmp_path_factory.mktemp("llama-server")
     gguf = gemma_package.assemble(folder / gemma_package.MODEL_NAME)
-    port = _free_port()
+    port = free_port()
     log = open(folder / "server.log", "wb")  # noqa: SIM115 (closed in the finally below)
     process = subprocess.Popen(
         [
@@ -397,12 +390,7 @@ def server_url(tmp_path_factory):
                 f"llama_cpp.server died during the tests (code {process.returncode}):\n{tail}"
             )
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         log.close()
 
 

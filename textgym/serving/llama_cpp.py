@@ -40,6 +40,7 @@ __all__ = [
     "find_llama_server",
     "free_port",
     "lora_tensors",
+    "stop_process",
     "write_lora_gguf",
 ]
 
@@ -71,6 +72,17 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def stop_process(process: subprocess.Popen, timeout_s: float = 10.0) -> None:
+    """Stop a child process: SIGTERM, then SIGKILL if it has not exited after ``timeout_s``
+    seconds; returns once it is gone (reaped)."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class LlamaServer:
@@ -171,16 +183,10 @@ class LlamaServer:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        """Stop the process (SIGTERM, then SIGKILL after 10 s); nothing if it is not running."""
+        """Stop the process (:func:`stop_process`); nothing if it is not running."""
         process, self._process = self._process, None
-        if process is None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        if process is not None:
+            stop_process(process)
 
     def restart(self, *, lora: str | os.PathLike[str] | None) -> float:
         """Serve with ``lora`` (a new adapter file, or ``None`` for the base model).
@@ -240,8 +246,9 @@ def lora_tensors(model: Any) -> tuple[dict[str, Any], float]:
     float32 CPU tensors, as ``peft`` stores them.
 
     Raises:
-        ValueError: ``model`` has no LoRA adapter, more than one, adapters with different
-            ranks' alphas, or LoRA on an embedding (not written by :func:`write_lora_gguf`).
+        ValueError: ``model`` has no LoRA adapter or more than one; an rsLoRA or DoRA adapter
+            (their scaling differs from ``alpha / r``); LoRA on an embedding (not written by
+            :func:`write_lora_gguf`); an adapter that wraps no module.
     """
     configs = getattr(model, "peft_config", None)
     if not configs or len(configs) != 1:
