@@ -8,7 +8,7 @@ from typing import Any
 from textgym.checks import check_choice, check_probability
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.opponent import opponent_move
+from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, opponent_move
 from textgym.envs.tictactoe.parsing import is_well_formed
 from textgym.envs.tictactoe.text import (
     PROMPT_STYLES,
@@ -25,7 +25,9 @@ __all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
 #: Outcome reward from the agent's point of view (as in anakin87's verifiers environment).
 OUTCOME_REWARD: dict[str, float] = {"win": 1.0, "draw": 0.5, "loss": 0.0}
 
-OPPONENTS = ("minimax", "random")
+#: The ``opponent`` values: the minimax, the random player, then the other styles of
+#: :data:`~textgym.envs.tictactoe.opponent.OPPONENT_STYLES`.
+OPPONENTS = ("minimax", "random", *(s for s in OPPONENT_STYLES if s != "minimax"))
 AGENT_MARKS = ("X", "O", "random")
 
 
@@ -39,7 +41,10 @@ class TicTacToeEnv(TextEnv):
         probability ``random_move_prob`` it plays a uniformly random legal move. Its randomness
         depends only on (episode seed, board), so the copies of a GRPO group that reach the
         same position see the same reply. Rules and rewards follow anakin87's verifiers
-        tic-tac-toe environment.
+        tic-tac-toe environment. Other ``opponent`` styles (see Arguments) play outside that
+        distribution, for evaluation and training against opponents the policy has not met;
+        they draw among their candidate moves in the same seeded way and also play a random
+        move with probability ``random_move_prob``.
 
     Action Space:
         ``UnicodeText(65536)``: the agent's whole completion. The move is read from the last
@@ -74,7 +79,7 @@ class TicTacToeEnv(TextEnv):
         - ``tools`` [reset]: always ``[]``; the task has no tools.
         - ``task_id`` [reset, step]: ``"tictactoe-{mark}-{opponent}-p{random_move_prob:.3f}"``.
         - ``agent_mark`` [reset, step]: ``"X"`` or ``"O"``.
-        - ``opponent`` [reset, step]: ``"minimax"`` or ``"random"``.
+        - ``opponent`` [reset, step]: the opponent's style this episode (see Arguments).
         - ``random_move_prob`` [reset, step]: float in [0, 1] used this episode.
         - ``board`` [reset, step]: the board as 9 characters ``X``/``O``/``.``, row-major.
         - ``legal_moves`` [reset, step]: list of free cells (empty once the game is over).
@@ -90,9 +95,26 @@ class TicTacToeEnv(TextEnv):
         - ``reward_components`` [step]: ``{"outcome": float}``.
 
     Arguments:
-        - ``opponent``: ``"minimax"`` (default) or ``"random"`` (always a random legal move).
-        - ``random_move_prob``: float in [0, 1], default 0.0 (optimal play). Ignored by the
-          random opponent.
+        - ``opponent``: the opponent's style of play. Each draws uniformly among its candidate
+          moves with the episode's seeded uniforms:
+
+          - ``"minimax"`` (default): every optimal move, faster wins and slower losses
+            preferred.
+          - ``"random"``: every legal move (a uniformly random player).
+          - ``"minimax_last"``: the last (highest-numbered) of the minimax's optimal moves; an
+            optimal player with a deterministic tie-break.
+          - ``"minimax_any"``: every move that keeps the game-theoretic result, with no
+            preference for faster wins; optimal, over many more lines than ``"minimax"``.
+          - ``"fork"``: Crowley & Siegler's (1993) rules: win, block, fork, block a fork,
+            centre, opposite corner, corner, edge. Never loses.
+          - ``"greedy_center"``: win, else block, else centre, corner, edge. Can be forked.
+          - ``"greedy_edge"``: win, else block, else edge, corner, centre. Can be forked.
+
+          Rules in :mod:`textgym.envs.tictactoe.strategies` and
+          :mod:`textgym.envs.tictactoe.opponent`.
+        - ``random_move_prob``: float in [0, 1], default 0.0 (the style's own play): the
+          probability of a uniformly random legal move instead. Ignored by the random
+          opponent.
         - ``agent_mark``: ``"X"`` (default), ``"O"`` or ``"random"``.
         - ``prompt_style``: ``"full"`` (default; the rules, a drawn board and sentences) or
           ``"compact"`` (a one-line rule, the board as three rows of ``X``/``O``/free-cell
@@ -109,7 +131,8 @@ class TicTacToeEnv(TextEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
-          (``"too_long"``), not parsed (issue 15).
+          (``"too_long"``), not parsed (issue 15); the ``opponent`` styles beyond
+          ``"minimax"`` and ``"random"`` added (issue 23), the default behaviour unchanged.
     """
 
     #: How `textgym play` turns a bare number typed by a person into an action.
@@ -240,8 +263,12 @@ class TicTacToeEnv(TextEnv):
     # -- internals ------------------------------------------------------------------------
 
     def _opponent_reply(self) -> tuple[int, bool]:
-        prob = 1.0 if self._episode_opponent == "random" else self._episode_prob
-        cell, was_random = opponent_move(self._board, self._episode_key, prob)
+        if self._episode_opponent == "random":
+            cell, was_random = opponent_move(self._board, self._episode_key, 1.0)
+        else:
+            cell, was_random = opponent_move(
+                self._board, self._episode_key, self._episode_prob, style=self._episode_opponent
+            )
         self._board = B.apply_move(self._board, cell)
         return cell, was_random
 

@@ -10,16 +10,36 @@ The opponent follows the rule of anakin87's verifiers tic-tac-toe environment: w
 among *all* moves of optimal value (a fixed first-best choice would let a policy memorize one
 line of play). Its randomness is a pure function of ``(episode_key, board)``, so two rollouts of
 the same episode seed that reach the same board see the same reply.
+
+Other styles of play (:data:`OPPONENT_STYLES`) replace the optimal moves by another set of
+candidates, drawn from in the same seeded way: optimal players with other tie-breaks
+(:func:`last_best_move`, :func:`value_preserving_moves`) and the rule-based players of
+:mod:`.strategies`. They exist to evaluate (and train) a policy against opponents outside the
+training distribution (issue 23).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from functools import cache
+from types import MappingProxyType
 
 from textgym.envs.tictactoe.board import EMPTY, apply_move, legal_moves, winner
+from textgym.envs.tictactoe.strategies import fork_moves, greedy_center_moves, greedy_edge_moves
 
-__all__ = ["best_moves", "move_values", "opponent_move", "position_value", "uniforms"]
+__all__ = [
+    "OPPONENT_STYLES",
+    "OPTIMAL_STYLES",
+    "best_moves",
+    "last_best_move",
+    "move_values",
+    "opponent_move",
+    "position_value",
+    "style_moves",
+    "uniforms",
+    "value_preserving_moves",
+]
 
 
 @cache
@@ -59,6 +79,71 @@ def best_moves(board: str) -> tuple[int, ...]:
     return tuple(m for m, v in values if v == top)
 
 
+@cache
+def last_best_move(board: str) -> tuple[int, ...]:
+    """The highest-numbered cell of :func:`best_moves`, alone: a deterministic tie-break.
+
+    Raises:
+        ValueError: if the game is over.
+    """
+    return best_moves(board)[-1:]
+
+
+@cache
+def value_preserving_moves(board: str) -> tuple[int, ...]:
+    """Every legal move that keeps the game-theoretic result (win, draw or loss), in cell order.
+
+    Unlike :func:`best_moves` it does not prefer faster wins and slower losses: a player
+    drawing uniformly among these moves is still optimal (it never turns a won game into a
+    draw, nor a drawn one into a loss; the game is finite, so a kept win is eventually won)
+    but plays many lines the minimax opponent never does.
+
+    Raises:
+        ValueError: if the game is over.
+    """
+    values = move_values(board)
+    if not values:
+        raise ValueError(f"No legal move on finished board {board!r}")
+    sign = max((v > 0) - (v < 0) for _, v in values)
+    return tuple(m for m, v in values if (v > 0) - (v < 0) == sign)
+
+
+#: Opponent styles of play: name -> the candidate moves on a board (the player to move's),
+#: among which the opponent draws uniformly. ``"random"`` is not here: it is every legal move.
+OPPONENT_STYLES: MappingProxyType[str, Callable[[str], tuple[int, ...]]] = MappingProxyType(
+    {
+        "minimax": best_moves,
+        "minimax_last": last_best_move,
+        "minimax_any": value_preserving_moves,
+        "fork": fork_moves,
+        "greedy_center": greedy_center_moves,
+        "greedy_edge": greedy_edge_moves,
+    }
+)
+
+#: The styles that never lose, whatever the other player does and whichever candidate they
+#: draw (checked over the whole game tree in ``tests/envs/tictactoe/test_strategies.py``).
+OPTIMAL_STYLES = ("minimax", "minimax_last", "minimax_any", "fork")
+
+
+def style_moves(style: str, board: str) -> tuple[int, ...]:
+    """The candidate moves of opponent ``style`` on ``board`` (see :data:`OPPONENT_STYLES`).
+
+    Raises:
+        ValueError: for an unknown style or a finished board.
+    """
+    return _strategy(style)(board)
+
+
+def _strategy(style: str) -> Callable[[str], tuple[int, ...]]:
+    try:
+        return OPPONENT_STYLES[style]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"Expected an opponent style in {sorted(OPPONENT_STYLES)}, got {style!r}"
+        ) from None
+
+
 def uniforms(episode_key: int, board: str) -> tuple[float, float]:
     """Two independent uniforms in [0, 1) that depend only on ``(episode_key, board)``.
 
@@ -76,29 +161,35 @@ def uniforms(episode_key: int, board: str) -> tuple[float, float]:
     )
 
 
-def opponent_move(board: str, episode_key: int, random_move_prob: float) -> tuple[int, bool]:
+def opponent_move(
+    board: str, episode_key: int, random_move_prob: float, style: str = "minimax"
+) -> tuple[int, bool]:
     """Choose the opponent's reply on ``board``.
 
     Args:
         board: Position with the opponent to move (see :mod:`.board`).
         episode_key: Non-negative integer below 2**128 drawn once per episode from the env's
             ``np_random``.
-        random_move_prob: Probability in [0, 1] of a uniformly random legal move instead of an
-            optimal one.
+        random_move_prob: Probability in [0, 1] of a uniformly random legal move instead of one
+            of the style's moves.
+        style: A key of :data:`OPPONENT_STYLES`; ``"minimax"`` (default) draws among the
+            optimal moves.
 
     Returns:
         ``(cell, was_random)``.
 
     Raises:
-        ValueError: if the game is over or ``random_move_prob`` is outside [0, 1].
+        ValueError: if the game is over, ``random_move_prob`` is outside [0, 1] or ``style``
+            is unknown.
     """
     if not 0.0 <= random_move_prob <= 1.0:
         raise ValueError(f"Expected random_move_prob in [0, 1], got {random_move_prob}")
+    strategy = _strategy(style)
     u_mode, u_pick = uniforms(episode_key, board)
     if u_mode < random_move_prob:
         moves = legal_moves(board)
         if not moves:
             raise ValueError(f"No legal move on finished board {board!r}")
         return moves[int(u_pick * len(moves))], True
-    candidates = best_moves(board)
+    candidates = strategy(board)
     return candidates[int(u_pick * len(candidates))], False
