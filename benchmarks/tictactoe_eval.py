@@ -1,0 +1,266 @@
+"""Evaluate a tic-tac-toe policy against every opponent the mastery claim needs (issue 23).
+
+One command plays ``--games`` games per row (default 1,000) with each mark (X moves first, O
+second, reported separately) against:
+
+- ``random``: a uniformly random opponent;
+- ``optimal``: the env's minimax opponent (uniform among its optimal moves);
+- ``minimax p=0.25 / 0.5 / 0.75``: that opponent with ``random_move_prob`` 0.25, 0.5, 0.75 (the
+  training curriculum's range);
+- the opponents outside the training distribution (``TicTacToe-v0``'s ``opponent`` styles):
+  ``minimax_last`` and ``minimax_any`` (optimal, other tie-breaks), ``fork`` (Crowley &
+  Siegler's rules, never loses), ``greedy_center`` and ``greedy_edge`` (win/block players that
+  a fork beats).
+
+Each row gives win / draw / loss rates with binomial standard errors, the invalid-move rate
+(invalid actions / actions) and the share of games with any, and two exact references from
+:mod:`textgym.envs.tictactoe.analysis` (no sampling): what the scripted minimax player (uniform
+among optimal moves) scores against that opponent, and the best any player can score
+(expectimax on the expected outcome reward). ``--ceilings PATH`` writes the ceiling table alone.
+
+Policies: ``--policy minimax`` or ``random`` (scripted, fast), or ``--model PATH`` (a local
+model or LoRA adapter directory, ``textgym.models.load_model``) played greedily and/or sampled
+(``--decoding greedy sampled``). The JSON records the commit, the machine, the seed and every
+argument (``benchmarks/_provenance.py``).
+
+Examples::
+
+    python benchmarks/tictactoe_eval.py --policy minimax \\
+        --output benchmarks/results/tictactoe_eval_minimax.json
+    python benchmarks/tictactoe_eval.py --model path/to/adapter --decoding greedy \\
+        --games 200 --dtype bfloat16 --output benchmarks/results/tictactoe_eval_model.json
+    python benchmarks/tictactoe_eval.py --ceilings benchmarks/results/tictactoe_ceilings.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+from _provenance import git, machine_info, write_result  # sibling module of this script
+
+import textgym  # noqa: F401
+from textgym.envs.tictactoe.analysis import (
+    best_response,
+    ceilings,
+    minimax_policy,
+    opponent_policy,
+    outcome_probabilities,
+)
+from textgym.envs.tictactoe.env import OPPONENTS
+from textgym.policies import MinimaxPolicy, RandomPolicy
+from textgym.rollout import Trajectory, rollout
+
+ENV_ID = "textgym/TicTacToe-v0"
+MARKS = ("X", "O")
+OUTCOMES = ("win", "draw", "loss")
+
+#: Row name -> (opponent style, random_move_prob as an exact decimal string).
+ROWS: dict[str, tuple[str, str]] = {
+    "random": ("random", "1"),
+    "optimal": ("minimax", "0"),
+    "minimax p=0.25": ("minimax", "0.25"),
+    "minimax p=0.5": ("minimax", "0.5"),
+    "minimax p=0.75": ("minimax", "0.75"),
+    **{style: (style, "0") for style in OPPONENTS if style not in ("minimax", "random")},
+}
+
+SCRIPTED: dict[str, Callable[..., Any]] = {"minimax": MinimaxPolicy, "random": RandomPolicy}
+
+
+def rate(hits: int, n: int) -> dict[str, float]:
+    """``{"rate": hits / n, "stderr": sqrt(p (1 - p) / n)}`` (binomial; NaN for ``n == 0``)."""
+    p = hits / n if n else math.nan
+    return {"rate": p, "stderr": math.sqrt(p * (1 - p) / n) if n else math.nan}
+
+
+def summarize(games: list[Trajectory]) -> dict[str, Any]:
+    """W/D/L and invalid-move rates of finished games, each with its standard error."""
+    actions = sum(g.num_steps for g in games)
+    invalid = sum(sum(g.invalid_actions) for g in games)
+    return {
+        **{o: rate(sum(g.outcome == o for g in games), len(games)) for o in OUTCOMES},
+        "truncated": rate(sum(g.outcome is None for g in games), len(games)),
+        "invalid_action": rate(invalid, actions),
+        "invalid_game": rate(sum(any(g.invalid_actions) for g in games), len(games)),
+        "games": len(games),
+        "actions": actions,
+    }
+
+
+def exact_references(mark: str, style: str, prob: str) -> dict[str, dict[str, float | str]]:
+    """The scripted minimax player's and the best player's exact W/D/L against one opponent."""
+    opponent = opponent_policy(style, prob)
+    return {
+        "minimax_player": outcome_probabilities(mark, minimax_policy, opponent).as_dict(),
+        "best_player": best_response(mark, opponent, "score").as_dict(),
+    }
+
+
+def build_policies(args: argparse.Namespace) -> dict[str, Any]:
+    """``{decoding label: policy}``: one scripted policy, or the model once per decoding."""
+    if args.model is None:
+        return {"scripted": SCRIPTED[args.policy](seed=args.seed, reasoning=False)}
+    from textgym.models import load_model  # torch/transformers only for a model
+    from textgym.policies.hf import HFPolicy
+
+    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
+    stop = list(gym.make(ENV_ID).unwrapped.stop_strings)
+    temperatures = {"greedy": 0.0, "sampled": args.temperature}
+    return {
+        mode: HFPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=args.max_new_tokens,
+            temperature=temperatures[mode],
+            stop=stop,
+            batch_size=args.batch_size,
+            seed=args.seed,
+        )
+        for mode in args.decoding
+    }
+
+
+def evaluate(
+    args: argparse.Namespace, on_row: Callable[[dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """Play every (decoding, row, mark) and return ``{decoding: {row: {mark: result}}}``.
+
+    ``on_row`` is called with the results so far after each (decoding, row, mark).
+    """
+    policies = build_policies(args)
+    seeds = range(args.seed * 10**6, args.seed * 10**6 + args.games)
+    results: dict[str, Any] = {}
+    for mode, policy in policies.items():
+        results[mode] = {}
+        for row in args.rows:
+            style, prob = ROWS[row]
+            results[mode][row] = {}
+            for mark in args.marks:
+                kwargs = {
+                    "opponent": style,
+                    "random_move_prob": float(prob),
+                    "agent_mark": mark,
+                    "prompt_style": args.prompt_style,
+                }
+                start = time.perf_counter()
+                games = rollout(
+                    lambda kwargs=kwargs: gym.make(ENV_ID, **kwargs),
+                    policy,
+                    seeds,
+                    batch_size=args.batch_size,
+                )
+                if hasattr(policy, "clear_cache"):
+                    policy.clear_cache()
+                result = {
+                    **summarize(games),
+                    "exact": exact_references(mark, style, prob),
+                    "seconds": time.perf_counter() - start,
+                }
+                results[mode][row][mark] = result
+                print_row(mode, row, mark, result, flush=True)
+                if on_row is not None:
+                    on_row(results)
+    return results
+
+
+def _pct(r: dict[str, float]) -> str:
+    return f"{100 * r['rate']:5.1f} ± {100 * r['stderr']:3.1f}"
+
+
+def _exact(o: dict[str, Any]) -> str:
+    return f"{100 * o['win']:5.1f} / {100 * o['draw']:5.1f} / {100 * o['loss']:4.1f}"
+
+
+HEADER = (
+    f"{'decoding':9} {'opponent':15} {'mark':4} | {'win %':>11} {'draw %':>11} {'loss %':>11}"
+    f" | {'invalid %':>9} | {'minimax player W/D/L %':>22} | {'best player W/D/L %':>22}"
+)
+
+
+def print_row(mode: str, row: str, mark: str, r: dict[str, Any], *, flush: bool = False) -> None:
+    """One line of the printed table."""
+    print(
+        f"{mode:9} {row:15} {mark:4} | {_pct(r['win'])} {_pct(r['draw'])} {_pct(r['loss'])}"
+        f" | {100 * r['invalid_action']['rate']:9.2f} | {_exact(r['exact']['minimax_player']):>22}"
+        f" | {_exact(r['exact']['best_player']):>22}",
+        flush=flush,
+    )
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--policy", choices=sorted(SCRIPTED), default="minimax", help="scripted")
+    who.add_argument("--model", default=None, help="model name or (adapter) directory")
+    parser.add_argument("--games", type=int, default=1000, help="games per row and mark")
+    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument("--marks", nargs="+", choices=MARKS, default=list(MARKS))
+    parser.add_argument(
+        "--decoding", nargs="+", choices=["greedy", "sampled"], default=["greedy"], help="--model"
+    )
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampled decoding")
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--prompt-style", choices=["full", "compact"], default="compact")
+    parser.add_argument("--dtype", default=None, help="model weights, e.g. bfloat16")
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--batch-size", type=int, default=64, help="games in flight")
+    parser.add_argument("--seed", type=int, default=0, help="episode seeds and policy sampling")
+    parser.add_argument("--output", default=None, help="JSON path")
+    parser.add_argument("--ceilings", default=None, help="write only the ceiling table here")
+    args = parser.parse_args(argv)
+    if args.games < 1:
+        parser.error(f"Expected --games >= 1, got {args.games}")
+    return args
+
+
+def provenance(args: argparse.Namespace) -> dict[str, Any]:
+    """Commit, whether tracked files differ from it, the machine, the arguments."""
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+        "machine": machine_info(),
+        "seed": args.seed,
+        "args": vars(args),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.ceilings:
+        table = ceilings()
+        for mark, rows in table.items():
+            for name, o in rows.items():
+                print(
+                    f"{mark} {name:22} {_exact(o)}   ({o['win_exact']} / {o['draw_exact']} / {o['loss_exact']})"
+                )
+        write_result(args.ceilings, {**provenance(args), "ceilings": table})
+        return 0
+    record = provenance(args)
+    record["policy"] = args.model or args.policy
+    print(HEADER, flush=True)
+    start = time.perf_counter()
+
+    def save_partial(results: dict[str, Any]) -> None:
+        # A run cut short keeps the rows it finished: "complete" says whether all were played.
+        if args.output:
+            partial = {**record, "results": results, "complete": False}
+            Path(args.output).write_text(json.dumps(partial, indent=2) + "\n")
+
+    record["results"] = evaluate(args, save_partial)
+    record["complete"] = True
+    record["seconds"] = time.perf_counter() - start
+    if args.output:
+        write_result(args.output, record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

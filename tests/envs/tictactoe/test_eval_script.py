@@ -1,0 +1,54 @@
+"""``benchmarks/tictactoe_eval.py``: its rows, its exact references and its ceiling table, with
+the scripted minimax player (fast, no model)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "benchmarks" / "tictactoe_eval.py"
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=300
+    )
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    return completed
+
+
+def test_minimax_rows_both_marks_with_exact_references(tmp_path):
+    out = tmp_path / "eval.json"
+    rows = ["random", "optimal", "minimax p=0.5", "fork", "greedy_edge"]
+    completed = run("--policy", "minimax", "--games", "40", "--rows", *rows, "--output", str(out))
+    record = json.loads(out.read_text())
+    assert record["complete"] is True and record["seed"] == 0 and record["policy"] == "minimax"
+    assert "commit" in record and record["machine"]["cores"] >= 1
+    results = record["results"]["scripted"]
+    assert list(results) == rows
+    for row in rows:
+        assert set(results[row]) == {"X", "O"}
+        for mark, r in results[row].items():
+            assert r["games"] == 40
+            assert r["loss"]["rate"] == 0.0 and r["invalid_action"]["rate"] == 0.0, (row, mark)
+            total = r["win"]["rate"] + r["draw"]["rate"] + r["loss"]["rate"]
+            assert abs(total - 1.0) < 1e-12
+            assert r["exact"]["best_player"]["score"] >= r["exact"]["minimax_player"]["score"]
+    # Against an optimal opponent every game is drawn, exactly and as played.
+    for mark in "XO":
+        assert results["optimal"][mark]["draw"]["rate"] == 1.0
+        assert results["fork"][mark]["exact"]["best_player"]["draw"] == 1.0
+    assert results["random"]["X"]["exact"]["minimax_player"]["win_exact"] == "75257/77760"
+    assert "greedy_edge" in completed.stdout and "minimax p=0.5" in completed.stdout
+
+
+def test_ceilings_file(tmp_path):
+    out = tmp_path / "ceilings.json"
+    completed = run("--ceilings", str(out))
+    table = json.loads(out.read_text())["ceilings"]
+    assert table["O"]["best_score_vs_random"]["loss_exact"] == "1/105"
+    assert table["X"]["minimax_vs_optimal"]["draw_exact"] == "1"
+    assert "2645/3402" in completed.stdout
