@@ -1,5 +1,5 @@
-"""The ``textgym`` command line: ``list``, ``eval``, ``collect``, ``play``, ``sft``, ``train``
-and ``compare``.
+"""The ``textgym`` command line: ``list``, ``eval``, ``collect``, ``play``, ``sft``, ``train``,
+``compare`` and ``report``.
 
 - ``textgym list``: the registered environments.
 - ``textgym eval ENV_ID``: play episodes with a policy and report statistics.
@@ -8,6 +8,7 @@ and ``compare``.
 - ``textgym sft --data FILE``: supervised fine-tuning on collected chat JSONL.
 - ``textgym train [ENV_ID]``: GRPO training of an LLM policy on an env.
 - ``textgym compare RUN RUN ...``: compare training runs.
+- ``textgym report RUN [RUN ...]``: one self-contained HTML page of eval, collect and train runs.
 
 One grammar for all of them (:mod:`textgym.cli._common`): each subcommand is one config
 dataclass parsed with ``tyro``; the env id is the first positional argument; ``--env-kwargs``
@@ -49,6 +50,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("sft", "supervised fine-tuning on collected chat JSONL"),
     "train": ("train", "GRPO training of an LLM policy on an env"),
     "compare": ("compare", "compare training runs: last metrics and overlaid plots"),
+    "report": ("report", "write one self-contained HTML report of eval, collect and train runs"),
 }
 #: The extras a subcommand's module needs beyond the core install.
 _EXTRAS = {"sft": "llm,train", "train": "llm,train"}

@@ -1,0 +1,67 @@
+"""``textgym report``: one self-contained HTML page of eval, collect and train runs.
+
+The page holds the summary table (a column per run), the training curves (overlaid when
+several runs are given) and a browser of the episodes (filters by run, outcome, task and
+return; each episode turn by turn, with tool calls, boards and per-step rewards). It needs no
+server and no network: open it in any browser. Lines of a run that cannot be read are listed
+in the page, not fatal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import tyro
+
+from textgym.cli._common import UsageError
+from textgym.report import DEFAULT_MAX_EPISODES, NotARunError, write_report
+from textgym.results import check_file
+
+__all__ = ["ReportConfig", "run"]
+
+
+@dataclasses.dataclass(kw_only=True)
+class ReportConfig:
+    """Write one self-contained HTML report of eval, collect and train runs."""
+
+    runs: tyro.conf.Positional[tuple[str, ...]]
+    """Run directories (eval --output-dir, train or sft --output-dir) or collect JSONL files,
+    space-separated; one column each."""
+    output: str = "report.html"
+    """The HTML file to write."""
+    max_episodes: int = DEFAULT_MAX_EPISODES
+    """Embed at most this many episodes per run (the first ones; the summary counts all)."""
+    title: str | None = None
+    """Title of the page (None: the run names)."""
+
+    def __post_init__(self) -> None:
+        if not self.runs:
+            raise ValueError("expected at least one run directory or collect file")
+        if self.max_episodes < 0:
+            raise ValueError(f"expected --max-episodes >= 0, got {self.max_episodes}")
+
+
+Config = ReportConfig
+
+
+def run(config: ReportConfig) -> int:
+    """Read the runs, write the page, print where it is and what was left out."""
+    out = Path(config.output)
+    try:
+        check_file(out, "--output")
+        runs = write_report(config.runs, out, max_episodes=config.max_episodes, title=config.title)
+    except NotARunError as exc:
+        raise UsageError(str(exc)) from None
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"report: {exc}") from None
+    episodes = sum(len(r.episodes) for r in runs)
+    total = sum(r.episodes_total for r in runs)
+    notes = sum(len(r.notes) for r in runs)
+    parts = [f"{len(runs)} run{'s' * (len(runs) != 1)}", f"{episodes} episodes"]
+    if total > episodes:
+        parts[-1] += f" of {total} (--max-episodes {config.max_episodes} per run)"
+    if notes:
+        parts.append(f"{notes} note{'s' * (notes != 1)} on unreadable input, shown in the page")
+    print(f"wrote {out} ({'; '.join(parts)}; {out.stat().st_size / 1e6:.2f} MB)")
+    return 0

@@ -1,0 +1,100 @@
+"""``textgym report``: one self-contained HTML page to look at eval, collect and train runs.
+
+:func:`build_report` reads runs (:func:`~textgym.report.runs.load_run`) and renders the page
+(:func:`~textgym.report.page.render_page`): a summary table with a column per run (mean return
+± stderr, reward components, win/draw/loss, invalid-action and time-limit rates), the training
+curves of train runs overlaid (reward and each component, invalid rate, KL, entropy, loss,
+evaluation win/draw/loss over steps), and a browser of episodes with filters (run, outcome,
+task, return range, invalid actions) that shows an episode turn by turn: tool calls and tool
+responses as indented JSON, tic-tac-toe boards as boards, and the reward components of every
+step. The file needs no server and no network; model text is data, never markup.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from textgym.report.page import render_page
+from textgym.report.runs import NotARunError, Run, SharedTexts, load_run
+
+__all__ = [
+    "DEFAULT_MAX_EPISODES",
+    "NotARunError",
+    "Run",
+    "build_report",
+    "load_run",
+    "write_report",
+]
+
+#: Episodes embedded per run by default: about 1.5 KB each for tic-tac-toe (system prompts and
+#: tool lists are stored once), so a capped run stays a few MB.
+DEFAULT_MAX_EPISODES = 2000
+
+
+def _names(paths: Sequence[Path]) -> list[str]:
+    """A distinct label per run: the directory name, with its parent's where two share it."""
+    names = [p.name or str(p) for p in paths]
+    for i, path in enumerate(paths):
+        if names.count(path.name) > 1:
+            names[i] = f"{path.parent.name}/{path.name}" if path.parent.name else str(path)
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):  # still equal (the same path twice): number them
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            names[i] = f"{name} #{seen[name]}"
+    return names
+
+
+def build_report(
+    run_paths: Sequence[str | os.PathLike[str]],
+    *,
+    max_episodes: int = DEFAULT_MAX_EPISODES,
+    title: str | None = None,
+) -> tuple[str, list[Run]]:
+    """Read the runs and render the report page.
+
+    Args:
+        run_paths: Run directories (``textgym eval --output-dir``, ``textgym train`` or
+            ``sft --output-dir``) or ``textgym collect`` JSONL files, one column each.
+        max_episodes: Embed at most this many episodes per run (the first ones); >= 0.
+        title: The page's title (default: the run names).
+
+    Returns:
+        ``(html, runs)``: the page, and the runs as read (with their notes).
+
+    Raises:
+        NotARunError: a path holds no textgym run.
+        ValueError: no paths, or ``max_episodes < 0``.
+    """
+    if not run_paths:
+        raise ValueError("Expected at least one run directory or collect file, got none")
+    if max_episodes < 0:
+        raise ValueError(f"Expected max_episodes >= 0, got {max_episodes}")
+    paths = [Path(p) for p in run_paths]
+    shared = SharedTexts()
+    runs = [
+        load_run(path, name=name, max_episodes=max_episodes, interner=shared)
+        for path, name in zip(paths, _names(paths))
+    ]
+    return render_page(runs, shared, max_episodes=max_episodes, title=title), runs
+
+
+def write_report(
+    run_paths: Sequence[str | os.PathLike[str]],
+    output: str | os.PathLike[str],
+    *,
+    max_episodes: int = DEFAULT_MAX_EPISODES,
+    title: str | None = None,
+) -> list[Run]:
+    """:func:`build_report`, written to ``output`` (UTF-8); returns the runs as read.
+
+    Raises:
+        NotARunError, ValueError: as :func:`build_report`.
+        OSError: ``output`` cannot be written.
+    """
+    page, runs = build_report(run_paths, max_episodes=max_episodes, title=title)
+    # errors="replace": a run directory's name may hold bytes that are not UTF-8.
+    Path(output).write_text(page, encoding="utf-8", errors="replace")
+    return runs
