@@ -97,7 +97,8 @@ def test_the_single_turn_task_is_about_fifteen_lines(guide):
 
 
 def test_the_guide_check_catches_a_broken_env(guide):
-    """The guide's ``check_text_env`` can fail: here for reward components off the reward."""
+    """The checker the guide calls (``textgym.env_checker.check_text_env``) can fail: here for
+    reward components off the reward."""
 
     class Broken(guide.AntonymEnv):
         def step(self, action):

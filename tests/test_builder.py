@@ -91,7 +91,7 @@ def test_recipe_refuses_malformed_fields(fields, message):
     [
         (EnvRecipe("textgym/Chess-v0"), "unknown env id 'textgym/Chess-v0'; expected"),
         (EnvRecipe("no_such_module_xyz:Foo-v0"), "cannot import module 'no_such_module_xyz'"),
-        (EnvRecipe("CartPole-v1"), "CartPoleEnv, which is not a textgym.TextEnv"),
+        (EnvRecipe("CartPole-v1"), "CartPoleEnv, whose spaces are not text"),
         (
             EnvRecipe("textgym/TicTacToe-v0", {"random_move_prob": 2}),
             r"cannot make textgym/TicTacToe-v0 with \{\"random_move_prob\": 2\}: Expected "

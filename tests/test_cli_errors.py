@@ -107,19 +107,6 @@ CASES = [
         id="minimax-on-gsm8k",
     ),
     pytest.param(
-        [
-            "collect",
-            "textgym/ReverseText-v0",
-            "--policy",
-            "random",
-            *FAST,
-            "--output",
-            "{tmp}/sft.jsonl",
-        ],
-        "use --policy gold, hf or openai",
-        id="random-on-reverse-text",
-    ),
-    pytest.param(
         ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--seed", "-1"],
         "--seed must be >= 0",
         id="negative-seed-with-gold",
@@ -133,13 +120,9 @@ CASES = [
     # issue 13: choosing the tasks of a pass
     pytest.param(
         ["eval", TTT, *FAST, "--limit", "3"],
-        "--limit needs tasks to walk, and textgym/TicTacToe-v0 has no task list",
-        id="limit-without-a-task-list",
-    ),
-    pytest.param(
-        ["eval", TTT, "--rollouts-per-task", "4", "--no-progress"],
-        "--rollouts-per-task needs tasks to walk",
-        id="rollouts-without-a-task-list",
+        "--episodes and --limit 3 both set the number of episodes; on "
+        "textgym/TicTacToe-v0 without a task list --limit N plays the N seeds",
+        id="episodes-and-limit-of-seeds",
     ),
     pytest.param(
         ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "19"],
@@ -234,11 +217,11 @@ CASES = [
             "gold",
             "--no-progress",
             "--sample-tasks",
-            "--limit",
-            "3",
+            "--task-ids",
+            "gsm8k-sample-0000",
         ],
-        "--sample-tasks draws each episode's task at random; it cannot be combined with --limit",
-        id="sample-tasks-and-limit",
+        "--sample-tasks draws each seed's task at random; it cannot be combined with --task-ids",
+        id="sample-tasks-and-task-ids",
     ),
     pytest.param(
         [
@@ -255,37 +238,16 @@ CASES = [
         "--episodes and --rollouts-per-task 4 both set",
         id="episodes-and-rollouts",
     ),
+    # issue 25: one concept, one flag
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--group-size",
-            "4",
-            "--rollouts-per-task",
-            "6",
-        ],
-        "--group-size 4 groups copies of one task, and the walk "
-        "plays each task --rollouts-per-task 6 times",
-        id="walk-rollouts-not-in-groups",
+        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--group-size", "4"],
+        "--group-size is now --rollouts-per-task: use --rollouts-per-task 4",
+        id="eval-group-size-removed",
     ),
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--sample-tasks",
-            "--episodes",
-            "6",
-            "--group-size",
-            "4",
-        ],
-        "6 episodes are not a multiple of --group-size 4",
-        id="sampled-episodes-not-in-groups",
+        ["collect", TTT, "--group-size", "8", "--no-progress", "--output", "{tmp}/sft.jsonl"],
+        "--group-size is now --rollouts-per-task: use --rollouts-per-task 8",
+        id="collect-group-size-removed",
     ),
     pytest.param(
         [

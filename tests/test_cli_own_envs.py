@@ -76,10 +76,11 @@ def test_unknown_ids_and_modules_are_one_line(mypkg, capsys):
     assert "unknown env id 'mypkg/Nope-v0'" in err and "'textgym.envs' entry point" in err
     err = one_error_line(capsys, ["eval", "nopkg.nomodule:Nope-v0"])
     assert "cannot import module 'nopkg.nomodule'" in err
+    assert "check that the module is importable" in err and "PYTHONPATH" in err
     err = one_error_line(capsys, ["eval", "mypkg.capital:Nope-v0"])
     assert "unknown env id 'mypkg.capital:Nope-v0'" in err
 
 
 def test_an_env_whose_actions_are_not_text_is_refused(capsys):
     err = one_error_line(capsys, ["eval", "CartPole-v1", "--policy", "hf"])
-    assert "CartPole-v1 builds CartPoleEnv, which is not a textgym.TextEnv" in err
+    assert "CartPole-v1 builds CartPoleEnv, whose spaces are not text" in err

@@ -296,7 +296,7 @@ def test_a_stale_per_task_file_is_removed(tmp_path):
     assert rows is None  # no task list: no per-task rows, and not the old ones
 
 
-def test_groups_of_a_walk_are_copies_of_one_task_sharing_a_seed(tmp_path):
+def test_rollouts_of_a_task_share_its_seed(tmp_path):
     out = tmp_path / "run"
     assert (
         main(
@@ -308,9 +308,7 @@ def test_groups_of_a_walk_are_copies_of_one_task_sharing_a_seed(tmp_path):
                 "--limit",
                 "2",
                 "--rollouts-per-task",
-                "4",
-                "--group-size",
-                "2",
+                "3",
                 "--seed",
                 "10",
                 *QUIET,
@@ -325,10 +323,81 @@ def test_groups_of_a_walk_are_copies_of_one_task_sharing_a_seed(tmp_path):
     assert [(r["task_id"], r["seed"]) for r in records] == [
         (first, 10),
         (first, 10),
-        (first, 11),
-        (first, 11),
-        (second, 12),
-        (second, 12),
-        (second, 13),
-        (second, 13),
+        (first, 10),
+        (second, 11),
+        (second, 11),
+        (second, 11),
     ]
+
+
+# issue 25, item 6: seeds are tasks too, so --rollouts-per-task works on every env
+
+
+def test_rollouts_per_seed_on_an_env_without_a_task_list(tmp_path):
+    summary, _, rows = eval_run(
+        tmp_path,
+        "textgym/TicTacToe-v0",
+        "--policy",
+        "random",
+        "--limit",
+        "4",
+        "--rollouts-per-task",
+        "3",
+        "--seed",
+        "5",
+    )
+    records = [
+        json.loads(line)
+        for line in (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    ]
+    assert [r["seed"] for r in records] == [5, 5, 5, 6, 6, 6, 7, 7, 7, 8, 8, 8]
+    assert [(r["task_id"], r["rollouts"]) for r in rows] == [
+        ("seed=5", 3),
+        ("seed=6", 3),
+        ("seed=7", 3),
+        ("seed=8", 3),
+    ]
+    tasks = summary["tasks"]
+    assert tasks["rollouts_per_task"] == 3 and tasks["played"] == 4 and tasks["complete"] == 4
+    assert 0.0 <= tasks["pass@1"] <= tasks["pass@3"] <= 1.0
+    assert summary["rollouts_per_task"] == 3 and "group_size" not in summary
+
+
+def test_rollouts_per_seed_default_to_100_seeds(tmp_path):
+    summary, _, rows = eval_run(
+        tmp_path, "textgym/TicTacToe-v0", "--policy", "random", "--rollouts-per-task", "2"
+    )
+    assert summary["episodes"] == 200 and len(rows) == 100
+    assert rows[-1]["task_id"] == "seed=99"
+
+
+def test_rollouts_per_seed_of_a_generated_tool_task_replay_one_task(tmp_path):
+    summary, ids, rows = eval_run(
+        tmp_path,
+        "textgym/EmailToolUse-v1",
+        "--policy",
+        "gold",
+        "--limit",
+        "2",
+        "--rollouts-per-task",
+        "2",
+    )
+    assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2]  # the seed makes the task
+    assert summary["tasks"]["pass@2"] == 1.0 and [r["successes"] for r in rows] == [2, 2]
+
+
+def test_sampled_tasks_in_rollouts_of_one_seed(tmp_path):
+    summary, ids, rows = eval_run(
+        tmp_path,
+        "textgym/GSM8K-v0",
+        "--policy",
+        "gold",
+        "--sample-tasks",
+        "--limit",
+        "3",
+        "--rollouts-per-task",
+        "2",
+    )
+    assert len(ids) == 6 and all(ids[2 * g] == ids[2 * g + 1] for g in range(3))
+    assert [r["task_id"] for r in rows] == ["seed=0", "seed=1", "seed=2"]
+    assert summary["tasks"]["available"] is None and summary["tasks"]["pass@2"] == 1.0

@@ -110,9 +110,9 @@ def test_collect_output_loads_with_datasets_and_round_trips(tmp_path):
                 "textgym/TicTacToe-v0",
                 "--policy",
                 "minimax",
-                "--episodes",
-                "12",
-                "--group-size",
+                "--limit",
+                "4",
+                "--rollouts-per-task",
                 "3",
                 "--env-kwargs",
                 '{"opponent": "random"}',
@@ -127,14 +127,14 @@ def test_collect_output_loads_with_datasets_and_round_trips(tmp_path):
     )
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert records and all(r["outcome"] == "win" for r in records)
-    # Groups: episodes 3g..3g+2 share seed g.
+    # Rollouts of a seed: episodes 3g..3g+2 share seed g.
     assert {r["seed"] for r in records} <= set(range(4))
     loaded = datasets.load_dataset("json", data_files=str(out), split="train")
     assert len(loaded) == len(records)
     assert [row["messages"] for row in loaded] == [r["messages"] for r in records]
 
 
-def test_group_size_gives_identical_copies(tmp_path):
+def test_rollouts_of_a_seed_are_copies_of_one_episode_start(tmp_path):
     assert (
         main(
             [
@@ -142,9 +142,9 @@ def test_group_size_gives_identical_copies(tmp_path):
                 "textgym/TicTacToe-v0",
                 "--policy",
                 "minimax",
-                "--episodes",
-                "8",
-                "--group-size",
+                "--limit",
+                "2",
+                "--rollouts-per-task",
                 "4",
                 "--env-kwargs",
                 '{"random_move_prob": 0.5}',

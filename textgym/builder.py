@@ -6,7 +6,9 @@ build it here, so an env is built the same way everywhere:
 1. ``gymnasium.make(env_id, **env_kwargs)``: any registered Gymnasium id, including
    Gymnasium's ``module:EnvName-v0`` form (the module is imported first, and registers the id)
    and ids that installed packages register through the ``textgym.envs`` entry-point group
-   (:data:`ENTRY_POINT_GROUP`), loaded the first time an id is not found.
+   (:data:`ENTRY_POINT_GROUP`), loaded the first time an id is not found. A plain
+   ``gymnasium.Env`` whose spaces are text gets :class:`textgym.core.TextEnvAdapter`, TextEnv's
+   default contract (:func:`textgym.core.as_text_env`).
 2. :class:`textgym.wrappers.StratifiedOpponent` when ``opponent_random_move_prob`` is given:
    the opponent's random-move probability drawn per episode from that range, stratified over
    ``groups`` consecutive episodes (a trainer's tasks per step).
@@ -15,8 +17,8 @@ build it here, so an env is built the same way everywhere:
 
 :func:`env_factory` checks a recipe up front by building one env (the probe, which the caller
 reads the env contract from, :class:`textgym.TextEnv`, and then closes) and raises
-``ValueError`` with one line naming the bad part: an unknown id, an env that is not a
-``TextEnv``, keyword arguments the env rejects, a stratified opponent asked of an env without
+``ValueError`` with one line naming the bad part: an unknown id, an env whose spaces are not
+text, keyword arguments the env rejects, a stratified opponent asked of an env without
 one, or a wrapper that refuses the env. Every stack it builds records its constructor
 arguments, so ``gymnasium.make(env.spec)`` rebuilds it.
 
@@ -50,7 +52,7 @@ from typing import Any
 import gymnasium as gym
 
 from textgym.checks import check_int, check_probability
-from textgym.core import TextEnv
+from textgym.core import as_text_env
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
 __all__ = ["ENTRY_POINT_GROUP", "EnvRecipe", "env_factory", "load_entry_points", "resolve_env_id"]
@@ -144,7 +146,7 @@ class EnvRecipe:
         """
         if ":" not in self.env_id and self.env_id not in gym.registry:
             resolve_env_id(self.env_id)  # e.g. in a spawned worker: load the entry points
-        return self._wrap(gym.make(self.env_id, **self.env_kwargs))
+        return self._wrap(as_text_env(gym.make(self.env_id, **self.env_kwargs), self.env_id))
 
     def _wrap(self, env: gym.Env) -> gym.Env:
         if self.opponent_random_move_prob is not None:
@@ -206,7 +208,9 @@ def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
             importlib.import_module(module)
         except ImportError as exc:
             raise ValueError(
-                f"cannot import module {module!r} of env id {env_id!r}: {_one_line(exc)}"
+                f"cannot import module {module!r} of env id {env_id!r}: {_one_line(exc)}; "
+                "check that the module is importable (installed, or its folder on PYTHONPATH, "
+                "e.g. PYTHONPATH=. for a module in the current folder)"
             ) from exc
     if name not in gym.registry:
         load_entry_points()
@@ -243,7 +247,8 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
 
     Raises:
         ValueError: one line naming the bad part: an unknown id or unimportable module, an
-            env that is not a :class:`textgym.TextEnv`, keyword arguments or data the env
+            env whose spaces are not text (neither a :class:`textgym.TextEnv` nor a
+            ``gymnasium.Env`` with ``gymnasium.spaces.Text`` spaces), keyword arguments or data the env
             rejects (the env's own message; a missing data file or a missing optional
             package included), a stratified opponent asked of an env without one, or a
             wrapper that refuses the env (e.g. ``format_reward`` on an env that pays its own
@@ -257,14 +262,9 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
         raise ValueError(
             f"cannot make {recipe.env_id} with {_shown(recipe.env_kwargs)}: {_one_line(exc)}"
         ) from exc
-    base = env.unwrapped
     try:
-        if not isinstance(base, TextEnv):
-            raise ValueError(
-                f"{recipe.env_id} builds {type(base).__name__}, which is not a textgym.TextEnv; "
-                "textgym reads the env contract (stop strings, task ids, ...) from TextEnv, so "
-                "subclass it"
-            )
+        env = as_text_env(env, recipe.env_id)
+        base = env.unwrapped
         if recipe.opponent_random_move_prob is not None and not base.has_opponent:
             raise ValueError(
                 f"{recipe.env_id} has no seeded opponent to stratify "

@@ -13,19 +13,32 @@ the trainers and the wrappers read from an env (``env.unwrapped``): where a comp
 (:attr:`~TextEnv.format_weight`), its dataset task ids (:attr:`~TextEnv.task_ids`), whether
 its infos carry gold completions (:attr:`~TextEnv.has_gold_completion`), whether it has a
 seeded opponent of settable strength (:attr:`~TextEnv.has_opponent`) and the named evaluation
-settings it offers (:attr:`~TextEnv.evaluation_settings`). A task overrides what applies to it;
-the defaults describe a task with none of these, so a tool reads each one as a plain attribute.
+settings it offers (:attr:`~TextEnv.evaluation_settings`), how ``--policy random`` draws an action
+from its grammar (:attr:`~TextEnv.random_action`) and which scripted policy is its expert
+(:attr:`~TextEnv.expert_policy`). A task overrides what applies to it; the defaults describe a
+task with none of these, so a tool reads each one as a plain attribute.
+
+:class:`TextEnvAdapter` gives a plain ``gymnasium.Env`` whose two spaces are text
+(``gymnasium.spaces.Text``) these defaults, so the tools play it too; :func:`as_text_env` applies
+it where it is needed and refuses an env whose spaces are not text.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 
-__all__ = ["TextEnv"]
+__all__ = ["RandomAction", "TextEnv", "TextEnvAdapter", "as_text_env"]
+
+#: ``(observation, info, rng) -> completion``: a completion drawn with ``rng`` from a task's
+#: action grammar, given the episode's latest observation and info (see
+#: :attr:`TextEnv.random_action`).
+RandomAction = Callable[[str, Mapping[str, Any], np.random.Generator], str]
 
 
 class TextEnv(gym.Env[str, str]):
@@ -99,6 +112,27 @@ class TextEnv(gym.Env[str, str]):
     #: one evaluation with the env's own settings.
     evaluation_settings: ClassVar[Mapping[str, Mapping[str, Any]]] = MappingProxyType({})
 
+    #: A cheap random baseline, ``(observation, info, rng) -> completion``
+    #: (:data:`RandomAction`): a completion drawn with ``rng`` from the task's action grammar,
+    #: what :class:`textgym.policies.RandomPolicy` (``--policy random``) plays to give a floor
+    #: (GSM8K-v0: ``#### N`` with a random integer N; ReverseText-v0: the text's characters in
+    #: a random order inside the answer tags). ``None``: the random policy plays a random legal
+    #: move where ``info["legal_moves"]`` lists them (TicTacToe-v0) and a random tool call with
+    #: schema-valid arguments where ``info["tools"]`` lists tools (EmailToolUse-v1,
+    #: Workplace-v1), and refuses any other env.
+    random_action: RandomAction | None = None
+
+    @property
+    def expert_policy(self) -> str | None:
+        """The scripted policy (a :func:`textgym.policies.make_policy` name) that plays this env
+        well, whose episodes make SFT data (``textgym collect --policy NAME``), or ``None``.
+
+        The default is ``"gold"`` for an env with gold completions
+        (:attr:`has_gold_completion`), else ``None``; TicTacToe-v0 names ``"minimax"``. The
+        command line's hints name it, never a policy that cannot play the env.
+        """
+        return "gold" if self.has_gold_completion else None
+
     def _init_render(self, render_mode: str | None) -> None:
         """Validate and store ``render_mode``.
 
@@ -134,3 +168,113 @@ class TextEnv(gym.Env[str, str]):
         if self.render_mode == "human":
             print(self._last_obs)
         return None
+
+
+def _random_text(
+    charset: str, min_length: int, max_length: int, _obs: str, _info: Any, rng: np.random.Generator
+) -> str:
+    """A random string of the action space's characters (length uniform in its bounds, <= 64)."""
+    length = int(rng.integers(min_length, max(min_length, min(max_length, 64)) + 1))
+    return "".join(charset[i] for i in rng.integers(len(charset), size=length))
+
+
+class TextEnvAdapter(TextEnv):
+    """A plain ``gymnasium.Env`` whose spaces are text, with :class:`TextEnv`'s default contract.
+
+    The command line, the rollout engine and the trainers read the env contract from
+    ``env.unwrapped``; this adapter is that object for an env that does not subclass
+    :class:`TextEnv`: no stop strings, no task list, no tools, no gold completions, no
+    opponent, and infos passed on unchanged (no ``system_prompt`` key: the chat has no system
+    message). :attr:`random_action` draws random text from the action space's characters, so
+    ``--policy random`` gives a floor. ``reset`` and ``step`` call the wrapped env (its
+    ``TimeLimit`` included) and return its results, the reward as a ``float`` and the flags as
+    ``bool``. :func:`as_text_env` applies it; the builder (:mod:`textgym.builder`) calls that.
+
+    Args:
+        env: The env as ``gymnasium.make`` returned it; ``observation_space`` and
+            ``action_space`` must be ``gymnasium.spaces.Text``.
+
+    Raises:
+        ValueError: if either space is not a ``gymnasium.spaces.Text``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> class Echo(gym.Env):
+        ...     observation_space = action_space = gym.spaces.Text(20)
+        ...     def reset(self, *, seed=None, options=None):
+        ...         super().reset(seed=seed)
+        ...         return "say hi", {}
+        ...     def step(self, action):
+        ...         return "ok", float(action == "hi"), True, False, {}
+        >>> env = TextEnvAdapter(Echo())
+        >>> env.stop_strings, env.task_ids, env.expert_policy
+        ((), None, None)
+        >>> env.reset(seed=0)
+        ('say hi', {})
+        >>> env.step("hi")
+        ('ok', 1.0, True, False, {})
+    """
+
+    def __init__(self, env: gym.Env):
+        for name in ("observation_space", "action_space"):
+            space = getattr(env, name, None)
+            if not isinstance(space, gym.spaces.Text):
+                raise ValueError(
+                    f"Expected {type(env.unwrapped).__name__}.{name} to be a "
+                    f"gymnasium.spaces.Text (a text env), got {space!r}"
+                )
+        self.env = env
+        self.observation_space = env.observation_space
+        self.action_space = env.action_space
+        self.spec = env.spec
+        self.render_mode = env.render_mode
+        self.metadata = env.metadata
+        space = env.action_space
+        self.random_action = functools.partial(
+            _random_text, space.characters, space.min_length, space.max_length
+        )
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The wrapped env's ``reset(seed=seed, options=options)``."""
+        super().reset(seed=seed)
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        """The wrapped env's ``step(action)``, the reward a ``float`` and the flags ``bool``."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def render(self) -> Any:
+        """The wrapped env's ``render()``."""
+        return self.env.render()
+
+    def close(self) -> None:
+        """Close the wrapped env."""
+        self.env.close()
+
+
+def as_text_env(env: gym.Env, env_id: str | None = None) -> gym.Env:
+    """``env`` itself if its base is a :class:`TextEnv`, else ``TextEnvAdapter(env)``.
+
+    Args:
+        env: An env as ``gymnasium.make`` returned it.
+        env_id: Its id, for the message (default: ``env.spec.id``).
+
+    Raises:
+        ValueError: (one line) for an env whose observation or action space is not text, e.g.
+            ``CartPole-v1 builds CartPoleEnv, whose spaces are not text ...``.
+    """
+    if isinstance(env.unwrapped, TextEnv):
+        return env
+    spaces = (env.observation_space, env.action_space)
+    if not all(isinstance(space, gym.spaces.Text) for space in spaces):
+        name = env_id or (env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
+        raise ValueError(
+            f"{name} builds {type(env.unwrapped).__name__}, whose spaces are not text "
+            f"(observation {env.observation_space}, action {env.action_space}); textgym plays "
+            "envs whose observations and actions are strings: a textgym.TextEnv, or a "
+            "gymnasium.Env with gymnasium.spaces.Text spaces"
+        )
+    return TextEnvAdapter(env)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from textgym.checks import check_choice
 from textgym.data import file_fingerprint, load_hub_rows, read_jsonl
@@ -248,6 +251,12 @@ class GSM8KEnv(SingleTurnEnv):
             render_mode=render_mode,
             max_observation_chars=max(2048, max(len(p.question) for p in self.problems)),
         )
+
+    @staticmethod
+    def random_action(observation: str, info: Mapping[str, Any], rng: np.random.Generator) -> str:
+        """A random baseline: ``#### N``, ``N`` an integer uniform in [0, 999] (``--policy
+        random``; most GSM8K answers are integers in that range)."""
+        return f"#### {int(rng.integers(1000))}"
 
     @staticmethod
     def is_well_formed(action: str) -> bool:

@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from textgym.checks import check_int
 from textgym.data import file_fingerprint, load_hub_rows, read_jsonl, read_paragraphs
@@ -292,6 +294,16 @@ class ReverseTextEnv(SingleTurnEnv):
             max_observation_chars=max(2048, len(INSTRUCTION) + 2 + longest),
             max_action_chars=max(65536, 2 * longest + 64),
         )
+
+    @staticmethod
+    def random_action(observation: str, info: Mapping[str, Any], rng: np.random.Generator) -> str:
+        """A random baseline: the text's characters in a random order, in the answer tags
+        (``--policy random``); the text is what follows the instruction in the observation."""
+        text = (
+            observation.split("\n\n", 1)[1] if observation.startswith(INSTRUCTION) else observation
+        )
+        shuffled = "".join(text[i] for i in rng.permutation(len(text)))
+        return f"{OPEN_TAG}{shuffled}{CLOSE_TAG}"
 
     def prompt(self, index: int) -> tuple[str, dict[str, Any]]:
         """The instruction and the text; the exact reversal, tagged, goes to ``info``."""

@@ -143,6 +143,8 @@ class TicTacToeEnv(TextEnv):
     is_well_formed = staticmethod(is_well_formed)
     #: ``reset(options={"random_move_prob": p})`` sets the opponent's strength per episode.
     has_opponent = True
+    #: The optimal player (``textgym collect --policy minimax`` makes SFT data).
+    expert_policy = "minimax"
     #: The two ends of the opponent's strength: a uniformly random player and a perfect one.
     evaluation_settings = MappingProxyType(
         {"random": {"random_move_prob": 1.0}, "optimal": {"random_move_prob": 0.0}}

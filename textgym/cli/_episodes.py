@@ -56,8 +56,10 @@ class PlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
         self.check_policy()
 
 
-def episode_policy(config: Any, stop: Sequence[str]) -> Any:
-    """The policy that ``eval`` and ``collect`` play with, built from their shared options.
+def episode_policy(config: Any, stop: Sequence[str], random_action: Any = None) -> Any:
+    """The policy that ``eval`` and ``collect`` play with, built from their shared options;
+    ``random_action`` is the env's action grammar (:attr:`textgym.TextEnv.random_action`),
+    which ``--policy random`` draws from.
 
     Raises:
         UsageError: the policy cannot be built (see :func:`textgym.cli._common.build_policy`).
@@ -71,6 +73,8 @@ def episode_policy(config: Any, stop: Sequence[str]) -> Any:
         reasoning=config.reasoning,
         openai_options=config.openai_options(),
     )
+    if config.policy == "random" and random_action is not None:
+        kwargs["sample_action"] = random_action
     return _common.build_policy(config.policy, kwargs)
 
 
@@ -135,8 +139,9 @@ def endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
 
 
 class GroupSeeds(Sequence[int]):
-    """Episode ``i``'s seed, ``first + i // group_size`` (GRPO-style groups of copies sharing
-    one seed), computed when asked: no list of seeds, however many episodes."""
+    """Episode ``i``'s seed, ``first + i // group_size`` (the ``--rollouts-per-task`` episodes
+    of a task share one seed, as a GRPO group does), computed when asked: no list of seeds,
+    however many episodes."""
 
     def __init__(self, first: int, episodes: int, group_size: int):
         self.first, self.episodes, self.group_size = first, episodes, group_size
@@ -161,6 +166,8 @@ class Setup:
     episodes: int
     walk: TaskWalk | None  # each episode's task, or None: each reset draws one
     tasks_available: int | None  # len(env.task_ids), None for an env without a task list
+    random_action: Any = None  # the env's TextEnv.random_action, for --policy random
+    expert_policy: str | None = None  # the env's TextEnv.expert_policy, for hints
 
     def task_results(self, config: PlayConfig) -> TaskResults | None:
         """A fresh per-task tally of the walk (``None`` without one)."""
@@ -181,8 +188,12 @@ _POLICY_NEEDS: dict[str, tuple[str, str]] = {
         ),
     ),
     "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
-    "random": ("board", "only textgym/TicTacToe-v0 gives"),
 }
+
+
+def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
+    """Whether ``--policy random`` has an action grammar to draw from (RandomPolicy's order)."""
+    return base.random_action is not None or "legal_moves" in info or bool(info.get("tools"))
 
 
 def setup(config: PlayConfig) -> Setup:
@@ -194,8 +205,16 @@ def setup(config: PlayConfig) -> Setup:
     """
     make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
     try:
-        stop = probe.unwrapped.stop_strings
+        base = probe.unwrapped
+        stop = base.stop_strings
         _, info = probe.reset(seed=config.seed)
+        if config.policy == "random" and not _random_can_play(base, info):
+            raise UsageError(
+                f"--policy random cannot play {config.env_id}: it draws from the env's action "
+                f"grammar, and {type(base).__name__} declares no random_action "
+                "(textgym.TextEnv.random_action) while its reset info lists neither "
+                "legal_moves nor tools; declare one, or use --policy gold, hf or openai"
+            )
         if config.policy in _POLICY_NEEDS and _POLICY_NEEDS[config.policy][0] not in info:
             key, who = _POLICY_NEEDS[config.policy]
             fits = [
@@ -208,18 +227,14 @@ def setup(config: PlayConfig) -> Setup:
                 f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
                 f"{fits[-1]}"
             )
-        env_task_ids = probe.unwrapped.task_ids
+        env_task_ids = base.task_ids
         walk = _task_walk(config, probe, env_task_ids)
+        random_action, expert = base.random_action, base.expert_policy
     finally:
         probe.close()
     episodes = len(walk) if walk is not None else config.episodes or DEFAULT_EPISODES
-    if episodes % config.group_size:
-        raise UsageError(
-            f"{episodes} episodes are not a multiple of --group-size {config.group_size}; "
-            "use a multiple of the group size"
-        )
-    available = None if env_task_ids is None else len(env_task_ids)
-    return Setup(make_env, stop, episodes, walk, available)
+    available = None if env_task_ids is None or config.sample_tasks else len(env_task_ids)
+    return Setup(make_env, stop, episodes, walk, available, random_action, expert)
 
 
 def _task_walk(
@@ -229,28 +244,27 @@ def _task_walk(
 
     On an env with a task list the default is every task once, in order; ``--episodes N``
     then walks N episodes in order (starting again after the last task). ``--task-ids`` on an
-    env without a list (EmailToolUse-v1) are checked by a ``reset`` each.
+    env without a list (EmailToolUse-v1) are checked by a ``reset`` each. On an env without a
+    list (or with ``--sample-tasks``) the seeds are the tasks: with ``--rollouts-per-task K``
+    or ``--limit N`` the walk plays K episodes of each of N seeds (default 100), task ``g``
+    reset with seed ``--seed + g`` (:class:`GroupSeeds`).
 
     Raises:
-        UsageError: for ``--limit`` / ``--rollouts-per-task`` on an env without a task list, or
-            task ids the env does not know.
+        UsageError: for ``--episodes`` with ``--limit`` on a walk over seeds, or task ids the
+            env does not know.
     """
-    if config.sample_tasks:
-        return None
     task_ids = split_list(config.task_ids)
-    if env_task_ids is None and task_ids is None:
-        for flag, given in (
-            ("--limit", config.limit is not None),
-            ("--rollouts-per-task", config.rollouts_per_task > 1),
-        ):
-            if given:
-                raise UsageError(
-                    f"{flag} needs tasks to walk, and {config.env_id} has no task list "
-                    "(GSM8K-v0, ReverseText-v0 and Workplace-v1 list theirs); use "
-                    "--episodes, or --task-ids on an env that makes a task from its "
-                    "id (EmailToolUse-v1)"
-                )
-        return None
+    if config.sample_tasks or (env_task_ids is None and task_ids is None):
+        if config.rollouts_per_task == 1 and config.limit is None:
+            return None  # --episodes seeds, once each, no per-task tally
+        if config.episodes is not None:
+            raise UsageError(
+                f"--episodes and --limit {config.limit} both set the number of episodes; on "
+                f"{config.env_id} without a task list --limit N plays the N seeds --seed, "
+                "--seed + 1, ... (each --rollouts-per-task times); give one of them"
+            )
+        seeds = range(config.seed, config.seed + (config.limit or DEFAULT_EPISODES))
+        return TaskWalk([(f"seed={s}", {}) for s in seeds], config.rollouts_per_task)
     chosen = len(task_ids) if task_ids is not None else len(env_task_ids)  # type: ignore[arg-type]
     if config.limit is not None and config.limit > chosen:
         of = "--task-ids lists" if task_ids is not None else f"{config.env_id} holds"
@@ -263,13 +277,6 @@ def _task_walk(
     except ValueError as exc:
         raise UsageError(f"--task-ids: {exc} ({config.env_id})") from None
     assert tasks is not None  # there is a task list, or ids
-    if config.rollouts_per_task % config.group_size:
-        raise UsageError(
-            f"--group-size {config.group_size} groups copies of one task, and the walk "
-            f"plays each task --rollouts-per-task {config.rollouts_per_task} times; use "
-            "a number of rollouts per task that is a multiple of the group size "
-            "(or --sample-tasks for random draws in groups)"
-        )
     if env_task_ids is None:
         for task_id, options in tasks:
             try:
@@ -333,7 +340,7 @@ def play(
         transient=True,
     ) as progress:
         task = progress.add_task(f"{description} {config.env_id}", total=plan.episodes)
-        seeds = GroupSeeds(config.seed, plan.episodes, config.group_size)
+        seeds = GroupSeeds(config.seed, plan.episodes, config.rollouts_per_task)
         episodes = iter_rollout(
             plan.make_env,
             policy,
@@ -389,7 +396,7 @@ def summarize(
         "env_kwargs": config.env_kwargs,
         "wrappers": list(config.wrappers),
         "seed": config.seed,
-        "group_size": config.group_size,
+        "rollouts_per_task": config.rollouts_per_task,
         # False after a Ctrl-C or an endpoint failure ("error"): then "episodes" counts those
         # finished and saved.
         "complete": played.complete,

@@ -85,9 +85,9 @@ class PolicyOptions(ModelOptions):
     """The policy that plays: a scripted expert, the gold answers, a local or served LLM."""
 
     policy: PolicyName = "minimax"
-    """minimax and random play tic-tac-toe; gold plays an env's reference solutions (GSM8K,
-    ReverseText, Workplace, EmailToolUse); hf a local model; openai an OpenAI-compatible
-    endpoint."""
+    """random: a random action of the env's grammar (a floor on every env); minimax plays
+    tic-tac-toe; gold plays an env's reference solutions (GSM8K, ReverseText, Workplace,
+    EmailToolUse); hf a local model; openai an OpenAI-compatible endpoint."""
     reasoning: bool = True
     """random/minimax: write a <think> block before <move>N</move>."""
     concurrency: int | None = None
@@ -150,24 +150,28 @@ class EpisodeOptions:
     Workplace - one pass over the tasks; N episodes then walk them in order, from the first
     again after the last)."""
     limit: int | None = None
-    """Play only the first N tasks (of the env's list, or of --task-ids)."""
+    """Play only the first N tasks (of the env's list, or of --task-ids; on an env without a
+    task list, the N seeds --seed, --seed + 1, ...)."""
     task_ids: tuple[str, ...] | None = None
     """Task ids to play, space-separated, in this order (any env whose reset takes
     options['task_id'])."""
     rollouts_per_task: int = 1
-    """Play each task K times (consecutive episodes) and report pass@K and mean@K."""
+    """Play each task K times (consecutive episodes sharing one seed, as a GRPO group does) and
+    report pass@K and mean@K. On an env without a task list (TicTacToe, EmailToolUse) each seed
+    is a task: K rollouts of each of --limit seeds (default 100)."""
     success_threshold: float = 1.0
     """An episode succeeds (for pass@k) when its task component (correct, lcs or outcome; the
     return for an env without one) is >= this; 1.0: a right answer, an exact reversal, a win,
     matching tables."""
     sample_tasks: bool = False
-    """Draw each episode's task at random, with replacement (as for training), instead of
-    walking the task list; --episodes counts them."""
+    """Draw each seed's task at random, with replacement (as for training), instead of
+    walking the task list; --episodes counts them (or --limit seeds of --rollouts-per-task
+    episodes each)."""
     seed: int = 0
-    """Group g of episodes is reset with seed + g (one group per episode by default)."""
-    group_size: int = 1
-    """Copies of each task sharing one seed, as in a GRPO group (walking a task list: a divisor
-    of --rollouts-per-task)."""
+    """Task g (its --rollouts-per-task episodes) is reset with seed + g."""
+    group_size: int | None = None
+    """Removed: use --rollouts-per-task K (K episodes of each task, or of each seed, sharing one
+    seed)."""
     rollout_batch_size: int = 32
     """Episodes in flight at once (and sequences per generate call of an hf policy)."""
     progress: bool = True
@@ -183,11 +187,16 @@ class EpisodeOptions:
             raise ValueError(f"--episodes must be in [1, {sys.maxsize}], got {self.episodes}")
         for name, value, low in (
             ("rollout_batch_size", self.rollout_batch_size, 1),
-            ("group_size", self.group_size, 1),
             ("rollouts_per_task", self.rollouts_per_task, 1),
         ):
             if value < low:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+        if self.group_size is not None:
+            raise ValueError(
+                f"--group-size is now --rollouts-per-task: use --rollouts-per-task "
+                f"{self.group_size} (each task, or each seed on an env without a task list, "
+                f"played {self.group_size} times with one seed), with --limit N for N tasks"
+            )
         if self.seed < 0:
             raise ValueError(
                 f"--seed must be >= 0 (episode seeds are non-negative), got {self.seed}"
@@ -198,23 +207,14 @@ class EpisodeOptions:
             raise ValueError(
                 f"--success-threshold must be a finite number, got {self.success_threshold}"
             )
-        picks = [
-            flag
-            for flag, given in (
-                ("--limit", self.limit is not None),
-                ("--task-ids", self.task_ids is not None),
-                ("--rollouts-per-task", self.rollouts_per_task > 1),
-            )
-            if given
-        ]
-        if self.sample_tasks and picks:
+        if self.sample_tasks and self.task_ids is not None:
             raise ValueError(
-                f"--sample-tasks draws each episode's task at random; it cannot be "
-                f"combined with {', '.join(picks)}, which walk the tasks in order"
+                "--sample-tasks draws each seed's task at random; it cannot be combined with "
+                "--task-ids, which walks the listed tasks in order"
             )
         if self.rollouts_per_task > 1 and self.episodes is not None:
             raise ValueError(
                 f"--episodes and --rollouts-per-task {self.rollouts_per_task} both set "
-                "the number of episodes; give --rollouts-per-task (with --limit or "
-                "--task-ids to choose the tasks)"
+                "the number of episodes; give --rollouts-per-task (with --limit N for the "
+                "first N tasks, or N seeds on an env without a task list, or --task-ids)"
             )

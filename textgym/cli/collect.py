@@ -44,7 +44,7 @@ def run(config: CollectConfig) -> int:
         raise UsageError(f"--filter: {exc}") from None
     plan = _episodes.setup(config)
     out = _episodes.checked_output(check_file, Path(config.output), "--output")
-    policy = _episodes.episode_policy(config, plan.stop)
+    policy = _episodes.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
     with open_jsonl(out) as sink:
 

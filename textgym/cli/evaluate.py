@@ -45,7 +45,7 @@ def run(config: EvalConfig) -> int:
     out_dir = None
     if config.output_dir is not None:
         out_dir = _episodes.checked_output(check_dir, Path(config.output_dir), "--output-dir")
-    policy = _episodes.episode_policy(config, plan.stop)
+    policy = _episodes.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
     with contextlib.ExitStack() as stack:
         sink = None
@@ -87,7 +87,7 @@ def run(config: EvalConfig) -> int:
             played, f"{summary['episodes']} of {plan.episodes} episodes{saved}"
         )
     _episodes.print_summary(summary)
-    print(verdict(summary))
+    print(verdict(summary, expert=plan.expert_policy))
     if out_dir is not None:
         print(f"wrote {_and(files)}")
     return 0
@@ -99,8 +99,14 @@ def _and(paths: Sequence[Path]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
-def verdict(summary: dict[str, Any]) -> str:
-    """One plain sentence on how the policy did, and for a built-in base model what to run next."""
+def verdict(summary: dict[str, Any], expert: str | None = None) -> str:
+    """One plain sentence on how the policy did, and for a built-in base model what to run next.
+
+    Args:
+        summary: The run's summary (:func:`textgym.cli._episodes.summarize`).
+        expert: The env's expert policy (:attr:`textgym.TextEnv.expert_policy`), which the
+            hint names for collecting SFT data; ``None``: the hint names GRPO only.
+    """
     who = summary["policy"] + (f" ({summary['model']})" if summary.get("model") else "")
     parts = [f"legal, parsable actions in {1.0 - summary['invalid_action_rate']:.0%} of turns"]
     outcomes = summary["outcomes"]
@@ -126,8 +132,16 @@ def verdict(summary: dict[str, Any]) -> str:
         parts.append(f"{summary['truncated_rate']:.0%} of episodes hit the turn limit")
     text = f"{who} over {summary['episodes']} episodes: " + "; ".join(parts) + "."
     if summary["policy"] == "hf" and summary.get("model") in MODEL_NAMES:  # a base model
-        text += (
-            " To train it: collect expert games with `textgym collect --policy minimax`, then"
-            " `textgym sft` and `textgym train` (README, 'Training')."
-        )
+        env_id = summary["env_id"]
+        if expert is not None:
+            text += (
+                f" To train it: collect expert episodes with `textgym collect {env_id} "
+                f"--policy {expert}`, then `textgym sft` and `textgym train` (README, "
+                "'Training')."
+            )
+        else:
+            text += (
+                f" To train it: `textgym train {env_id}` (GRPO; the env has no expert policy "
+                "to collect SFT data from; README, 'Training')."
+            )
     return text
