@@ -297,13 +297,35 @@ def check_text_env(
         Exception: whatever ``env`` raises where it must not (``step`` on a hostile ``str``).
     """
     made = as_text_env(gym.make(env), env) if isinstance(env, str) else as_text_env(env)
-    base = made.unwrapped
-    assert isinstance(base, TextEnv)  # as_text_env guarantees it
-    strict = not isinstance(base, TextEnvAdapter)
-    name = type(base).__name__
-    check_env(base, skip_render_check=True)
-    driver = _Driver(base, actions)
     twin = _twin(env)
+    try:
+        base: TextEnv = made.unwrapped  # as_text_env makes it a TextEnv
+        strict = not isinstance(base, TextEnvAdapter)
+        check_env(base, skip_render_check=True)
+        driver = _Driver(base, actions)
+        hostile = [*HOSTILE_ACTIONS, "x" * (base.action_space.max_length + 1)]
+        _check_episodes(made, twin, base, driver, seeds, hostile, strict)
+        _check_contract(made, base, strict)
+        if base.has_gold_completion:
+            _check_gold(made, base)
+        if strict and "Information:" in (inspect.getdoc(type(base)) or ""):
+            _check_info_docs(made, base, driver, range(info_seeds), hostile)
+    finally:
+        made.close()
+        twin.close()
+
+
+def _check_episodes(
+    made: gym.Env,
+    twin: gym.Env,
+    base: TextEnv,
+    driver: _Driver,
+    seeds: Sequence[int],
+    hostile: Sequence[str],
+    strict: bool,
+) -> None:
+    """Determinism on twin envs, types and sums of every step, hostile text, pickling."""
+    name = type(base).__name__
     for seed in seeds:
         first, second = driver.episode(made, seed), driver.episode(twin, seed)
         for step, (a, b) in enumerate(zip(first, second)):
@@ -318,7 +340,6 @@ def check_text_env(
         )
         for step, record in enumerate(first[1:], 1):
             _check_step(base, record, strict, f"{name}, seed {seed}, step {step}")
-    hostile = [*HOSTILE_ACTIONS, "x" * (base.action_space.max_length + 1)]
     for seed in seeds:
         for action in hostile:
             made.reset(seed=seed)
@@ -331,26 +352,27 @@ def check_text_env(
         f"{name}: a pickled copy of the env, taken after reset(seed=3), played the same "
         "actions differently; keep all episode state in picklable attributes",
     )
-    _check_contract(made, base, strict)
-    if base.has_gold_completion:
-        _check_gold(made, base)
-    if strict and "Information:" in (inspect.getdoc(type(base)) or ""):
-        emitted: dict[str, set[str]] = {"reset": set(), "step": set()}
-        for seed in range(info_seeds):
-            records = driver.episode(made, seed)
-            emitted["reset"] |= set(records[0][1])
-            for record in records[1:]:
-                emitted["step"] |= set(record[-1])
-            for action in hostile:
-                made.reset(seed=seed)
-                emitted["step"] |= set(made.step(action)[-1])
-        documented = documented_info_keys(type(base))
-        for where in ("reset", "step"):
-            _require(
-                emitted[where] == documented.get(where, set()),
-                f"{name}'s docstring (Information:) lists the {where} info keys "
-                f"{sorted(documented.get(where, set()))}, but {where} emitted "
-                f"{sorted(emitted[where])}; document each key as - ``key`` [{where}]: ...",
-            )
-    for e in (made, twin):
-        e.close()
+
+
+def _check_info_docs(
+    made: gym.Env, base: TextEnv, driver: _Driver, seeds: Sequence[int], hostile: Sequence[str]
+) -> None:
+    """The info keys emitted over ``seeds`` equal those the docstring documents."""
+    name = type(base).__name__
+    emitted: dict[str, set[str]] = {"reset": set(), "step": set()}
+    for seed in seeds:
+        records = driver.episode(made, seed)
+        emitted["reset"] |= set(records[0][1])
+        for record in records[1:]:
+            emitted["step"] |= set(record[-1])
+        for action in hostile:
+            made.reset(seed=seed)
+            emitted["step"] |= set(made.step(action)[-1])
+    documented = documented_info_keys(type(base))
+    for where in ("reset", "step"):
+        _require(
+            emitted[where] == documented.get(where, set()),
+            f"{name}'s docstring (Information:) lists the {where} info keys "
+            f"{sorted(documented.get(where, set()))}, but {where} emitted "
+            f"{sorted(emitted[where])}; document each key as - ``key`` [{where}]: ...",
+        )
