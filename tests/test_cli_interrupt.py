@@ -82,6 +82,7 @@ def test_eval_output_keeps_what_finished_and_marks_it_incomplete(
     code = run(
         [
             "eval",
+            "--overwrite",  # replace the previous run (refused without it)
             TTT,
             "--policy",
             "minimax",

@@ -33,7 +33,8 @@ QUIET = ["--no-progress"]
 
 def eval_run(tmp_path, *argv):
     out = tmp_path / "run"
-    assert main(["eval", *argv, *QUIET, "--output-dir", str(out)]) == 0
+    # --overwrite: a test may evaluate into the same directory again (refused without it).
+    assert main(["eval", *argv, *QUIET, "--output-dir", str(out), "--overwrite"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     ids = [
         json.loads(line)["task_id"]

@@ -24,6 +24,8 @@ __all__ = [
     "RunningSummary",
     "TaskResults",
     "TaskWalk",
+    "check_finite_return",
+    "mean_stderr",
     "pass_at_k",
     "plan_tasks",
     "summarize",
@@ -40,27 +42,95 @@ OUTCOMES = ("win", "draw", "loss")
 TASK_COMPONENTS = ("correct", "lcs", "outcome")
 
 
-def _mean_stderr(values: Sequence[float]) -> tuple[float, float]:
+def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of ``values`` and its standard error, computed without overflow.
+
+    The standard error is the sample standard deviation (``n - 1``) over ``sqrt(n)``. Every
+    value is first scaled by the power of two just above the largest magnitude ``m`` (so each
+    lies in ``(-1, 1)``), the sums are taken with :func:`math.fsum` (correctly rounded) and the
+    results scaled back: returns near ``1.8e308`` give a finite mean and standard error (both
+    at most ``m``) instead of an ``OverflowError`` from squaring or an ``inf`` from summing.
+
+    Args:
+        values: Finite floats (episode returns, reward units).
+
+    Returns:
+        ``(mean, stderr)``; ``(nan, nan)`` for no values, ``(value, nan)`` for one.
+
+    Raises:
+        ValueError: a value is NaN or infinite (named in the message).
+    """
     n = len(values)
     if n == 0:
         return math.nan, math.nan
-    mean = sum(values) / n
+    for i, v in enumerate(values):
+        if not math.isfinite(v):
+            raise ValueError(
+                f"Expected finite values, got {v} at position {i} of {n}; statistics of "
+                "NaN or infinite returns mean nothing: find where the reward came from"
+            )
+    largest = max(abs(v) for v in values)
+    if largest == 0.0:
+        return 0.0, (math.nan if n == 1 else 0.0)
+    # Scale by a power of two, 2**e >= largest: exact, so ordinary returns give the same
+    # numbers as the plain formulas (ldexp, since 2**1024 itself is not a float).
+    e = math.frexp(largest)[1]
+    unit = [math.ldexp(v, -e) for v in values]  # each in (-1, 1)
+    mean_unit = math.fsum(unit) / n  # in (-1, 1)
+    # The exact mean lies between the extremes; rounding (fsum of n equal values, / n) may not.
+    mean = min(max(math.ldexp(mean_unit, e), min(values)), max(values))
     if n == 1:
         return mean, math.nan
-    var = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(var / n)
+    var_unit = math.fsum((u - mean_unit) ** 2 for u in unit) / (n - 1)  # < 4 n / (n - 1)
+    # The sample std is at most largest * sqrt(n / (n - 1)), so stderr <= largest: finite.
+    return mean, math.ldexp(math.sqrt(var_unit / n), e)
+
+
+def check_finite_return(trajectory: Trajectory) -> float:
+    """The episode's return, checked to be a finite number.
+
+    Returns:
+        ``trajectory.episode_return``.
+
+    Raises:
+        ValueError: the return (or a reward component's episode total) is NaN or infinite;
+            the message names the value, the task and the seed, and says when finite step
+            rewards overflowed in their sum (e.g. two rewards of 1e308).
+    """
+    value = trajectory.episode_return
+    where = f"task {trajectory.task_id!r}, seed {trajectory.seed}"
+    if not math.isfinite(value):
+        steps = [float(r) for r in trajectory.rewards]
+        why = (
+            f"its {len(steps)} step rewards are finite (largest magnitude "
+            f"{max(map(abs, steps)):.3g}) but their sum overflows a float"
+            if steps and all(math.isfinite(r) for r in steps)
+            else "a step reward is not finite"
+        )
+        raise ValueError(
+            f"Episode return {value} ({where}) is not a finite number: {why}; rewards come "
+            "from the env and its wrappers: check their reward components"
+        )
+    for name, total in trajectory.component_totals().items():
+        if not math.isfinite(total):
+            raise ValueError(
+                f"Reward component {name!r} totals {total} over an episode ({where}); expected "
+                "a finite number: check the env's or wrapper's reward components"
+            )
+    return value
 
 
 class RunningSummary:
     """The statistics of :func:`summarize`, gathered one finished episode at a time.
 
-    Keeps counts and sums, and one float per episode (its return, for the two-pass variance),
-    never the trajectories: an evaluation that streams its episodes to disk holds no more.
+    Keeps counts, and one float per episode for its return and for each reward component's
+    total (for the overflow-free two-pass statistics of :func:`mean_stderr`), never the
+    trajectories: an evaluation that streams its episodes to disk holds no more.
     """
 
     def __init__(self) -> None:
         self.returns = array("d")
-        self.component_sums: dict[str, float] = {}
+        self.component_totals: dict[str, array] = {}  # name -> one total per episode
         self.outcomes = dict.fromkeys(OUTCOMES, 0)
         self.truncated = 0
         self.actions = 0
@@ -69,11 +139,22 @@ class RunningSummary:
         self.length_cut = 0
 
     def add(self, trajectory: Trajectory) -> None:
-        """Count one finished episode."""
+        """Count one finished episode.
+
+        Raises:
+            ValueError: its return or a component total is NaN or infinite
+                (:func:`check_finite_return`); nothing is counted then.
+        """
         t = trajectory
+        check_finite_return(t)
+        n = len(self.returns)
         self.returns.append(t.episode_return)
         for name, total in t.component_totals().items():
-            self.component_sums[name] = self.component_sums.get(name, 0.0) + total
+            # A component an earlier episode did not report counts 0 there.
+            self.component_totals.setdefault(name, array("d", bytes(8 * n))).append(total)
+        for totals in self.component_totals.values():
+            if len(totals) == n:
+                totals.append(0.0)
         if t.outcome in self.outcomes:
             self.outcomes[t.outcome] += 1
         # A step can be both (a time limit landing on the final move): the game still ended.
@@ -86,15 +167,15 @@ class RunningSummary:
     def result(self) -> dict[str, Any]:
         """The summary of the episodes added so far (see :func:`summarize`)."""
         n = len(self.returns)
-        mean_return, stderr_return = _mean_stderr(self.returns)
-        names = sorted(self.component_sums)
+        mean_return, stderr_return = mean_stderr(self.returns)
+        names = sorted(self.component_totals)
         return {
             "episodes": n,
             "mean_return": mean_return,
             "stderr_return": stderr_return,
-            "reward_components": {name: self.component_sums[name] / n for name in names}
-            if n
-            else {},
+            "reward_components": {
+                name: mean_stderr(self.component_totals[name])[0] for name in names
+            },
             "outcomes": {o: (self.outcomes[o] / n if n else math.nan) for o in OUTCOMES},
             "truncated_rate": self.truncated / n if n else math.nan,
             "invalid_action_rate": self.invalid / self.actions if self.actions else 0.0,
@@ -115,6 +196,12 @@ def summarize(trajectories: Iterable[Trajectory]) -> dict[str, Any]:
         ``truncated_rate``); ``invalid_action_rate`` (invalid actions / all actions);
         ``invalid_episode_rate`` (episodes with any invalid action); ``mean_turns`` (agent
         actions per episode); ``length_truncated_rate`` (completions that hit the token limit).
+        The means and the standard error are computed without overflow (:func:`mean_stderr`):
+        returns near ``1e308`` give finite statistics.
+
+    Raises:
+        ValueError: an episode's return or a component total is NaN or infinite, naming the
+            value, task and seed (:func:`check_finite_return`).
     """
     running = RunningSummary()
     for trajectory in trajectories:
@@ -358,6 +445,6 @@ class TaskResults:
                 else math.nan
             )
         out[f"mean@{self.k}"] = (
-            sum(sum(r) / len(r) for r, _ in complete) / len(complete) if complete else math.nan
+            mean_stderr([mean_stderr(r)[0] for r, _ in complete])[0] if complete else math.nan
         )
         return out

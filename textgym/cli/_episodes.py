@@ -26,7 +26,13 @@ from textgym.cli._options import (
     PolicyOptions,
     split_list,
 )
-from textgym.evaluation import RunningSummary, TaskResults, TaskWalk, plan_tasks
+from textgym.evaluation import (
+    RunningSummary,
+    TaskResults,
+    TaskWalk,
+    check_finite_return,
+    plan_tasks,
+)
 from textgym.policies import POLICY_NAMES, Policy
 from textgym.policies.gold import GOLD_INFO_KEY
 from textgym.results import hold_interrupts
@@ -303,7 +309,9 @@ class Played:
 
     elapsed: float
     interrupted: bool = False  # Ctrl-C
-    error: str | None = None  # the endpoint of --policy openai failed (one line)
+    # One line: the endpoint of --policy openai failed, or an episode's return is not finite.
+    error: str | None = None
+    endpoint: bool = True  # the error is the endpoint's (said so in the message)
 
     @property
     def complete(self) -> bool:
@@ -320,10 +328,11 @@ def play(
     """Play ``plan.episodes`` episodes; ``keep(i, episode)`` each finished one, in episode order.
 
     An episode that finishes before an earlier one is held back until that one is kept. A
-    Ctrl-C, or an endpoint failure of ``--policy openai`` (:func:`endpoint_failure`), stops
-    the play; the episodes finished by then, held back or not, are all kept. ``keep`` runs
-    with Ctrl-C held back (:func:`~textgym.results.hold_interrupts`), so it never stops half
-    way.
+    Ctrl-C, an endpoint failure of ``--policy openai`` (:func:`endpoint_failure`), or an
+    episode whose return is NaN or infinite (:func:`~textgym.evaluation.check_finite_return`;
+    that episode is not kept) stops the play; the episodes finished by then, held back or
+    not, are all kept. ``keep`` runs with Ctrl-C held back
+    (:func:`~textgym.results.hold_interrupts`), so it never stops half way.
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
@@ -351,6 +360,7 @@ def play(
         try:
             with contextlib.closing(episodes):
                 for index, traj in episodes:
+                    check_finite_return(traj)  # statistics and JSON need a finite number
                     held[index] = traj
                     while next_index in held:
                         with hold_interrupts():
@@ -362,6 +372,8 @@ def play(
             played.interrupted = True
         except Exception as exc:
             played.error = endpoint_failure(config.policy, exc)
+            if played.error is None and raised_in(exc, check_finite_return):
+                played.error, played.endpoint = one_line(exc), False
             if played.error is None:
                 raise
     for index in sorted(held):  # finished, but after an episode the Ctrl-C cut short
@@ -465,10 +477,8 @@ def stopped(played: Played, what: str) -> int:
     import sys
 
     if played.error is not None:
-        print(
-            f"textgym: error: --policy openai failed: {played.error}; stopped after {what}",
-            file=sys.stderr,
-        )
+        cause = "--policy openai failed: " if played.endpoint else ""
+        print(f"textgym: error: {cause}{played.error}; stopped after {what}", file=sys.stderr)
         return 1
     print(f"textgym: interrupted after {what}", file=sys.stderr)
     return 130

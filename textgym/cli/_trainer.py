@@ -1,58 +1,177 @@
 """What ``textgym sft`` and ``textgym train`` share: the checks before training starts.
 
 What can be checked before training starts is, and is reported as a usage error: the config's
-own validation (at parse time), the env, wrappers and kwargs (``train``), the output directory,
-and the errors of loading the model or reading the data.
+own validation (at parse time), the device, the env, wrappers and kwargs (``train``), the output
+directory, and the errors of loading the model or reading the data.
+
+The output directory follows the rule of every subcommand (:mod:`textgym.cli._outputs`): it is
+locked while the run writes, and one that is not empty is refused unless ``--resume``
+continues its run (``train``) or ``--overwrite`` replaces it (the earlier run's files are
+deleted first). A run that fails after it started on a reward that is NaN, infinite or beyond
+the reward tensor's range, or on a loss that keeps being non-finite, ends in one
+``textgym: error:`` line and exit code 1.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from textgym.cli import _common
 from textgym.cli._common import UsageError, json_safe, one_line, raised_in
+from textgym.cli._outputs import claim_dir
 
-__all__ = ["run_trainer"]
+__all__ = ["OutputOptions", "check_device", "run_trainer", "trainer_config"]
+
+
+@dataclasses.dataclass(kw_only=True)
+class OutputOptions:
+    """The command line's own option for a trainer's output directory."""
+
+    overwrite: bool = False
+    """Replace the run already in output_dir: its files are deleted first (refused for a
+    directory that holds no textgym run). Without it a non-empty output_dir is refused (train:
+    unless --resume)."""
+
+
+def trainer_config(config_class: type) -> type:
+    """``config_class`` (a trainer's config dataclass) with :class:`OutputOptions` added, as the
+    command line parses it; :func:`run_trainer` hands the trainer the plain config."""
+    return dataclasses.make_dataclass(
+        config_class.__name__,
+        [],
+        bases=(OutputOptions, config_class),
+        kw_only=True,
+        namespace={"__doc__": config_class.__doc__, "__module__": config_class.__module__},
+    )
+
+
+def _plain(config: Any) -> Any:
+    """The trainer's own config from a :func:`trainer_config` instance (validated again)."""
+    if not isinstance(config, OutputOptions):
+        return config
+    base = type(config).__bases__[1]
+    return base(**{f.name: getattr(config, f.name) for f in dataclasses.fields(base) if f.init})
+
+
+def check_device(device: str) -> None:
+    """Check a trainer's ``--device`` on this machine before anything loads.
+
+    Raises:
+        UsageError: not ``auto``, ``cpu``, ``cuda`` or ``cuda:N`` (``tpu``, ``gpu``, ...), CUDA
+            asked for on a machine without it, or a CUDA index this machine does not have
+            (outside ``torchrun``, where each rank takes ``cuda:LOCAL_RANK``).
+    """
+    import torch
+
+    if device == "auto":
+        return
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        resolved = None
+    if resolved is None or resolved.type not in ("cpu", "cuda"):
+        raise UsageError(
+            f"--device {device!r} is not a device textgym trains on; expected auto, cpu, cuda "
+            "or cuda:N (N a CUDA device index)"
+        )
+    if resolved.type != "cuda":
+        return
+    if not torch.cuda.is_available():
+        raise UsageError(
+            f"--device {device}: CUDA is not available on this machine; use --device cpu "
+            "(or auto, which takes CUDA where there is one)"
+        )
+    count = torch.cuda.device_count()
+    if resolved.index is not None and resolved.index >= count and _world_size() <= 1:
+        raise UsageError(
+            f"--device {device}: this machine has {count} CUDA device(s), cuda:0 to "
+            f"cuda:{count - 1}; use one of them"
+        )
+
+
+def _world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _runtime_failure(exc: BaseException) -> str | None:
+    """One line on a failure of a started run that is the data's or the numbers', not a bug:
+    an episode return that is NaN or infinite (the trainer's refusal, or the statistics'), a
+    reward beyond the reward tensor's range, a loss that keeps being non-finite; else None."""
+    from textgym.algos.common import NonFiniteGuard
+    from textgym.algos.losses import group_advantages, zero_variance_groups
+    from textgym.evaluation import check_finite_return, mean_stderr
+
+    checks: list[Callable[..., Any]] = [check_finite_return, mean_stderr]
+    checks += [group_advantages, zero_variance_groups]
+    grpo = sys.modules.get("textgym.algos.grpo")
+    if grpo is not None and hasattr(grpo, "_finite_returns"):
+        checks.append(grpo._finite_returns)
+    if isinstance(exc, ValueError) and raised_in(exc, *checks):
+        return one_line(exc)
+    if isinstance(exc, FloatingPointError) and raised_in(exc, NonFiniteGuard.step):
+        return one_line(exc)
+    return None
 
 
 def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
     """Check what can be checked, run ``train(config)`` and print its result as JSON.
 
+    Returns:
+        0 when the run finished; 1 when it stopped on a runtime failure of the data or the
+        numbers (:func:`_runtime_failure`, one ``textgym: error:`` line).
+
     Raises:
-        UsageError: an env that cannot be made, an output directory that cannot be written,
-            a model or data file that cannot be loaded, a resume that is refused.
+        UsageError: a device this machine does not have, an env that cannot be made, an output
+            directory that cannot be written, is locked by another run or holds a run that
+            neither ``--resume`` nor ``--overwrite`` was given for, a model or data file that
+            cannot be loaded, a resume that is refused.
     """
+    check_device(config.device)
+    overwrite = getattr(config, "overwrite", False)
+    config = _plain(config)
+    env_id = getattr(config, "env_id", None)  # train has an env; sft has none
+    if env_id is not None:  # build the env once, as train will
+        _, probe = _common.env_factory(env_id, dict(config.env_kwargs), list(config.wrappers))
+        probe.close()
+    if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 claims the directory
+        return _train(config, train)
+    resume = getattr(config, "resume", None)  # train has --resume; sft has none
+    with claim_dir(
+        Path(config.output_dir), "--output-dir", overwrite=overwrite, resume=resume, clear=True
+    ):
+        return _train(config, train)
+
+
+def _train(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
+    """:func:`run_trainer` once the output directory is claimed."""
     from textgym.algos.common import check_resumable
     from textgym.algos.distributed import shutdown_distributed
     from textgym.algos.server_rollouts import gguf_architecture, server_model_path
     from textgym.algos.sft import read_conversations
     from textgym.data import read_jsonl
     from textgym.models import load_model
-    from textgym.results import check_dir
     from textgym.serving.llama_cpp import find_llama_server
 
-    env_id = getattr(config, "env_id", None)  # train has an env; sft has none
-    if env_id is not None:  # build the env once, as train will
-        _, probe = _common.env_factory(env_id, dict(config.env_kwargs), list(config.wrappers))
-        probe.close()
-    try:
-        check_dir(Path(config.output_dir), "--output-dir")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
     try:
         result = train(config)
-    except (ValueError, OSError, ImportError) as exc:
+    except (ValueError, OSError, ImportError, FloatingPointError) as exc:
         # Raised while loading the model or the data, or refusing a resume: before training.
         # Or while preparing the rollout server: no binary, no base model GGUF.
         setup = (load_model, read_jsonl, check_resumable, read_conversations)
         setup += (find_llama_server, server_model_path, gguf_architecture)
         if raised_in(exc, *setup):
             raise UsageError(one_line(exc)) from None
-        raise
+        failure = _runtime_failure(exc)
+        if failure is None:
+            raise
+        print(f"textgym: error: {failure}", file=sys.stderr)
+        return 1
     shutdown_distributed()  # under torchrun: the ranks leave together (a no-op otherwise)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports the run
         print(json.dumps(json_safe(result), indent=2))

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from textgym.cli import _episodes
 from textgym.cli._common import UsageError
 from textgym.cli._episodes import PlayConfig
+from textgym.cli._outputs import claim_file
 from textgym.evaluation import RunningSummary
-from textgym.results import check_file, open_jsonl
+from textgym.results import open_jsonl
 from textgym.rollout import Trajectory
 
 __all__ = ["CollectConfig", "run"]
@@ -25,7 +28,10 @@ class CollectConfig(PlayConfig):
     """Play episodes and write chat-format JSONL for SFT."""
 
     output: str
-    """JSONL file to write (one chat record per kept episode; textgym sft --data reads it)."""
+    """JSONL file to write (one chat record per kept episode; textgym sft --data reads it).
+    Locked while the run writes; one that is not empty is refused unless --overwrite."""
+    overwrite: bool = False
+    """Replace the records already in --output."""
     filter: str | None = None
     """Keep only the episodes that match, e.g. 'outcome in win,draw' or 'return >= 0.5'
     (None: keep all)."""
@@ -35,15 +41,28 @@ Config = CollectConfig
 
 
 def run(config: CollectConfig) -> int:
-    """Play; append each episode the filter keeps to the JSONL file as it finishes."""
-    from textgym.collect import parse_filter, sft_record
+    """Play; append each episode the filter keeps to the JSONL file as it finishes.
+
+    The file is locked for the whole run, and one that is not empty is refused without
+    ``--overwrite`` (:mod:`textgym.cli._outputs`).
+    """
+    from textgym.collect import parse_filter
 
     try:
         wanted = parse_filter(config.filter) if config.filter else (lambda _t: True)
     except ValueError as exc:
         raise UsageError(f"--filter: {exc}") from None
     plan = _episodes.setup(config)
-    out = _episodes.checked_output(check_file, Path(config.output), "--output")
+    with claim_file(Path(config.output), "--output", overwrite=config.overwrite) as out:
+        return _run(config, plan, out, wanted)
+
+
+def _run(
+    config: CollectConfig, plan: _episodes.Setup, out: Path, wanted: Callable[[Any], bool]
+) -> int:
+    """:func:`run` once the output file is claimed (checked and locked)."""
+    from textgym.collect import sft_record
+
     policy = _episodes.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
     with open_jsonl(out) as sink:

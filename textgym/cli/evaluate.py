@@ -19,9 +19,10 @@ from typing import Any
 
 from textgym.cli import _common, _episodes
 from textgym.cli._episodes import PlayConfig
+from textgym.cli._outputs import claim_dir
 from textgym.evaluation import RunningSummary
 from textgym.models import MODEL_NAMES
-from textgym.results import check_dir, hold_interrupts, open_jsonl, write_json
+from textgym.results import hold_interrupts, open_jsonl, write_json
 from textgym.rollout import Trajectory
 
 __all__ = ["EvalConfig", "run", "verdict"]
@@ -33,18 +34,37 @@ class EvalConfig(PlayConfig):
 
     output_dir: str | None = None
     """Directory for summary.json, trajectories.jsonl and, when the tasks are walked,
-    per_task.jsonl (None: write nothing)."""
+    per_task.jsonl (None: write nothing). Locked while the run writes; one that is not empty
+    is refused unless --overwrite."""
+    overwrite: bool = False
+    """Replace the results already in --output-dir (its summary.json, trajectories.jsonl and
+    per_task.jsonl)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.overwrite and self.output_dir is None:
+            raise ValueError("--overwrite needs --output-dir (without one nothing is written)")
 
 
 Config = EvalConfig
 
 
 def run(config: EvalConfig) -> int:
-    """Play, print the summary; with ``--output-dir``, save each episode as it finishes."""
+    """Play, print the summary; with ``--output-dir``, save each episode as it finishes.
+
+    The output directory is locked for the whole run, and one that is not empty is refused
+    without ``--overwrite`` (:mod:`textgym.cli._outputs`).
+    """
     plan = _episodes.setup(config)
-    out_dir = None
-    if config.output_dir is not None:
-        out_dir = _episodes.checked_output(check_dir, Path(config.output_dir), "--output-dir")
+    if config.output_dir is None:
+        return _run(config, plan, None)
+    out = Path(config.output_dir)
+    with claim_dir(out, "--output-dir", overwrite=config.overwrite) as out_dir:
+        return _run(config, plan, out_dir)
+
+
+def _run(config: EvalConfig, plan: _episodes.Setup, out_dir: Path | None) -> int:
+    """:func:`run` once the output directory (if any) is claimed."""
     policy = _episodes.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
     with contextlib.ExitStack() as stack:

@@ -5,11 +5,11 @@ output), loss on assistant tokens only; every option is a field of
 from __future__ import annotations
 
 from textgym.algos import sft
-from textgym.cli._trainer import run_trainer
+from textgym.cli._trainer import run_trainer, trainer_config
 
 __all__ = ["Config", "run"]
 
-Config = sft.SFTConfig
+Config = trainer_config(sft.SFTConfig)  # with --overwrite (textgym.cli._outputs)
 
 
 def run(config: sft.SFTConfig) -> int:

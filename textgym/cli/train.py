@@ -4,11 +4,11 @@ textgym/TicTacToe-v0); every option is a field of ``textgym.algos.grpo.GRPOConfi
 from __future__ import annotations
 
 from textgym.algos import grpo
-from textgym.cli._trainer import run_trainer
+from textgym.cli._trainer import run_trainer, trainer_config
 
 __all__ = ["Config", "run"]
 
-Config = grpo.GRPOConfig
+Config = trainer_config(grpo.GRPOConfig)  # with --overwrite (textgym.cli._outputs)
 
 
 def run(config: grpo.GRPOConfig) -> int:

@@ -39,6 +39,7 @@ import json
 import os
 import random
 import re
+import reprlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -176,7 +177,7 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
         name = _field(function, "name")
         if not isinstance(name, str):
             raise InvalidResponseError(
-                f"a tool call has no function name (function={function!r:.80})"
+                f"a tool call has no function name (function={_preview(function, 80)})"
             )
         raw = _field(function, "arguments")
         arguments: Any = raw
@@ -190,6 +191,18 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         blocks.append(_CALL_OPEN + body.replace("</", "<\\/") + _CALL_CLOSE)
     return "\n".join(blocks)
+
+
+def _preview(value: Any, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, nesting cut at 6 levels (:mod:`reprlib`):
+    a server's deeply nested answer cannot make the message itself fail."""
+    shown = reprlib.Repr()  # keyword arguments only from Python 3.12
+    shown.maxlevel, shown.maxstring, shown.maxother = 6, limit, limit
+    try:
+        text = shown.repr(value)
+    except (RecursionError, ValueError, TypeError):
+        text = f"<{type(value).__name__}>"
+    return text[:limit]
 
 
 def _field(value: Any, name: str) -> Any:
@@ -465,6 +478,11 @@ class OpenAIPolicy:
                 f"{url}/models answered HTTP {error.status_code}, not like an OpenAI-compatible "
                 f"API; check base_url (it usually ends in /v1) or pass check=False"
             ) from None
+        except RecursionError:
+            raise ConnectionError(
+                f"{url}/models answered JSON nested too deeply to read; check that base_url is "
+                "an OpenAI-compatible server"
+            ) from None
         except (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError) as error:
             # e.g. a body that is not a model list
             raise ConnectionError(
@@ -525,11 +543,13 @@ class OpenAIPolicy:
         """
         choices = _field(response, "choices")
         if not isinstance(choices, (list, tuple)) or not choices:
-            raise InvalidResponseError(f"the response has no choices: {response!r:.200}")
+            raise InvalidResponseError(f"the response has no choices: {_preview(response)}")
         choice = choices[0]
         message = _field(choice, "message")
         if isinstance(choice, (str, bytes)) or message is None or isinstance(message, str):
-            raise InvalidResponseError(f"the first choice has no message object: {choice!r:.200}")
+            raise InvalidResponseError(
+                f"the first choice has no message object: {_preview(choice)}"
+            )
         content = _field(message, "content")
         if content is not None and not isinstance(content, str):
             raise InvalidResponseError(
@@ -577,6 +597,14 @@ class OpenAIPolicy:
                 raise InvalidResponseError(
                     f"the body is not a chat completion ({error})"
                 ) from error
+            except UnicodeDecodeError as error:  # a 200 body that is not UTF-8 (nor -16/-32)
+                raise InvalidResponseError(
+                    f"the body is not UTF-8 text ({error.reason} at byte {error.start})"
+                ) from None
+            except RecursionError:  # JSON nested deeper than Python's parser recurses
+                raise InvalidResponseError(
+                    "the body is JSON nested too deeply to read (no chat completion is)"
+                ) from None
             except (AttributeError, TypeError, KeyError) as error:  # the client choked on it
                 raise InvalidResponseError(
                     f"the body is not a chat completion ({type(error).__name__}: {error})"
@@ -661,6 +689,6 @@ async def _model_ids(client: Any) -> list[str]:
     async for model in client.models.list():
         model_id = _field(model, "id")
         if not isinstance(model_id, str):
-            raise InvalidResponseError(f"a listed model has no string id: {model!r:.100}")
+            raise InvalidResponseError(f"a listed model has no string id: {_preview(model, 100)}")
         ids.append(model_id)
     return ids
