@@ -102,6 +102,9 @@ EMPTY_BOARD = " 0 | 1 | 2\n---+---+---\n 3 | 4 | 5\n---+---+---\n 6 | 7 | 8"
         (" X | O\n---+---\n 3 | X", []),  # not 3x3
         (" X | O | Z\n---+---+---\n 3 | X | 5\n---+---+---\n 6 | 7 | O", []),  # Z is no mark
         ("no board here", []),
+        ("opp 8\n012\n345\n67X\nfree 0 1 2 3 4 5 6 7", [[""] * 8 + ["X"]]),  # compact style
+        ("call 123\n456\n789", []),  # digits out of place: not a board
+        (" 1 | 0 | 2\n---+---+---\n 3 | 4 | 5\n---+---+---\n 6 | 7 | 8", []),
     ],
 )
 def test_parse_boards(text, boards):
@@ -139,6 +142,9 @@ def test_segments_of_a_cut_completion_and_a_long_text():
     assert long.startswith("y" * MAX_TEXT_CHARS) and "10 more characters cut" in long
     obs = message_segments("You played 4.\n\n" + EMPTY_BOARD + "\n\nYour turn.")
     assert [s["t"] for s in obs] == ["text", "board", "text"]
+    assert message_segments("pin\n120\n345\n678\nok") == [
+        {"t": "text", "v": "pin\n120\n345\n678\nok"}  # not a board: one text, as written
+    ]
 
 
 @pytest.mark.parametrize(

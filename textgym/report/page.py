@@ -47,12 +47,20 @@ def _wdl(win: Any, draw: Any, loss: Any) -> str:
     return " / ".join(_pct(v) for v in (win, draw, loss))
 
 
+def _short_path(model: Any) -> Any:
+    """A model given as a long path, as its last two parts (``…/adapters/mastery``)."""
+    if not isinstance(model, str) or "/" not in model or len(model) <= 32:
+        return model
+    parts = [p for p in model.split("/") if p]
+    return "…/" + "/".join(parts[-2:]) if len(parts) > 2 else model
+
+
 def _eval_rows(summary: dict[str, Any], run: Run) -> Iterable[tuple[int, str, str]]:
     """(section, label, text) rows of an eval or collect summary, in the order ``textgym eval`` prints."""
     env = summary.get("env_id") or next((e["env"] for e in run.episodes if e.get("env")), None)
     yield 0, "env", str(env or _MISSING)
     if summary.get("policy"):
-        model = summary.get("model")
+        model = _short_path(summary.get("model"))
         yield 0, "policy", f"{summary['policy']}" + (f" ({model})" if model else "")
     episodes = f"{summary.get('episodes', run.episodes_total)}"
     if summary.get("complete") is False:
@@ -99,7 +107,7 @@ def _train_rows(run: Run) -> Iterable[tuple[int, str, str]]:
     if config.get("env_id"):
         yield 0, "env", str(config["env_id"])
     if config.get("model"):
-        yield 0, "policy", f"hf ({config['model']})"
+        yield 0, "policy", f"hf ({_short_path(config['model'])})"
     steps = max((r.get("step", 0) for r in train if isinstance(r.get("step"), int)), default=0)
     yield 0, "training steps", str(steps)
     if run.kind == "sft":
@@ -150,7 +158,12 @@ def _summary_html(runs: Sequence[Run]) -> str:
     body = []
     for label, cells in summary_rows(runs):
         indent = " class=sub" if label.startswith("  ") else ""
-        tds = "".join(f"<td>{esc(c)}</td>" for c in cells)
+        tds = "".join(
+            f"<td>{esc(c)}</td>"
+            if len(c) <= 40
+            else f'<td><span class=long title="{esc(c)}">{esc(c)}</span></td>'
+            for c in cells
+        )
         body.append(f"<tr><th scope=row{indent}>{esc(label.strip())}</th>{tds}</tr>")
     return (
         f'<table class="summary"><thead><tr><th scope=col>statistic</th>{head}</tr></thead>'

@@ -132,11 +132,16 @@ def _read_json(path: Path, run: Run) -> dict[str, Any] | None:
 
 # --- what the page draws of a message ----------------------------------------------------------
 
-#: One tic-tac-toe board as the env prints it (``textgym.envs.tictactoe``): three rows of
-#: `` a | b | c`` separated by ``---+---+---``; a cell is ``X``, ``O`` or its number 0-8.
+#: One tic-tac-toe board as the env prints it (``textgym.envs.tictactoe.text``): in the full
+#: prompt style three rows of `` a | b | c`` separated by ``---+---+---``, in the compact one
+#: three rows of three characters (``X1O``); a cell is ``X``, ``O`` or its own number 0-8.
 _ROW = r"[ \t]*([XO0-8])[ \t]*\|[ \t]*([XO0-8])[ \t]*\|[ \t]*([XO0-8])[ \t]*"
 _RULE = r"[ \t]*-+\+-+\+-+[ \t]*"
-_BOARD = rf"(?m:^{_ROW}\n{_RULE}\n{_ROW}\n{_RULE}\n{_ROW}$)"
+_FULL = rf"^{_ROW}\n{_RULE}\n{_ROW}\n{_RULE}\n{_ROW}$"
+_COMPACT = (
+    r"^([XO0-8])([XO0-8])([XO0-8])\n([XO0-8])([XO0-8])([XO0-8])\n([XO0-8])([XO0-8])([XO0-8])$"
+)
+_BOARD = rf"(?m:{_FULL}|{_COMPACT})"
 
 _SEGMENT = re.compile(
     r"(?P<think><think>(?P<think_body>.*?)(?:</think>|\Z))"
@@ -152,19 +157,25 @@ _BOARD_ONLY = re.compile(_BOARD)
 def parse_boards(text: str) -> list[list[str]]:
     """The tic-tac-toe boards drawn in ``text``, each as 9 cells in row-major order.
 
-    A cell is ``"X"``, ``"O"`` or ``""`` (empty; the env prints its number there). Cells are
-    numbered 0-8 row by row, as the env numbers them.
+    A cell is ``"X"``, ``"O"`` or ``""`` (empty: the env prints the cell's number there, so a
+    number anywhere else means the text is not a board). Cells are numbered 0-8 row by row, as
+    the env numbers them.
 
     Example:
         >>> parse_boards(" X | 1 | 2\\n---+---+---\\n 3 | O | 5\\n---+---+---\\n 6 | 7 | X")
         [['X', '', '', '', 'O', '', '', '', 'X']]
+        >>> parse_boards("opp 4\\nX12\\n3O5\\n678\\nfree 1 2 3 5 6 7 8")
+        [['X', '', '', '', 'O', '', '', '', '']]
     """
-    return [_cells(m) for m in _BOARD_ONLY.finditer(text)]
+    return [cells for m in _BOARD_ONLY.finditer(text) if (cells := _cells(m)) is not None]
 
 
-def _cells(match: re.Match[str]) -> list[str]:
-    """The 9 cells of a board match: the last 9 groups, ``""`` for a numbered (empty) cell."""
+def _cells(match: re.Match[str]) -> list[str] | None:
+    """The 9 cells of a board match (its last 9 groups), ``""`` for an empty cell; ``None``
+    when a number stands in the wrong cell (not a board: e.g. the lines ``"123"``)."""
     cells = [g for g in match.groups() if g is not None][-9:]
+    if any(c not in ("X", "O") and c != str(i) for i, c in enumerate(cells)):
+        return None
     return [c if c in ("X", "O") else "" for c in cells]
 
 
@@ -227,6 +238,10 @@ def message_segments(content: str, *, tags: bool = True) -> list[dict[str, Any]]
 
     pos = 0
     for match in (_SEGMENT if tags else _BOARD_ONLY).finditer(content):
+        board = match.group("board") is not None if tags else True
+        cells = _cells(match) if board else None
+        if board and cells is None:
+            continue  # not a board after all: it stays in the text around it
         text(content[pos : match.start()])
         pos = match.end()
         if match.groupdict().get("think") is not None:
@@ -237,7 +252,7 @@ def message_segments(content: str, *, tags: bool = True) -> list[dict[str, Any]]
             body, _ = _pretty(match.group("result_body"))
             segments.append({"t": "result", "v": _cut(body)})
         else:
-            segments.append({"t": "board", "cells": _cells(match)})
+            segments.append({"t": "board", "cells": cells})
     text(content[pos:])
     return segments
 
