@@ -1,21 +1,31 @@
-"""Batched sampling from a causal LM with each sequence's KV cache kept between calls.
+"""Batched sampling from a causal LM: per-row KV slots, each sequence's cache kept between calls.
 
-This is the decode loop behind :class:`textgym.policies.hf.HFPolicy`. It is our own rather than
-``transformers``' ``generate`` because a multi-turn rollout needs three things ``generate`` does
-not give (measured on Gemma 3 270M, 2 CPU cores, in issue 16: ``generate`` spent 67% of an
+This is the decode engine behind :class:`textgym.policies.hf.HFPolicy`. It is our own rather than
+``transformers``' ``generate`` because a multi-turn rollout needs things ``generate`` does not
+give (measured on Gemma 3 270M, 2 CPU cores, in issue 16: ``generate`` spent 67% of an
 evaluation re-prefilling earlier turns, kept a float32 ``[B, V]`` score tensor per step only to
-read one log-probability, and kept finished rows in the batch):
+read one log-probability, and kept computing finished rows); issue 22 then found the first
+version of this loop at 7 tokens/s on an H100 (a new attention shape every step, a host sync
+per token, a Python loop over rows, the cache copied whenever a row finished). Now:
 
+* **Slots** (:mod:`textgym.policies.kv_slots`). Every row owns a preallocated slot of keys and
+  values in the model's dtype, its tokens left-aligned (column = position). Shapes are fixed for
+  a whole call, so on CUDA each decode step of a given ``(rows, width)`` is replayed as one CUDA
+  graph (:class:`~textgym.policies.kv_slots.StepGraphs`), and the attention runs on PyTorch's
+  memory-efficient SDPA kernel, never the cuDNN one that re-plans per shape.
 * **A prefix cache across turns.** An episode's conversation only grows, so the keys and values of
-  its earlier tokens stay valid. :class:`PrefixCache` keeps, per finished sequence, its KV cache
-  keyed by its token ids; the next call whose prompt extends those ids prefills only the new
-  tokens (the env's observation and the chat template's turn markers). Identical prompts in one
-  call (a GRPO group's first turn) are prefilled once.
-* **Log-probabilities as sampled.** The log-probability of each sampled token under the processed
-  distribution (temperature, top-k, top-p) is gathered at the step it is drawn; no ``[B, T, V]``
-  scores are kept.
-* **Rows leave when they finish.** A row that samples an end token or completes a stop string is
-  dropped from the batch (its cache stored first), so later steps run only live rows.
+  its earlier tokens stay valid. :class:`PrefixCache` keeps, per finished sequence, a copy of its
+  slot keyed by its token ids; the next call whose prompt extends those ids loads it and
+  prefills only the new tokens. Identical prompts in one call (a GRPO group's first turn) are
+  prefilled once and their slot copied.
+* **Sampling and end detection on the device.** The next token, its log-probability under the
+  processed distribution (temperature, top-k, top-p) and whether it ends the row (an end token,
+  or a token sequence known to complete a stop string) are computed on the device; the host
+  reads them every ``sync_every`` steps (every step on the CPU, where reads are free), checks
+  stop strings on the decoded text, and learns the token sequences that completed them.
+* **Finished rows stay in their slots**, masked, so no cache is copied per finished row; when
+  the live rows fall to half the batch (on the CPU: whenever one finishes) the live slots are
+  moved to the front and the batch shrinks.
 
 Sampling is inverse-CDF sampling in two levels. ``torch.multinomial`` and the exponential race
 (``argmax(p / E)``, ``E ~ Exp(1)``) both touch the whole vocabulary several times per draw, and
@@ -25,19 +35,11 @@ vocabulary from the block sums of ``exp(logits - max)``, then a token inside the
 costs one ``exp`` pass and one sum over ``V``, plus cumulative sums over ``sqrt(V)`` entries. The
 log-probability of the drawn token, ``logit - max - log(sum)``, comes from the same sums: no
 ``log_softmax`` over the vocabulary. A test checks the frequencies against ``softmax(logits)``.
-
-Layout of a batch. Rows are left-padded so every row's tokens are contiguous and end at the same
-column: ``[pad][cached tokens][new tokens]``. With ``Q`` the most new tokens of any row, a row
-keeps ``max(0, len(prompt) - Q)`` of its cached tokens and feeds the rest (possibly a few cached
-tokens again) as queries, so no row has a hole and the attention mask is the usual left-padding
-mask. Positions are explicit (``cumsum(mask) - 1``), so a row's positions equal those of an
-unpadded, uncached forward pass; sliding-window layers see the same window because cache columns
-of a row are as far apart as its positions.
 """
 
 from __future__ import annotations
 
-import functools
+import contextlib
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -45,21 +47,29 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from textgym.checks import check_int
+from textgym.policies.kv_slots import (
+    WIDTH_QUANTUM,
+    SlotCache,
+    StepGraphs,
+    attention_masks,
+    cache_kwarg,
+    slot_geometry,
+)
 
 __all__ = [
+    "DecodeStats",
     "DecodedRow",
     "PrefixCache",
+    "SlotDecoder",
     "decode",
     "process_logits",
     "sample_categorical",
 ]
 
-#: The cached keys and values of one sequence: per layer, keys and values ``[H_kv, L, D]``.
-SequenceKV = list[tuple[torch.Tensor, torch.Tensor]]
+#: The cached keys and values of one sequence: ``[layers, 2, H_kv, L, D]`` (keys, values).
+SequenceKV = torch.Tensor
 
 
 def process_logits(
@@ -146,7 +156,8 @@ class PrefixCache:
     """KV caches of finished sequences, keyed by their token ids; least recently used go first.
 
     A lookup finds the longest stored sequence that is a prefix of a new prompt. Stored caches
-    hold ``2 * layers * H_kv * D`` numbers per token (Gemma 3 270M: 9,216, i.e. 36 KiB per token in
+    (``[layers, 2, H_kv, L, D]`` tensors, :meth:`SlotCache.row`'s layout) hold
+    ``2 * layers * H_kv * D`` numbers per token (Gemma 3 270M: 9,216, i.e. 36 KiB per token in
     float32 and 18 KiB in bfloat16); ``max_tokens`` bounds the total.
 
     The cache is only valid for the weights that computed it: :meth:`validate` clears it when the
@@ -209,7 +220,7 @@ class PrefixCache:
         return best, self._entries[best]
 
     def store(self, ids: Sequence[int], kv: SequenceKV) -> None:
-        """Keep the cache ``kv`` (per layer, keys and values ``[H, len(ids), D]``) of ``ids``."""
+        """Keep the cache ``kv`` (``[layers, 2, H, len(ids), D]``) of ``ids``."""
         key = tuple(int(i) for i in ids)
         if not key or len(key) > self.max_tokens:
             return
@@ -224,55 +235,6 @@ class PrefixCache:
         """Drop one entry if present."""
         if self._entries.pop(key, None) is not None:
             self._num_tokens -= len(key)
-
-
-class _GrowingLayer(DynamicLayer):
-    """A ``DynamicLayer`` whose keys and values are views of buffers with room to spare.
-
-    ``DynamicLayer.update`` concatenates, copying the layer's whole cache at every decode step
-    (and briefly holding it twice); here a token is written in place. The buffers are
-    reallocated, with ``spare`` free positions, only when full or after ``batch_select_indices``
-    (which makes the keys a fresh tensor).
-    """
-
-    def __init__(self, spare: int) -> None:
-        super().__init__()
-        self.spare = spare
-        self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        length = self.keys.shape[-2] if self.keys.dim() == 4 else 0
-        end = length + key_states.shape[-2]
-        buffers = self._buffers
-        if (
-            buffers is None
-            or buffers[0].shape[-2] < end
-            or buffers[0].shape[0] != key_states.shape[0]
-            or (length and buffers[0].data_ptr() != self.keys.data_ptr())
-        ):
-            buffers = tuple(
-                states.new_empty((*states.shape[:2], end + self.spare, states.shape[-1]))
-                for states in (key_states, value_states)
-            )
-            if length:
-                buffers[0][:, :, :length] = self.keys
-                buffers[1][:, :, :length] = self.values
-            self._buffers = buffers
-        buffers[0][:, :, length:end] = key_states
-        buffers[1][:, :, length:end] = value_states
-        self.keys, self.values = buffers[0][:, :, :end], buffers[1][:, :, :end]
-        return self.keys, self.values
-
-
-def _growing_cache(spare: int) -> DynamicCache:
-    """An empty ``DynamicCache`` whose layers are :class:`_GrowingLayer`."""
-    cache = DynamicCache()
-    cache.layer_class_to_replicate = functools.partial(_GrowingLayer, spare)
-    return cache
 
 
 @dataclass
@@ -292,6 +254,179 @@ class DecodedRow:
     finish_reason: str = "length"
 
 
+@dataclass
+class DecodeStats:
+    """Work counters of a :class:`SlotDecoder`, summed over its calls.
+
+    Attributes:
+        prefill_tokens: Real (unpadded) prompt tokens run through the model in prefill passes;
+            cached prefixes are not counted.
+        decode_steps: Single-token forward passes over the batch.
+        row_steps: Rows in those passes, summed (finished rows still in the batch included).
+        host_syncs: Reads of device results by the host in the decode loop.
+        compactions: Times the live slots were moved to the front and the batch shrank.
+    """
+
+    prefill_tokens: int = 0
+    decode_steps: int = 0
+    row_steps: int = 0
+    host_syncs: int = 0
+    compactions: int = 0
+
+
+class SlotDecoder:
+    """The decode engine of one model: slot buffers, CUDA graphs and learned stop sequences,
+    kept between calls of :func:`decode`.
+
+    Args:
+        model: A ``transformers`` causal LM in eval mode with ``sdpa`` or ``eager`` attention.
+        cuda_graphs: Replay decode steps as CUDA graphs (``None``: on CUDA devices).
+        sync_every: Decode steps between host reads of the device results, >= 1 (``None``: 1
+            on the CPU, 8 on CUDA).
+        sdpa_backends: PyTorch SDPA backends allowed on CUDA, in ``torch.nn.attention
+            .SDPBackend`` names; the default leaves out cuDNN, which re-plans per shape.
+
+    Raises:
+        ValueError: an attention implementation other than ``sdpa`` or ``eager`` (e.g.
+            ``flash_attention_2``, which takes no 4-D mask; decode with ``decoder="transformers"``).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        cuda_graphs: bool | None = None,
+        sync_every: int | None = None,
+        sdpa_backends: Sequence[str] = ("EFFICIENT_ATTENTION", "MATH"),
+    ) -> None:
+        self.model = model
+        self.geometry = slot_geometry(model)
+        implementation = getattr(model.config, "_attn_implementation", "sdpa") or "sdpa"
+        if implementation not in ("sdpa", "eager"):
+            raise ValueError(
+                f"Expected a model with 'sdpa' or 'eager' attention for the slot decoder, got "
+                f"{implementation!r}; load it with attn_implementation='sdpa' or use "
+                "decoder='transformers'"
+            )
+        self.device = model.device
+        self.dtype = next(model.parameters()).dtype
+        self.additive = self.dtype if implementation == "eager" else None
+        on_cuda = self.device.type == "cuda"
+        self.sync_every = check_int("sync_every", sync_every or (8 if on_cuda else 1), low=1)
+        self.compact_eagerly = not on_cuda  # moving slots costs little next to a CPU forward
+        self.sdpa_backends = tuple(sdpa_backends)
+        self.cache_kwarg = cache_kwarg(model)
+        self.cache: SlotCache | None = None
+        self.stats = DecodeStats()
+        self.stop_sequences: set[tuple[int, ...]] = set()
+        self._stop_tensors: list[torch.Tensor] = []
+        self.graphs = StepGraphs(
+            self._step, enabled=on_cuda if cuda_graphs is None else cuda_graphs
+        )
+        self._tokens = self._cols = self._positions = None
+
+    # -- buffers ------------------------------------------------------------------------------
+    def reserve(self, rows: int, width: int) -> SlotCache:
+        """Slot buffers of at least ``rows`` x ``width`` (reallocated, graphs dropped, if
+        smaller); on the CPU exactly that size, freed at the end of the call."""
+        cache = self.cache
+        if cache is None or cache.rows < rows or cache.width < width:
+            if cache is not None and self.device.type == "cuda":
+                rows, width = max(rows, cache.rows), max(width, cache.width)
+            self.cache = None  # free the old buffers before allocating
+            self.graphs.clear()
+            cache = SlotCache(self.geometry, rows, width, dtype=self.dtype, device=self.device)
+            self.cache = cache
+            long = {"dtype": torch.long, "device": self.device}
+            self._tokens = torch.zeros(rows, 1, **long)
+            self._cols = torch.zeros(rows, 1, **long)
+            self._positions = torch.zeros(rows, 1, **long)
+        return cache
+
+    def release(self) -> None:
+        """Free the slot buffers where nothing reuses them (the CPU: no graphs hold them)."""
+        if not self.graphs.enabled:
+            self.cache = None
+            self._tokens = self._cols = self._positions = None
+
+    def _attention(self) -> Any:
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([getattr(SDPBackend, name) for name in self.sdpa_backends])
+
+    # -- forward passes -----------------------------------------------------------------------
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cols: torch.Tensor,
+        width: int,
+        last: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """One forward pass of ``b`` rows (slots ``0..b-1``); returns ``[b, V]`` float32 logits
+        of the last query (or of query ``last``, a 1-element long tensor).
+
+        Args:
+            input_ids: ``[b, q]`` long.
+            positions: ``[b, q]`` long positions of the queries.
+            cols: ``[b, q]`` long slot columns they are written to.
+            width: Active slot width (the last active column is scratch).
+        """
+        cache = self.cache
+        cache.write_cols = cols
+        cache.active_width = width
+        masks = attention_masks(self.geometry, positions, width, additive=self.additive)
+        kwargs = {self.cache_kwarg: cache}
+        if last is not None:
+            # An index tensor, not ``logits_to_keep=1``: transformers slices ``hidden[:, -1:]``
+            # for an int, a strided view, and torch's linear on a strided 3-D input with a
+            # weight that does not require grad (a frozen LoRA base, a merged adapter) copies
+            # the whole LM-head weight once per row: 63 s instead of 0.07 s for Gemma's
+            # 262,144 x 640 head at 28 rows (torch 2.13, CPU). Indexing gives a contiguous input.
+            kwargs["logits_to_keep"] = last
+        with self._attention():
+            output = self.model(
+                input_ids=input_ids,
+                attention_mask=masks,
+                position_ids=positions,
+                use_cache=True,
+                **kwargs,
+            )
+        return output.logits[:, -1].float()
+
+    def _step(self, rows: int) -> torch.Tensor:
+        """One decode step on the static inputs of the first ``rows`` slots (graph-capturable)."""
+        return self.forward(
+            self._tokens[:rows],
+            self._positions[:rows],
+            self._cols[:rows],
+            self.cache.active_width,
+        )
+
+    # -- stop sequences -----------------------------------------------------------------------
+    def learn_stop(self, ids: Sequence[int]) -> None:
+        """Remember a token sequence that completes a stop string (its text holds one)."""
+        key = tuple(int(i) for i in ids)
+        if key and key not in self.stop_sequences and len(self.stop_sequences) < 256:
+            self.stop_sequences.add(key)
+            self._stop_tensors.append(torch.tensor(key, dtype=torch.long, device=self.device))
+
+    def stop_match(self, generated: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """``[b]`` bool: rows whose generated ids ``[b, T]`` (``lengths`` ``[b]`` valid) end
+        with a learned stop sequence."""
+        hit = torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
+        for sequence in self._stop_tensors:
+            size = sequence.numel()
+            index = (lengths[:, None] - size + torch.arange(size, device=generated.device)).clamp(
+                min=0
+            )
+            tail = generated.gather(1, index)  # [b, size]
+            hit |= (tail == sequence).all(dim=1) & (lengths >= size)
+        return hit
+
+
 @torch.no_grad()
 def decode(
     model: Any,
@@ -305,166 +440,265 @@ def decode(
     is_stopped: Callable[[list[int]], bool] | None = None,
     prefix_cache: PrefixCache | None = None,
     share_prefill: bool = True,
+    engine: SlotDecoder | None = None,
 ) -> list[DecodedRow]:
     """Generate one completion per prompt, reusing and filling ``prefix_cache``.
 
     Args:
-        model: A ``transformers`` causal LM in eval mode whose forward takes ``past_key_values``
-            (a ``DynamicCache``), ``position_ids`` and ``logits_to_keep``.
+        model: A ``transformers`` causal LM in eval mode (``sdpa`` or ``eager`` attention).
         prompts: ``N`` non-empty lists of token ids.
         max_new_tokens: Most tokens generated per row, >= 1.
         end_ids: Token ids that end a row (EOS, end of turn).
-        pad_id: Id written in padded input positions (masked out).
+        pad_id: Id fed in padded and finished positions (never attended to).
         process: Maps ``[A, V]`` float32 logits to sampling logits (temperature, top-k, top-p);
             ``None`` decodes greedily, with log-probabilities of the unprocessed logits.
         generator: RNG of the draws; ``None`` uses torch's global RNG.
-        is_stopped: Called with a row's generated ids after each token; ``True`` ends the row
-            (stop strings).
+        is_stopped: Called with a row's generated ids (or a suffix of them); ``True`` when their
+            text holds a stop string, which ends the row at the first token that completes it.
         prefix_cache: Where earlier sequences' caches are looked up and finished rows' caches
             are stored; ``None`` prefills every prompt whole and keeps nothing.
-        share_prefill: Prefill identical prompts once and copy the cache to their rows.
+        share_prefill: Prefill identical prompts once and copy the slot to their rows.
+        engine: The model's :class:`SlotDecoder` (buffers, graphs, learned stop sequences kept
+            between calls); ``None`` builds one for this call.
 
     Returns:
         ``N`` :class:`DecodedRow`, in prompt order.
     """
-    device = model.device
-    ends = torch.tensor(sorted(set(end_ids)), dtype=torch.long, device=device)
-    unique: dict[tuple[int, ...], int] = {}
-    if share_prefill:
-        row_to_unique = [unique.setdefault(tuple(p), len(unique)) for p in prompts]
-        unique_prompts = [list(p) for p in unique]
-    else:
-        row_to_unique, unique_prompts = list(range(len(prompts))), [list(p) for p in prompts]
-    matches = [
-        prefix_cache.lookup(p[:-1]) if prefix_cache is not None else (None, None)
-        for p in unique_prompts
-    ]
-    cache, mask, logits = _prefill(model, unique_prompts, matches, pad_id, max_new_tokens)
-    if prefix_cache is not None:
-        for key, _ in matches:
-            if key is not None:
-                prefix_cache.discard(key)  # each such row stores a longer sequence below
-    del matches  # free the consumed entries now, not after the decode
+    engine = engine if engine is not None else SlotDecoder(model)
+    try:
+        return _Call(
+            engine,
+            prompts,
+            max_new_tokens,
+            end_ids,
+            pad_id,
+            process,
+            generator,
+            is_stopped,
+            prefix_cache,
+            share_prefill,
+        ).run()
+    finally:
+        engine.release()
 
-    select = torch.tensor(row_to_unique, dtype=torch.long, device=device)
-    if len(unique_prompts) < len(prompts):
-        cache.batch_select_indices(select)
-        mask, logits = mask[select], logits[select]
-    positions = mask.sum(dim=-1)  # [A]: position of each row's next token
-    rows = [DecodedRow() for _ in prompts]
-    live = list(range(len(prompts)))  # batch row a is prompt live[a]
-    for step in range(max_new_tokens):
-        tokens, logprobs = _draw(logits, process, generator)  # [A], [A]
-        finished = torch.isin(tokens, ends).tolist() if ends.numel() else [False] * len(live)
-        keep: list[int] = []
-        done: list[tuple[int, int]] = []  # (batch row, prompt index) of rows that end here
-        for a, (index, token, logprob) in enumerate(
-            zip(live, tokens.tolist(), logprobs.tolist(), strict=True)
-        ):
-            row = rows[index]
-            row.ids.append(token)
-            row.logprobs.append(logprob)
-            if finished[a] or (is_stopped is not None and is_stopped(row.ids)):
-                row.finish_reason = "stop"
-                done.append((a, index))
-            elif step + 1 < max_new_tokens:
-                keep.append(a)
+
+class _Call:
+    """The state of one :func:`decode` call; rows live in slots ``0..n-1`` of the engine."""
+
+    def __init__(
+        self,
+        engine: SlotDecoder,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        end_ids: Sequence[int],
+        pad_id: int,
+        process: Callable[[torch.Tensor], torch.Tensor] | None,
+        generator: torch.Generator | None,
+        is_stopped: Callable[[list[int]], bool] | None,
+        prefix_cache: PrefixCache | None,
+        share_prefill: bool,
+    ) -> None:
+        self.engine, self.device = engine, engine.device
+        self.prompts = [list(map(int, p)) for p in prompts]
+        self.max_new_tokens, self.pad_id = max_new_tokens, pad_id
+        self.process, self.generator, self.is_stopped = process, generator, is_stopped
+        self.prefix_cache, self.share_prefill = prefix_cache, share_prefill
+        self.end_set = {int(i) for i in end_ids}
+        self.ends = torch.tensor(sorted(self.end_set), dtype=torch.long, device=self.device)
+        self.rows = [DecodedRow() for _ in self.prompts]
+
+    def run(self) -> list[DecodedRow]:
+        logits = self._prefill()  # [N, V]; slot i holds prompt self.order[i]
+        self._decode(logits)
+        return self.rows
+
+    # -- prefill ------------------------------------------------------------------------------
+    def _prefill(self) -> torch.Tensor:
+        prompts, engine = self.prompts, self.engine
+        first: dict[tuple[int, ...], int] = {}
+        unique: list[int] = []  # prompt index of each unique prompt, in slot order
+        copies: list[tuple[int, int]] = []  # (prompt index, slot of its unique twin)
+        for index, prompt in enumerate(prompts):
+            key = tuple(prompt)
+            if self.share_prefill and key in first:
+                copies.append((index, first[key]))
             else:
-                done.append((a, index))
-        if prefix_cache is not None:
-            for a, index in done:  # the cache holds the prompt and all ids but the last
-                kv = _row_kv(cache, a, int(positions[a]))
-                prefix_cache.store([*prompts[index], *rows[index].ids[:-1]], kv)
-        if not keep:
-            break
-        if len(keep) < len(live):
-            index_tensor = torch.tensor(keep, dtype=torch.long, device=device)
-            cache.batch_select_indices(index_tensor)
-            mask, positions, tokens = (
-                mask[index_tensor],
-                positions[index_tensor],
-                tokens[index_tensor],
-            )
-            live = [live[a] for a in keep]
-        mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)  # [A, S + 1]
-        output = model(
-            input_ids=tokens[:, None],
-            attention_mask=mask,
-            position_ids=positions[:, None],
-            past_key_values=cache,
-            use_cache=True,
+                first[key] = len(unique)
+                unique.append(index)
+        self.order = list(range(len(prompts)))  # slot -> prompt index (after the prefill)
+        width = max(len(p) for p in prompts) + self.max_new_tokens + 1  # + scratch
+        width = -(-width // WIDTH_QUANTUM) * WIDTH_QUANTUM
+        self.width = width
+        cache = engine.reserve(len(prompts), width)
+        cache.active_width = width
+        cached = []
+        for slot, index in enumerate(unique):
+            key, stored = (None, None)
+            if self.prefix_cache is not None:
+                key, stored = self.prefix_cache.lookup(prompts[index][:-1])
+            length = len(key) if key is not None else 0
+            if length:
+                cache.load(slot, stored, length)
+                self.prefix_cache.discard(key)  # the row stores a longer sequence when done
+            cached.append(length)
+        tails = [prompts[index][length:] for index, length in zip(unique, cached, strict=True)]
+        queries = max(len(t) for t in tails)
+        ids = torch.full((len(unique), queries), self.pad_id, dtype=torch.long)
+        cols = torch.full((len(unique), queries), width - 1, dtype=torch.long)  # scratch
+        positions = torch.zeros((len(unique), queries), dtype=torch.long)
+        for slot, (tail, length) in enumerate(zip(tails, cached, strict=True)):
+            start = queries - len(tail)  # left-padded queries: every row's last one is last
+            ids[slot, start:] = torch.tensor(tail, dtype=torch.long)
+            span = torch.arange(length, length + len(tail))
+            cols[slot, start:] = span
+            positions[slot, start:] = span
+        engine.stats.prefill_tokens += sum(len(t) for t in tails)
+        logits = engine.forward(
+            ids.to(self.device),
+            positions.to(self.device),
+            cols.to(self.device),
+            width,
+            last=torch.tensor([queries - 1], device=self.device),
+        )  # [U, V]
+        # Slots in prompt order (so the draws do not depend on prefill sharing): slot i gets
+        # the slot its prompt was prefilled in.
+        source = [0] * len(prompts)
+        for slot, index in enumerate(unique):
+            source[index] = slot
+        for index, slot in copies:
+            source[index] = slot
+        if source != list(range(len(prompts))):
+            sources = torch.tensor(source, device=self.device)
+            cache.copy_rows(sources, torch.arange(len(prompts), device=self.device))
+            logits = logits[sources]
+        return logits
+
+    # -- decode -------------------------------------------------------------------------------
+    def _rows(self, live: int) -> int:
+        """Batch rows for ``live`` live rows: on CUDA the next power of two (one CUDA graph per
+        size), else exactly ``live``."""
+        if not self.engine.graphs.enabled:
+            return live
+        return 1 << (live - 1).bit_length()
+
+    def _decode(self, logits: torch.Tensor) -> None:
+        engine, cache, device = self.engine, self.engine.cache, self.device
+        steps, width = self.max_new_tokens, self.width
+        count = len(self.order)
+        rows = self._rows(count)
+        self.order += [_EMPTY] * (rows - count)  # padding slots: done from the start
+        if rows > count:
+            logits = torch.cat([logits, logits[:1].expand(rows - count, -1)])
+        position = torch.tensor(
+            [len(self.prompts[i]) if i >= 0 else 0 for i in self.order], device=device
         )
-        logits = output.logits[:, -1].float()  # [A, V]
-        positions = positions + 1
-    return rows
+        done = torch.tensor([i < 0 for i in self.order], device=device)
+        lengths = torch.zeros(rows, dtype=torch.long, device=device)
+        generated = torch.full((rows, steps), self.pad_id, dtype=torch.long, device=device)
+        logprobs = torch.zeros((rows, steps), dtype=torch.float32, device=device)
+        checked = [0] * rows  # tokens of each slot already checked for stop strings
+        for step in range(steps):
+            tokens, token_logprobs = _draw(logits, self.process, self.generator)  # [n] each
+            active = ~done
+            generated[:, step] = torch.where(active, tokens, self.pad_id)
+            logprobs[:, step] = torch.where(active, token_logprobs, 0.0)
+            lengths += active
+            last = step + 1 == steps
+            if last:
+                ending = active
+            else:
+                ending = torch.isin(tokens, self.ends) if self.ends.numel() else active & False
+                if engine._stop_tensors:
+                    ending = ending | engine.stop_match(generated, lengths)
+            done = done | (active & ending)
+            if last or (step + 1) % engine.sync_every == 0:
+                engine.stats.host_syncs += 1
+                done, kept = self._sync(done, generated, logprobs, lengths, checked)
+                if not kept:
+                    return
+                target = self._rows(len(kept))
+                if len(kept) < rows and (engine.compact_eagerly or target < rows):
+                    index = torch.tensor(kept, device=device)
+                    cache.copy_rows(index, torch.arange(len(kept), device=device))
+                    if target > len(kept):  # pad with a finished slot
+                        index = torch.cat([index, index.new_full((target - len(kept),), -1)])
+                    fill = list(kept) + [None] * (target - len(kept))
+                    self.order = [self.order[k] if k is not None else _EMPTY for k in fill]
+                    checked = [checked[k] if k is not None else 0 for k in fill]
+                    position, lengths, tokens = position[index], lengths[index], tokens[index]
+                    generated, logprobs = generated[index], logprobs[index]
+                    done = torch.tensor([i < 0 for i in self.order], device=device)
+                    rows = target
+                    engine.stats.compactions += 1
+            feed = ~done
+            engine._tokens[:rows, 0] = torch.where(feed, tokens, self.pad_id)
+            engine._cols[:rows, 0] = torch.where(feed, position, width - 1)
+            engine._positions[:rows, 0] = torch.where(feed, position, 0)
+            logits = engine.graphs(rows, width)
+            engine.stats.decode_steps += 1
+            engine.stats.row_steps += rows
+            position = position + feed
+
+    def _sync(
+        self,
+        done: torch.Tensor,
+        generated: torch.Tensor,
+        logprobs: torch.Tensor,
+        lengths: torch.Tensor,
+        checked: list[int],
+    ) -> tuple[torch.Tensor, list[int]]:
+        """Read the device state (one transfer); end rows on stop strings; hand finished rows
+        out to :attr:`rows` (storing their caches).
+
+        Returns:
+            The updated ``done`` and the slots still live, in order.
+        """
+        state = torch.cat([done[:, None].long(), lengths[:, None], generated], dim=1).tolist()
+        newly: list[int] = []
+        for slot, (is_done, length, *ids) in enumerate(state):
+            if self.order[slot] < 0:  # padding, or already handed out
+                continue
+            ids = ids[:length]
+            cut = self._stop_at(ids, checked[slot])
+            checked[slot] = length
+            if cut is not None or is_done:
+                newly.append(slot)
+                self._finish(slot, ids[: cut or length], cut is not None)
+        if newly:
+            host_logprobs = logprobs[newly].tolist()
+            for slot, row_logprobs in zip(newly, host_logprobs, strict=True):
+                row = self.rows[self.order[slot]]
+                row.logprobs = row_logprobs[: len(row.ids)]
+                self.order[slot] = _EMPTY
+            done = done.clone()
+            done[torch.tensor(newly, device=self.device)] = True
+        kept = [slot for slot, index in enumerate(self.order) if index >= 0]
+        return done, kept
+
+    def _stop_at(self, ids: list[int], checked: int) -> int | None:
+        """The number of tokens up to the first that completes a stop string, else ``None``;
+        teaches the engine the shortest token suffix that completed it."""
+        if self.is_stopped is None or len(ids) <= checked or not self.is_stopped(ids):
+            return None
+        end = next(e for e in range(max(checked, 1), len(ids) + 1) if self.is_stopped(ids[:e]))
+        start = next(s for s in range(end - 1, -1, -1) if self.is_stopped(ids[s:end]))
+        self.engine.learn_stop(ids[start:end])
+        return end
+
+    def _finish(self, slot: int, ids: list[int], stopped: bool) -> None:
+        """Record a finished row's ids and finish reason; store its cache."""
+        index = self.order[slot]
+        row = self.rows[index]
+        row.ids = ids
+        ended = stopped or (bool(ids) and ids[-1] in self.end_set)
+        row.finish_reason = "stop" if ended else "length"
+        if self.prefix_cache is not None and ids:
+            stored = len(self.prompts[index]) + len(ids) - 1  # the last id was never fed
+            key = [*self.prompts[index], *ids[:-1]]
+            self.prefix_cache.store(key, self.engine.cache.row(slot, stored))
 
 
-def _prefill(
-    model: Any,
-    prompts: list[list[int]],
-    matches: list[tuple[tuple[int, ...] | None, SequenceKV | None]],
-    pad_id: int,
-    max_new_tokens: int,
-) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-    """Run the uncached tail of each prompt; see the module docstring for the layout.
-
-    Returns:
-        The batch cache (every layer ``[U, H, W + Q, D]``), the attention mask ``[U, W + Q]``
-        long, and the last position's logits ``[U, V]`` float32.
-    """
-    device = model.device
-    cached = [len(key) if key is not None else 0 for key, _ in matches]
-    width_new = max(len(p) - c for p, c in zip(prompts, cached, strict=True))  # Q
-    kept = [max(0, len(p) - width_new) for p in prompts]  # cached tokens each row keeps
-    width_cache = max(kept)  # W
-    input_ids = torch.full((len(prompts), width_new), pad_id, dtype=torch.long, device=device)
-    mask = torch.zeros(len(prompts), width_cache + width_new, dtype=torch.long, device=device)
-    for u, (prompt, k) in enumerate(zip(prompts, kept, strict=True)):
-        tail = prompt[k:]
-        input_ids[u, width_new - len(tail) :] = torch.tensor(tail, dtype=torch.long)
-        mask[u, width_cache + width_new - len(prompt) :] = 1
-    cache = _growing_cache(spare=width_new + max_new_tokens)
-    if width_cache:
-        _load_rows(cache, [kv for _, kv in matches], kept, width_cache)
-    positions = (mask.cumsum(dim=-1) - 1).clamp(min=0)[:, width_cache:]  # [U, Q]
-    output = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        past_key_values=cache,
-        use_cache=True,
-        # The last position as an index tensor, not ``logits_to_keep=1``: transformers slices
-        # ``hidden[:, -1:]`` for an int, a strided view, and torch's linear on a strided 3-D
-        # input with a weight that does not require grad (a frozen LoRA base, a merged adapter)
-        # copies the whole LM-head weight once per row: 63 s instead of 0.07 s for Gemma's
-        # 262,144 x 640 head at 28 rows (torch 2.13, CPU). Indexing gives a contiguous input.
-        logits_to_keep=torch.tensor([width_new - 1], device=device),
-    )
-    return cache, mask, output.logits[:, -1].float()
-
-
-def _load_rows(
-    cache: DynamicCache, stored: list[SequenceKV | None], kept: list[int], width: int
-) -> None:
-    """Fill ``cache`` layer by layer, left-padded to ``width``: row ``u`` gets the first
-    ``kept[u]`` positions of ``stored[u]`` at its right end."""
-    template = next(kv for kv in stored if kv is not None)
-    for layer, (keys, _) in enumerate(template):
-        heads, _, dim = keys.shape
-        states = keys.new_zeros((2, len(stored), heads, width, dim))  # keys, values
-        for u, (kv, k) in enumerate(zip(stored, kept, strict=True)):
-            if kv is not None and k:
-                states[0, u, :, width - k :] = kv[layer][0][:, :k]
-                states[1, u, :, width - k :] = kv[layer][1][:, :k]
-        cache.update(states[0], states[1], layer)
-
-
-def _row_kv(cache: DynamicCache, row: int, length: int) -> SequenceKV:
-    """Copies of one row's last ``length`` cached positions, ``[H, length, D]`` per layer."""
-    return [
-        (layer.keys[row, :, -length:].clone(), layer.values[row, :, -length:].clone())
-        for layer in cache.layers
-    ]
+_EMPTY = -1  # slot order entry of a padding slot or a row already handed out
 
 
 def _draw(

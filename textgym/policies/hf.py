@@ -22,7 +22,7 @@ from typing import Any, Literal
 from textgym.models import ensure_chat_template, load_model, stop_token_ids
 from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
-from textgym.policies.decoding import PrefixCache, decode, process_logits
+from textgym.policies.decoding import PrefixCache, SlotDecoder, decode, process_logits
 from textgym.tokens import ChatTokenizer
 
 try:
@@ -215,6 +215,7 @@ class HFPolicy:
         self.stop = stop
         self.seed = seed
         self.tokens_generated = 0
+        self._engine: SlotDecoder | None = None
 
         ensure_chat_template(tokenizer)
         self.chat_tokenizer = ChatTokenizer(tokenizer)
@@ -369,11 +370,22 @@ class HFPolicy:
             is_stopped=self._hits_stop if self.stop else None,
             prefix_cache=self.prefix_cache if self.prefix_cache.max_tokens else None,
             share_prefill=self.share_prefill,
+            engine=self.engine,
         )
         return [
             self._completion(ids, row.ids, row.logprobs)
             for ids, row in zip(prompts, rows, strict=True)
         ]
+
+    @property
+    def engine(self) -> SlotDecoder:
+        """The model's decode engine (slot buffers, CUDA graphs, counters in ``.stats``); built
+        again when the model moved to another device or dtype."""
+        engine = self._engine
+        dtype = next(self.model.parameters()).dtype
+        if engine is None or engine.device != self.model.device or engine.dtype != dtype:
+            engine = self._engine = SlotDecoder(self.model)
+        return engine
 
     def _hits_stop(self, ids: list[int]) -> bool:
         return cut_at_stop(self._decode(ids), self.stop)[1]
