@@ -4,6 +4,8 @@ writer in one line naming the holder, a non-empty output is refused without ``--
 out-of-range return stops a run in one line keeping what was finished.
 """
 
+import dataclasses
+import importlib
 import json
 import math
 import os
@@ -189,12 +191,14 @@ def test_trainers_refuse_a_non_empty_output_dir(name, tmp_path, capsys, monkeypa
     argv = [name, "--device", "cpu", "--output-dir", str(out)]
     argv += ["--data", str(data)] if name == "sft" else []
     line = one_error(capsys, argv)
-    resume = "--resume to continue its run, " if name == "train" else ""
+    config = importlib.import_module(f"textgym.cli.{name}").Config
+    resumable = "resume" in {f.name for f in dataclasses.fields(config)}
+    resume = "--resume to continue its run, " if resumable else ""
     assert line == (
         f"textgym: error: --output-dir {out} is not empty (it holds metrics.jsonl, run.json); "
         f"pass {resume}--overwrite to replace it, or choose another --output-dir"
     )
-    if name == "train":
+    if resumable:
         line = one_error(capsys, [*argv, "--resume", "--overwrite"])
         assert line.endswith("--overwrite and --resume contradict each other; give one of them")
     (out / "notes.txt").write_text("mine")
