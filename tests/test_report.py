@@ -18,7 +18,8 @@ import pytest
 from textgym.cli import main
 from textgym.report import build_report, load_run
 from textgym.report.page import chart_specs, script_json, summary_rows
-from textgym.report.runs import MAX_TEXT_CHARS, episode_outcome, message_segments, parse_boards
+from textgym.report.runs import episode_outcome
+from textgym.report.segments import MAX_TEXT_CHARS, message_segments, parse_boards
 
 TTT = "textgym/TicTacToe-v0"
 MARKUP_NAME = "<em onclick=x>run&amp;"  # a run directory named with markup
