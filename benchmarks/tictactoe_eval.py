@@ -13,10 +13,11 @@ second, reported separately) against:
   a fork beats).
 
 Each row gives win / draw / loss rates with binomial standard errors, the invalid-move rate
-(invalid actions / actions) and the share of games with any, and two exact references from
-:mod:`textgym.envs.tictactoe.analysis` (no sampling): what the scripted minimax player (uniform
-among optimal moves) scores against that opponent, and the best any player can score
-(expectimax on the expected outcome reward). ``--ceilings PATH`` writes the ceiling table alone.
+(invalid actions / actions) and the share of games with any, the number of distinct games
+(greedy play against a nearly deterministic opponent repeats a few lines), and two exact
+references from :mod:`textgym.envs.tictactoe.analysis` (no sampling): what the scripted minimax
+player (uniform among optimal moves) scores against that opponent, and the best any player can
+score (expectimax on the expected outcome reward). ``--ceilings PATH`` writes the ceiling table alone.
 
 Policies: ``--policy minimax`` or ``random`` (scripted, fast), or ``--model PATH`` (a local
 model or LoRA adapter directory, ``textgym.models.load_model``) played greedily and/or sampled
@@ -81,7 +82,10 @@ def rate(hits: int, n: int) -> dict[str, float]:
 
 
 def summarize(games: list[Trajectory]) -> dict[str, Any]:
-    """W/D/L and invalid-move rates of finished games, each with its standard error."""
+    """W/D/L and invalid-move rates of finished games, each with its standard error, and the
+    number of distinct games (message sequences): a deterministic policy against an opponent
+    with few candidate moves replays the same few games, and its standard errors then describe
+    those lines, not a sample of play."""
     actions = sum(g.num_steps for g in games)
     invalid = sum(sum(g.invalid_actions) for g in games)
     return {
@@ -90,6 +94,7 @@ def summarize(games: list[Trajectory]) -> dict[str, Any]:
         "invalid_action": rate(invalid, actions),
         "invalid_game": rate(sum(any(g.invalid_actions) for g in games), len(games)),
         "games": len(games),
+        "distinct_games": len({tuple(m["content"] for m in g.messages) for g in games}),
         "actions": actions,
     }
 
@@ -180,7 +185,8 @@ def _exact(o: dict[str, Any]) -> str:
 
 HEADER = (
     f"{'decoding':9} {'opponent':15} {'mark':4} | {'win %':>11} {'draw %':>11} {'loss %':>11}"
-    f" | {'invalid %':>9} | {'minimax player W/D/L %':>22} | {'best player W/D/L %':>22}"
+    f" | {'invalid %':>9} | {'lines':>5} | {'minimax player W/D/L %':>22}"
+    f" | {'best player W/D/L %':>22}"
 )
 
 
@@ -188,7 +194,8 @@ def print_row(mode: str, row: str, mark: str, r: dict[str, Any], *, flush: bool 
     """One line of the printed table."""
     print(
         f"{mode:9} {row:15} {mark:4} | {_pct(r['win'])} {_pct(r['draw'])} {_pct(r['loss'])}"
-        f" | {100 * r['invalid_action']['rate']:9.2f} | {_exact(r['exact']['minimax_player']):>22}"
+        f" | {100 * r['invalid_action']['rate']:9.2f} | {r['distinct_games']:5d}"
+        f" | {_exact(r['exact']['minimax_player']):>22}"
         f" | {_exact(r['exact']['best_player']):>22}",
         flush=flush,
     )
