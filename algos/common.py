@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -99,6 +99,11 @@ class OptimizationConfig:
     """LoRA scaling numerator: the adapter's output is scaled by lora_alpha / lora_rank."""
     tensorboard: bool = True
     """Also write TensorBoard scalars (under output_dir/tensorboard)."""
+    report_to: tuple[Literal["tensorboard", "wandb", "trackio", "none"], ...] = ()
+    """Also send every metric to these experiment trackers, each through its own library, as
+    TRL's report_to (space-separated): wandb (WANDB_MODE=offline logs without an account), trackio
+    (local); tensorboard is --tensorboard; none or nothing: only metrics.jsonl and TensorBoard.
+    Needs pip install "textgym[wandb]" or "textgym[trackio]"."""
     progress: bool = True
     """Print one line per optimizer step to stderr while training: step, loss, reward (GRPO),
     step time in seconds and tokens per second."""
@@ -675,6 +680,7 @@ RESUME_MAY_CHANGE = frozenset(
         "eval_episodes",
         "log_every",
         "tensorboard",
+        "report_to",
         "progress",
         "device",
         "output_dir",

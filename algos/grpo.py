@@ -629,7 +629,13 @@ def _logger(out: Path, config: GRPOConfig, ctx: DistributedContext) -> Any:
     """Rank 0's metrics logger; one that writes nothing on the other ranks."""
     if not ctx.is_main:
         return NullLogger()
-    return MetricsLogger(out, tensorboard=config.tensorboard, resume=config.resume)
+    return MetricsLogger(
+        out,
+        tensorboard=config.tensorboard,
+        resume=config.resume,
+        report_to=config.report_to,
+        config=config,
+    )
 
 
 def _any_rank(flag: bool, ctx: DistributedContext) -> bool:

@@ -2,12 +2,15 @@
 
 :class:`MetricsLogger` appends one row per call to ``run_dir/metrics.jsonl`` (``{"step": ...,
 "stage": ..., **metrics}``, flushed at once so a crash loses nothing) and, when asked, mirrors
-every finite value to TensorBoard under ``run_dir/tensorboard`` as the tag ``"{stage}/{key}"``.
+every finite value to TensorBoard under ``run_dir/tensorboard`` as the tag ``"{stage}/{key}"``,
+and to the experiment trackers named in ``report_to`` (:data:`REPORT_TO`: Weights & Biases,
+Trackio), each through its own library, under the same names.
 :func:`read_metrics` reads the rows back and :func:`plot_metrics` draws the standard panels
 (reward, invalid-action rate, KL, entropy, clip fraction, step time, evaluation results) headless.
 
-TensorBoard (``torch.utils.tensorboard``, which needs the ``tensorboard`` package) and
-``matplotlib`` are imported only when used, so importing this module needs neither.
+TensorBoard (``torch.utils.tensorboard``, which needs the ``tensorboard`` package),
+``wandb``, ``trackio`` and ``matplotlib`` are imported only when used, so importing this module
+needs none of them.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, is_dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METRICS_FILENAME",
+    "REPORT_TO",
     "TENSORBOARD_DIRNAME",
     "MetricsLogger",
     "compare_runs",
@@ -42,6 +46,12 @@ METRICS_FILENAME = "metrics.jsonl"
 
 #: Name of the TensorBoard log folder inside a run directory.
 TENSORBOARD_DIRNAME = "tensorboard"
+
+#: What ``report_to`` may name, as TRL's ``report_to``: ``tensorboard`` (the same as
+#: ``tensorboard=True``), ``wandb`` (Weights & Biases; ``WANDB_MODE=offline`` logs without an
+#: account, ``wandb sync`` uploads later), ``trackio`` (local-first; ``trackio show`` opens its
+#: dashboard), ``none`` (nothing beyond ``metrics.jsonl``).
+REPORT_TO = ("tensorboard", "wandb", "trackio", "none")
 
 #: Keys every row carries; metric names may not reuse them.
 _RESERVED_KEYS = ("step", "stage")
@@ -93,6 +103,15 @@ def _check_step(step: Any) -> int:
     return step
 
 
+def _tags(stage: str, row: Mapping[str, Any]) -> dict[str, float]:
+    """The finite metric values of ``row`` by tag ``"{stage}/{key}"`` (how trackers name them)."""
+    return {
+        f"{stage}/{key}": float(value)
+        for key, value in row.items()
+        if key not in _RESERVED_KEYS and _json_value(value) is not None
+    }
+
+
 def _build_row(step: int, stage: str, metrics: Mapping[str, Any]) -> dict[str, Any]:
     """Return the row ``{"step", "stage", **metrics}`` with values checked and converted.
 
@@ -136,6 +155,41 @@ def _open_summary_writer(log_dir: Path, purge_step: int | None = None) -> Any:
     return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
 
 
+class _Tracker:
+    """A run of an experiment tracker with the W&B-style API (``init``, ``log``, ``finish``):
+    ``wandb`` or ``trackio``, fed every finite value as ``"{stage}/{key}"`` at its step.
+
+    The run is named after the run directory, in the project ``$WANDB_PROJECT`` /
+    ``$TRACKIO_PROJECT`` (default ``textgym``), with the trainer's config. W&B keeps its files in
+    the run directory (``run_dir/wandb``), Trackio in its own store (``$TRACKIO_DIR``).
+
+    Raises:
+        ImportError: the tracker's library is not installed (the message gives the extra).
+    """
+
+    def __init__(self, name: str, run_dir: Path, config: Mapping[str, Any] | None) -> None:
+        try:
+            module = __import__(name)
+        except ImportError as exc:
+            raise ImportError(
+                f"Expected the {name} package for report_to={name!r}, got ImportError ({exc}); "
+                f'fix: pip install "textgym[{name}]", or leave {name} out of report_to'
+            ) from exc
+        self.name = name
+        project = os.environ.get(f"{name.upper()}_PROJECT", "textgym")
+        options: dict[str, Any] = {"project": project, "name": run_dir.name, "config": config}
+        if name == "wandb":
+            options["dir"] = str(run_dir)
+        self._run = module.init(**options)
+
+    def log(self, step: int, values: Mapping[str, float]) -> None:
+        if values:
+            self._run.log(dict(values), step=step)
+
+    def close(self) -> None:
+        self._run.finish()
+
+
 class MetricsLogger:
     """Append training and evaluation metrics to ``run_dir/metrics.jsonl`` and TensorBoard.
 
@@ -157,24 +211,50 @@ class MetricsLogger:
         run_dir: the run's folder; created if missing.
         tensorboard: also write TensorBoard scalars to ``run_dir/tensorboard``.
         resume: append to an existing ``metrics.jsonl`` instead of refusing to touch it.
+        report_to: also send every finite value to these trackers (:data:`REPORT_TO`), each a
+            new run of that tracker (a resumed training run starts a new one: trackers cannot
+            take back the steps :meth:`truncate_after` drops).
+        config: the run's arguments (a dataclass or mapping), recorded by the trackers.
 
     Raises:
         FileExistsError: if ``metrics.jsonl`` exists, is not empty and ``resume`` is False.
-        ImportError: if ``tensorboard`` is True and torch or tensorboard is not installed.
+        ImportError: if ``tensorboard`` is True and torch or tensorboard is not installed, or a
+            tracker in ``report_to`` is not installed.
+        ValueError: for a name in ``report_to`` outside :data:`REPORT_TO`.
     """
 
     def __init__(
-        self, run_dir: str | os.PathLike[str], *, tensorboard: bool = True, resume: bool = False
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        tensorboard: bool = True,
+        resume: bool = False,
+        report_to: Sequence[str] = (),
+        config: Any = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / METRICS_FILENAME
+        unknown = [name for name in report_to if name not in REPORT_TO]
+        if unknown or isinstance(report_to, str):
+            raise ValueError(
+                f"Expected report_to to be a list of {', '.join(REPORT_TO)}, got {report_to!r}"
+            )
         if not resume and self.path.exists() and self.path.stat().st_size > 0:
             raise FileExistsError(
                 f"Expected no metrics yet in {self.path}, got a non-empty file; pass resume=True "
                 f"to append to it or choose another run_dir"
             )
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        tensorboard = tensorboard or "tensorboard" in report_to
         self._writer = _open_summary_writer(self.tensorboard_dir) if tensorboard else None
+        values = asdict(config) if is_dataclass(config) else config
+        self._trackers: list[_Tracker] = []
+        try:
+            for name in dict.fromkeys(n for n in report_to if n in ("wandb", "trackio")):
+                self._trackers.append(_Tracker(name, self.run_dir, values))
+        except BaseException:
+            self.close()
+            raise
         self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed by close())
 
     @property
@@ -205,13 +285,13 @@ class MetricsLogger:
         self._file.flush()
         if self._writer is not None:
             self._write_scalars(step, stage, row)
+        for tracker in self._trackers:
+            tracker.log(step, _tags(stage, row))
 
     def _write_scalars(self, step: int, stage: str, row: Mapping[str, Any]) -> None:
         """Send the finite metric values of ``row`` to TensorBoard as ``"{stage}/{key}"``."""
-        for key, value in row.items():
-            if key in _RESERVED_KEYS or _json_value(value) is None:
-                continue
-            self._writer.add_scalar(f"{stage}/{key}", float(value), step)
+        for tag, value in _tags(stage, row).items():
+            self._writer.add_scalar(tag, value, step)
         self._writer.flush()
 
     def truncate_after(self, step: int) -> None:
@@ -240,12 +320,16 @@ class MetricsLogger:
             self._writer = _open_summary_writer(self.tensorboard_dir, purge_step=step + 1)
 
     def close(self) -> None:
-        """Flush and close the JSON Lines file and the TensorBoard writer; safe to call twice."""
-        if not self._file.closed:
+        """Flush and close the JSON Lines file, the TensorBoard writer and the trackers' runs;
+        safe to call twice."""
+        if getattr(self, "_file", None) is not None and not self._file.closed:
             self._file.close()
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            tracker.close()
 
     def _check_open(self) -> None:
         """Raise ``RuntimeError`` if :meth:`close` has been called."""

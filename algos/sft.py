@@ -184,7 +184,13 @@ def train(config: SFTConfig) -> dict[str, Any]:
         dist=ctx,
     )
     began = time.perf_counter()
-    logger = MetricsLogger(out, tensorboard=config.tensorboard) if ctx.is_main else NullLogger()
+    logger = (
+        MetricsLogger(
+            out, tensorboard=config.tensorboard, report_to=config.report_to, config=config
+        )
+        if ctx.is_main
+        else NullLogger()
+    )
     with logger:
         steps, final_loss = _epochs(run, sequences, logger)
     if not ctx.is_main:
