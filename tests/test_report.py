@@ -127,11 +127,32 @@ def test_segments_of_a_tool_reply_and_its_responses():
     assert segments[3] == {"t": "call", "name": "", "v": "{not json", "ok": False}
     responses = message_segments(
         '<tool_response>\n{"ids": ["a", "b"]}\n</tool_response>\n'
-        "<tool_response>\nEmail sent.\n</tool_response>"
+        "<tool_response>\nEmail sent.\n</tool_response>",
+        "user",
     )
     assert [s["t"] for s in responses] == ["result", "result"]
     assert json.loads(responses[0]["v"]) == {"ids": ["a", "b"]} and "\n" in responses[0]["v"]
     assert responses[1]["v"] == "Email sent."
+
+
+def test_each_speaker_has_its_own_tags():
+    # The env's words "<think>" (tic-tac-toe's invalid-move message) are text, and its board
+    # is still drawn; the model's "<tool_response>" is text; a system prompt's tags are examples.
+    invalid = (
+        "Invalid move: no <move>N</move> tag was found (moves inside <think> do not count). "
+        "The board is unchanged.\n\n" + EMPTY_BOARD + "\n\nYour turn (X)."
+    )
+    assert [s["t"] for s in message_segments(invalid, "user")] == ["text", "board", "text"]
+    assert "<think> do not count" in message_segments(invalid, "user")[0]["v"]
+    assert [s["t"] for s in message_segments("<tool_response>\nok\n</tool_response>")] == ["text"]
+    system = "Example: <think>The centre is free.</think><move>4</move>\n\n" + EMPTY_BOARD
+    assert [s["t"] for s in message_segments(system, "system")] == ["text", "board"]
+    assert [s["t"] for s in message_segments(system, "assistant")] == [
+        "text",
+        "think",
+        "text",
+        "board",
+    ]
 
 
 def test_segments_of_a_cut_completion_and_a_long_text():
@@ -141,7 +162,7 @@ def test_segments_of_a_cut_completion_and_a_long_text():
     ]
     long = message_segments("y" * (MAX_TEXT_CHARS + 10))[0]["v"]
     assert long.startswith("y" * MAX_TEXT_CHARS) and "10 more characters cut" in long
-    obs = message_segments("You played 4.\n\n" + EMPTY_BOARD + "\n\nYour turn.")
+    obs = message_segments("You played 4.\n\n" + EMPTY_BOARD + "\n\nYour turn.", "user")
     assert [s["t"] for s in obs] == ["text", "board", "text"]
     assert message_segments("pin\n120\n345\n678\nok") == [
         {"t": "text", "v": "pin\n120\n345\n678\nok"}  # not a board: one text, as written

@@ -186,7 +186,7 @@ def _episode(
         role = str(message.get("role", "?"))
         content = message.get("content")
         if role == "system" and system < 0 and isinstance(content, str):
-            segments = message_segments(content, tags=False)
+            segments = message_segments(content, "system")
             system = interner.add("system:" + content, {"segments": segments})
             continue
         shown.append({"role": role, "segments": structured_segments(message)})

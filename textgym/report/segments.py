@@ -35,15 +35,27 @@ _COMPACT = (
 )
 _BOARD = rf"(?m:{_FULL}|{_COMPACT})"
 
-_SEGMENT = re.compile(
-    r"(?P<think><think>(?P<think_body>.*?)(?:</think>|\Z))"
-    r"|(?P<call><tool_call>(?P<call_body>.*?)(?:</tool_call>|\Z))"
-    r"|(?P<result><tool_response>(?P<result_body>.*?)(?:</tool_response>|\Z))"
-    rf"|(?P<board>{_BOARD})",
-    re.DOTALL,
-)
+_PARTS = {
+    "think": r"(?P<think><think>(?P<think_body>.*?)(?:</think>|\Z))",
+    "call": r"(?P<call><tool_call>(?P<call_body>.*?)(?:</tool_call>|\Z))",
+    "result": r"(?P<result><tool_response>(?P<result_body>.*?)(?:</tool_response>|\Z))",
+    "board": rf"(?P<board>{_BOARD})",
+}
 
-_BOARD_ONLY = re.compile(_BOARD)
+#: What each speaker's text may hold, by role: the model thinks and calls tools; the env answers
+#: calls and draws boards (its own words "<think>" in "moves inside <think> do not count" are
+#: text); a system prompt's tags are examples of the format, so only its boards are drawn.
+_ROLE_PARTS = {
+    "assistant": ("think", "call", "board"),
+    "system": ("board",),
+    "user": ("result", "board"),
+    "tool": ("result", "board"),
+}
+_PATTERNS = {
+    role: re.compile("|".join(_PARTS[part] for part in parts), re.DOTALL)
+    for role, parts in _ROLE_PARTS.items()
+}
+_BOARD_ONLY = _PATTERNS["system"]
 
 
 def parse_boards(text: str) -> list[list[str]]:
@@ -109,7 +121,7 @@ def _call_segment(body: str) -> dict[str, Any]:
     return {"t": "call", "name": "", "v": _cut(body.strip()), "ok": False}
 
 
-def message_segments(content: str, *, tags: bool = True) -> list[dict[str, Any]]:
+def message_segments(content: str, role: str = "assistant") -> list[dict[str, Any]]:
     """Split a message's text into what the page draws, in order.
 
     Segments (``"t"`` is the kind): ``text`` (``v``: the text), ``think`` (the body of a
@@ -118,9 +130,10 @@ def message_segments(content: str, *, tags: bool = True) -> list[dict[str, Any]]
     ``result`` (a ``<tool_response>`` body, pretty-printed when it is JSON) and ``board``
     (``cells``: 9 of ``"X"``, ``"O"``, ``""``). An unclosed block runs to the end of the text
     (a completion cut at its token limit). Whitespace-only text between blocks is dropped.
-    Each text is cut at :data:`MAX_TEXT_CHARS`. With ``tags=False`` (a system prompt, whose
-    ``<think>`` and ``<tool_call>`` are examples of the format, not acts) only boards are
-    drawn and the rest is text.
+    Each text is cut at :data:`MAX_TEXT_CHARS`. Which segments are read depends on who speaks
+    (``role``): ``think`` and ``call`` only from the ``assistant``, ``result`` only from the
+    env (``user``, ``tool``), boards from all; a ``system`` prompt's tags are examples of the
+    format and stay text. Any other role is read as the env's.
     """
     segments: list[dict[str, Any]] = []
 
@@ -129,8 +142,8 @@ def message_segments(content: str, *, tags: bool = True) -> list[dict[str, Any]]
             segments.append({"t": "text", "v": _cut(value.strip("\n"))})
 
     pos = 0
-    for match in (_SEGMENT if tags else _BOARD_ONLY).finditer(content):
-        board = match.group("board") is not None if tags else True
+    for match in _PATTERNS.get(role, _PATTERNS["user"]).finditer(content):
+        board = match.group("board") is not None
         cells = _cells(match) if board else None
         if board and cells is None:
             continue  # not a board after all: it stays in the text around it
@@ -152,7 +165,8 @@ def message_segments(content: str, *, tags: bool = True) -> list[dict[str, Any]]
 def structured_segments(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Segments of a chat-completions message: its text, then each of its ``tool_calls``."""
     content = message.get("content")
-    segments = message_segments(content if isinstance(content, str) else "")
+    role = str(message.get("role", ""))
+    segments = message_segments(content if isinstance(content, str) else "", role)
     for call in message.get("tool_calls") or []:
         function = call.get("function", {}) if isinstance(call, Mapping) else {}
         segments.append(
