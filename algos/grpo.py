@@ -43,11 +43,13 @@ import textgym  # noqa: F401  (registers the envs)
 from textgym.algos.common import (
     NonFiniteGuard,
     OptimizationConfig,
+    StopOnInterrupt,
     TokenBatch,
+    TrainingInterrupted,
     autocast,
+    check_checkpoint_settings,
     check_positive_ints,
-    check_resumable,
-    latest_checkpoint,
+    checkpoint_to_resume,
     load_checkpoint,
     load_trainable_model,
     make_optimizer,
@@ -178,9 +180,13 @@ class GRPOConfig(OptimizationConfig):
     eval_temperature: float = 0.0
     """Sampling temperature of evaluation; 0 decodes greedily."""
     save_every: int = 0
-    """Checkpoint every this many steps (0: only at the end)."""
+    """Checkpoint every this many steps (0: only at the end, at a time limit or on Ctrl-C)."""
+    save_total_limit: int | None = 2
+    """Most checkpoint-* folders kept in output_dir (TRL's save_total_limit): the oldest are
+    deleted once a new one is complete, and only the newest keeps the optimizer state. None
+    keeps all."""
     resume: bool = False
-    """Continue from the latest checkpoint in output_dir."""
+    """Continue from the latest checkpoint in output_dir (refused when it holds none)."""
     time_limit_minutes: float | None = None
     """Wall-clock budget of this invocation in minutes: after the step that crosses it, save a
     checkpoint and return (a later run with resume goes on). None: no limit."""
@@ -191,6 +197,7 @@ class GRPOConfig(OptimizationConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_checkpoint_settings(self)
         check_positive_ints(
             self,
             (
@@ -349,6 +356,11 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     With ``resume``, the latest checkpoint in ``output_dir`` is continued; a run that already
     finished its ``steps`` returns its ``final_eval.json`` untouched.
 
+    A step is saved before it is evaluated, so an evaluation that fails or is interrupted
+    costs no training. A Ctrl-C lets the step in progress finish (an evaluation is abandoned),
+    saves the last completed step and raises :class:`~textgym.algos.common.TrainingInterrupted`
+    naming the checkpoint; a second Ctrl-C stops at once (:class:`StopOnInterrupt`).
+
     Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel
     (:mod:`textgym.algos.distributed`): each rank plays and learns from its share of the
     step's groups, rank 0 logs, evaluates and saves, and the other ranks return ``{}``.
@@ -358,6 +370,12 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             config differs in what the run learns (:func:`~textgym.algos.common.check_resumable`)
             or whose checkpoint is past ``steps``; an episode return that is NaN or inf;
             ``groups_per_step`` not a multiple of the number of ranks.
+        CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
+            load (damaged files, missing keys, NaN/inf or wrongly shaped weights), found before
+            any step runs.
+        InsufficientDiskSpace: too little free disk for the next checkpoint; the run stops
+            with its last checkpoint intact.
+        TrainingInterrupted: Ctrl-C; the last completed step was saved.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
@@ -382,40 +400,30 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     start = _restore(checkpoint, learner, policy)
     deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
     eval_metrics: dict[str, Any] = {}
-    logger = _logger(out, config, ctx)
-    with logger, server or contextlib.nullcontext():
+    logger, stop = _logger(out, config, ctx), StopOnInterrupt()
+    with logger, server or contextlib.nullcontext(), stop:
         if checkpoint is not None:
             logger.truncate_after(start)
-        if start == 0 and ctx.is_main:
-            eval_metrics = _evaluate(evaluator, task, config)
-            logger.log(0, eval_metrics, stage="eval")
+        # Before the first step; or a run saved at its last step whose final evaluation did
+        # not finish (it failed or was interrupted).
+        if ctx.is_main and start in (0, config.steps):
+            with stop.abandonable():
+                eval_metrics = _evaluate(evaluator, task, config)
+            logger.log(start, eval_metrics, stage="eval")
         for step in range(start + 1, config.steps + 1):
-            began = time.perf_counter()
-            stale, sync_s = 0.0, 0.0
-            if server is not None and server.pending:
-                trajectories, stale = server.collect(), 1.0  # sampled one update behind
-            else:
-                trajectories = _rollout_step(task, policy, config, step - 1, ctx)
-            if server is not None and config.async_rollouts and step < config.steps:
-                sync_s = server.push() if step > start + 1 else 0.0  # this step's weights
-                server.submit(lambda s=step: _rollout_step(task, policy, config, s, ctx))
-            policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
-            rolled = time.perf_counter()
-            metrics = update(learner, trajectories) | _rollout_metrics(trajectories, ctx)
-            if server is not None:
-                if not config.async_rollouts and step < config.steps:
-                    sync_s = server.push()  # the next step samples from this update's weights
-                metrics |= {"sampler_staleness_steps": stale, "weight_sync_s": sync_s}
-            metrics |= _timing(learner, began, rolled)
+            metrics = _train_step(learner, task, policy, server, step, start)
             logger.log(step, metrics)
             _report_progress(config, step, metrics, ctx)
             done = step == config.steps
-            if ctx.is_main and (done or _every(config.eval_every, step)):
-                eval_metrics = _evaluate(evaluator, task, config)
-                logger.log(step, eval_metrics, stage="eval")
-            out_of_time = _any_rank(time.perf_counter() > deadline, ctx)
-            if done or out_of_time or _every(config.save_every, step):
+            out_of_time, stopping = _any_rank([time.perf_counter() > deadline, stop.requested], ctx)
+            saved = done or out_of_time or stopping or _every(config.save_every, step)
+            if saved:  # save first: an evaluation that fails or is interrupted costs no work
                 _save(learner, policy, step)
+            if stopping:
+                raise TrainingInterrupted(step, out / f"checkpoint-{step}")
+            if ctx.is_main and (done or _every(config.eval_every, step)):
+                eval_metrics = _evaluate_saved(learner, policy, evaluator, task, step, saved, stop)
+                logger.log(step, eval_metrics, stage="eval")
             if out_of_time and not done:
                 minutes = config.time_limit_minutes
                 print(f"time limit of {minutes} min reached after step {step}; resume to go on")
@@ -425,6 +433,59 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         (out / "final_eval.json").write_text(json.dumps(eval_metrics, indent=2) + "\n")
     barrier(ctx)  # the run's files are complete when train returns, on every rank
     return eval_metrics
+
+
+def _train_step(
+    learner: Learner,
+    task: _TrainingEnv,
+    policy: HFPolicy,
+    server: ServerRollouts | None,
+    step: int,
+    start: int,
+) -> dict[str, float]:
+    """Step ``step``: its rollouts (or, with asynchronous server rollouts, the ones submitted
+    a step before), the update, and the step's metrics with timings."""
+    config, ctx = learner.config, learner.dist
+    began = time.perf_counter()
+    stale, sync_s = 0.0, 0.0
+    if server is not None and server.pending:
+        trajectories, stale = server.collect(), 1.0  # sampled one update behind
+    else:
+        trajectories = _rollout_step(task, policy, config, step - 1, ctx)
+    if server is not None and config.async_rollouts and step < config.steps:
+        sync_s = server.push() if step > start + 1 else 0.0  # this step's weights
+        server.submit(lambda s=step: _rollout_step(task, policy, config, s, ctx))
+    policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
+    rolled = time.perf_counter()
+    metrics = update(learner, trajectories) | _rollout_metrics(trajectories, ctx)
+    if server is not None:
+        if not config.async_rollouts and step < config.steps:
+            sync_s = server.push()  # the next step samples from this update's weights
+        metrics |= {"sampler_staleness_steps": stale, "weight_sync_s": sync_s}
+    return metrics | _timing(learner, began, rolled)
+
+
+def _evaluate_saved(
+    learner: Learner,
+    policy: HFPolicy,
+    evaluator: HFPolicy,
+    task: _TrainingEnv,
+    step: int,
+    saved: bool,
+    stop: StopOnInterrupt,
+) -> dict[str, float]:
+    """Evaluate after ``step``; if the evaluation fails or a Ctrl-C abandons it, save the step
+    first when it was not saved yet (then re-raise; a Ctrl-C as :class:`TrainingInterrupted`)."""
+    try:
+        with stop.abandonable():
+            return _evaluate(evaluator, task, learner.config)
+    except BaseException as exc:
+        if not saved:
+            _save(learner, policy, step)
+        if isinstance(exc, KeyboardInterrupt):
+            checkpoint = Path(learner.config.output_dir) / f"checkpoint-{step}"
+            raise TrainingInterrupted(step, checkpoint) from None
+        raise
 
 
 def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]:
@@ -546,11 +607,14 @@ _SKIPPED = {"sampler_logprob_gap": math.nan, "loss_tokens": 0.0, "skipped_update
 
 
 def _checkpoint_to_resume(config: GRPOConfig, out: Path) -> Path | None:
-    """The checkpoint ``resume`` continues (checked against ``config``), else ``None``."""
-    checkpoint = latest_checkpoint(out) if config.resume else None
-    if checkpoint is not None:
-        check_resumable(checkpoint, config)
-    return checkpoint
+    """The checkpoint ``resume`` continues, checked against ``config`` and read
+    (:func:`~textgym.algos.common.checkpoint_to_resume`), else ``None``.
+
+    Raises:
+        CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.
+        ValueError: the resume is refused (a changed config, a checkpoint past ``steps``).
+    """
+    return checkpoint_to_resume(out, config) if config.resume else None
 
 
 def _finished(checkpoint: Path, config: GRPOConfig) -> bool:
@@ -599,12 +663,17 @@ def _restore(checkpoint: Path | None, learner: Learner, policy: HFPolicy) -> int
     return int(state["step"])
 
 
-def _save(learner: Learner, policy: HFPolicy, step: int) -> None:
+def _save(learner: Learner, policy: HFPolicy, step: int) -> Path | None:
     """Checkpoint the learner and the sampling policy's RNG state after ``step`` (rank 0 only:
-    the other ranks hold the same weights and optimizer state)."""
+    the other ranks hold the same weights and optimizer state); return its path (``None`` on
+    other ranks). Older checkpoints beyond ``save_total_limit`` go once it is complete.
+
+    Raises:
+        InsufficientDiskSpace: too little free disk; nothing was written or deleted.
+    """
     if not learner.dist.is_main:
-        return
-    save_checkpoint(
+        return None
+    return save_checkpoint(
         learner.config.output_dir,
         step,
         model=learner.model,
@@ -613,6 +682,7 @@ def _save(learner: Learner, policy: HFPolicy, step: int) -> None:
         scheduler=learner.scheduler,
         config=learner.config,
         extra={"sampling_state": policy.sampling_state()},
+        save_total_limit=learner.config.save_total_limit,
     )
 
 
@@ -638,9 +708,12 @@ def _logger(out: Path, config: GRPOConfig, ctx: DistributedContext) -> Any:
     )
 
 
-def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
-    """Whether ``flag`` is true on any rank (so every rank takes the same branch)."""
-    return flag if not ctx.distributed else all_reduce_sum([float(flag)], ctx)[0] > 0
+def _any_rank(flags: list[bool], ctx: DistributedContext) -> list[bool]:
+    """Whether each of ``flags`` is true on any rank (so every rank takes the same branch); one
+    collective for all of them."""
+    if not ctx.distributed:
+        return flags
+    return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
 
 
 def _every(interval: int, step: int) -> bool:

@@ -30,11 +30,19 @@ import torch
 from textgym.algos.common import (
     NonFiniteGuard,
     OptimizationConfig,
+    StopOnInterrupt,
+    TrainingInterrupted,
     autocast,
+    check_checkpoint_settings,
+    check_free_disk,
     check_positive_ints,
+    checkpoint_to_resume,
+    load_checkpoint,
     load_trainable_model,
     make_optimizer,
     make_token_batch,
+    model_bytes,
+    save_checkpoint,
     save_model,
     sequence_log_probs,
 )
@@ -83,10 +91,20 @@ class SFTConfig(OptimizationConfig):
     """Seed of the shuffling of the conversations."""
     log_every: int = 10
     """Write metrics.jsonl every this many optimizer steps (the loss is averaged over them)."""
+    save_every: int = 0
+    """Also save a resumable checkpoint (output_dir/checkpoint-N) every this many optimizer
+    steps (0: only on Ctrl-C); the finished model is saved in output_dir itself."""
+    save_total_limit: int | None = 2
+    """Most checkpoint-* folders kept in output_dir (TRL's save_total_limit): the oldest are
+    deleted once a new one is complete, and only the newest keeps the optimizer state. None
+    keeps all."""
+    resume: bool = False
+    """Continue from the latest checkpoint in output_dir (refused when it holds none)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_positive_ints(self, ("epochs", "batch_size", "max_length", "log_every"))
+        check_checkpoint_settings(self)
         if not Path(self.data).is_file():
             raise ValueError(
                 f"data: expected a JSONL file, got {self.data!r} (not found); make one with "
@@ -105,6 +123,7 @@ class _Run:
     device: torch.device
     pad_token_id: int
     total_steps: int  # epochs x optimizer steps per epoch
+    tokenizer: Any = None  # saved with each checkpoint
     guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
     dist: DistributedContext = SINGLE_PROCESS  # this process's rank in a data-parallel run
 
@@ -145,7 +164,12 @@ def train(config: SFTConfig) -> dict[str, Any]:
         0 of a data-parallel run only ``steps`` and ``final_loss``.
 
     The model is written to a scratch directory and moved into ``output_dir`` when complete;
-    ``sft_summary.json`` is written last and marks a finished run.
+    ``sft_summary.json`` is written last and marks a finished run. Resumable checkpoints
+    (``checkpoint-{step}``, the layout of :mod:`textgym.algos.common`) are saved every
+    ``save_every`` steps, and on Ctrl-C: the step in progress finishes, is saved, and
+    :class:`~textgym.algos.common.TrainingInterrupted` names the checkpoint (a second Ctrl-C
+    stops at once). ``resume`` continues the newest checkpoint to the weights an uninterrupted
+    run reaches (the shuffles are replayed from ``seed``).
 
     Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel
     (:mod:`textgym.algos.distributed`): each rank trains on its share of each step's
@@ -154,16 +178,27 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
     Raises:
         ValueError: a malformed record (:func:`read_conversations`, with its record number),
-            no conversation that fits ``max_length``, or an ``output_dir`` that already holds
-            an SFT run.
+            no conversation that fits ``max_length``, an ``output_dir`` that already holds
+            an SFT run (without ``resume``), or a resume with another config.
+        CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
+            load (damaged files, missing keys, NaN/inf or wrongly shaped weights).
+        InsufficientDiskSpace: too little free disk for a checkpoint or the model.
+        TrainingInterrupted: Ctrl-C; the last completed step was saved.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm.
     """
     ctx = init_distributed(config.device)
     device, out = ctx.device, Path(config.output_dir)
-    if (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists():
+    if config.resume and (out / "sft_summary.json").exists():
+        print(f"{out} already finished its SFT run; nothing to do")
+        return json.loads((out / "sft_summary.json").read_text())
+    checkpoint = checkpoint_to_resume(out, config) if config.resume else None
+    if checkpoint is None and (
+        (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists()
+    ):
         raise ValueError(
             f"output_dir: expected {out} to hold no SFT run yet, got one (metrics.jsonl or "
-            "sft_summary.json); choose a new --output-dir or delete that one"
+            "sft_summary.json); choose a new --output-dir, delete that one, or pass --resume "
+            "to continue its newest checkpoint"
         )
     barrier(ctx)  # every rank has checked before rank 0 writes anything
     conversations = read_conversations(config.data)
@@ -181,18 +216,27 @@ def train(config: SFTConfig) -> dict[str, Any]:
         device=device,
         pad_token_id=tokenizer.pad_token_id or 0,
         total_steps=config.epochs * -(-len(sequences) // config.batch_size),
+        tokenizer=tokenizer,
         dist=ctx,
     )
+    start = 0
+    if checkpoint is not None:  # weights, optimizer, scheduler and RNG states
+        state = load_checkpoint(checkpoint, model=model, optimizer=optimizer, scheduler=scheduler)
+        start = int(state["step"])
     began = time.perf_counter()
-    logger = (
-        MetricsLogger(
-            out, tensorboard=config.tensorboard, report_to=config.report_to, config=config
+    logger: Any = NullLogger()
+    if ctx.is_main:
+        logger = MetricsLogger(
+            out,
+            tensorboard=config.tensorboard,
+            resume=checkpoint is not None,
+            report_to=config.report_to,
+            config=config,
         )
-        if ctx.is_main
-        else NullLogger()
-    )
-    with logger:
-        steps, final_loss = _epochs(run, sequences, logger)
+    with logger, StopOnInterrupt() as stop:
+        if checkpoint is not None:
+            logger.truncate_after(start)
+        steps, final_loss = _epochs(run, sequences, logger, start=start, stop=stop)
     if not ctx.is_main:
         barrier(ctx)  # returns once rank 0 has written the model
         return {"steps": steps, "final_loss": final_loss}
@@ -211,19 +255,34 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
 
 def _epochs(
-    run: _Run, sequences: list[tuple[list[int], list[int]]], logger: MetricsLogger
+    run: _Run,
+    sequences: list[tuple[list[int], list[int]]],
+    logger: MetricsLogger,
+    *,
+    start: int = 0,
+    stop: StopOnInterrupt | None = None,
 ) -> tuple[int, float]:
-    """Train ``config.epochs`` shuffled passes; return the steps taken and the last logged loss
-    (mean NLL per assistant token over the last ``log_every`` steps, nats)."""
+    """Train ``config.epochs`` shuffled passes from optimizer step ``start`` (the steps before
+    it are skipped, their shuffles replayed); return the steps taken and the last logged loss
+    (mean NLL per assistant token over the last ``log_every`` steps, nats; NaN when none was
+    logged). Checkpoints every ``save_every`` steps; on a Ctrl-C (``stop``), after the step in
+    progress.
+
+    Raises:
+        TrainingInterrupted: after saving the last completed step, when ``stop`` was requested.
+    """
     config = run.config
     order = random.Random(config.seed)
-    began, step, window = time.perf_counter(), 0, []
+    began, step, window, final_loss = time.perf_counter(), 0, [], float("nan")
     for epoch in range(config.epochs):
         indices = list(range(len(sequences)))
         order.shuffle(indices)
-        for start in range(0, len(indices), config.batch_size):
+        for start_index in range(0, len(indices), config.batch_size):
+            if step < start:  # done before the resumed checkpoint
+                step += 1
+                continue
             step_began = time.perf_counter()
-            batch = [sequences[i] for i in indices[start : start + config.batch_size]]
+            batch = [sequences[i] for i in indices[start_index : start_index + config.batch_size]]
             if run.dist.distributed:  # this rank's contiguous share of the step's conversations
                 share = -(-len(batch) // run.dist.world_size)
                 batch = batch[run.dist.rank * share : (run.dist.rank + 1) * share]
@@ -250,7 +309,39 @@ def _epochs(
                     },
                 )
                 final_loss, window = sum(window) / len(window), []
+            stopping = stop is not None and _any_rank(stop.requested, run.dist)
+            if stopping or (config.save_every and step % config.save_every == 0):
+                checkpoint = _save_checkpoint(run, step)
+                if stopping:
+                    raise TrainingInterrupted(step, checkpoint)
     return step, final_loss
+
+
+def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
+    """Whether ``flag`` is true on any rank (so every rank takes the same branch)."""
+    return flag if not ctx.distributed else all_reduce_sum([float(flag)], ctx)[0] > 0
+
+
+def _save_checkpoint(run: _Run, step: int) -> Path:
+    """Save ``output_dir/checkpoint-{step}`` (rank 0 writes; every rank returns its path).
+
+    Raises:
+        InsufficientDiskSpace: too little free disk; nothing was written or deleted.
+    """
+    config = run.config
+    if run.dist.is_main:
+        save_checkpoint(
+            config.output_dir,
+            step,
+            model=run.model,
+            tokenizer=run.tokenizer,
+            optimizer=run.optimizer,
+            scheduler=run.scheduler,
+            config=config,
+            save_total_limit=config.save_total_limit,
+        )
+    barrier(run.dist)
+    return Path(config.output_dir) / f"checkpoint-{step}"
 
 
 def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
@@ -259,6 +350,8 @@ def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
     out = Path(config.output_dir)
     scratch = out / ".model.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
+    needed = int(model_bytes(model) * 1.1) + 64 * 2**20  # a margin, and the tokenizer
+    check_free_disk(out, needed, what="the model", keeps="the checkpoints in it are intact")
     save_model(model, tokenizer, scratch, base=config.model, final_dir=out)
     for item in scratch.iterdir():
         item.replace(out / item.name)

@@ -284,6 +284,9 @@ def _convert_gemma(target: Path) -> tuple[Any, Any]:
         tokenizer.save_pretrained(staged)
         marker = {"source": f"{gemma_package.MODEL_NAME} (sha256 {gemma_package.EXPECTED_SHA256})"}
         (staged / _CACHE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+        from textgym.results import apply_umask
+
+        apply_umask(staged)  # safetensors writes model.safetensors with mode 0600
         if target.exists() and not (target / _CACHE_MARKER).exists():  # not ours, or incomplete
             target.rename(target.with_name(f".{target.name}-stale-{random.getrandbits(32):08x}"))
         try:

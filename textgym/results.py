@@ -22,7 +22,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-__all__ = ["JsonlWriter", "check_dir", "check_file", "hold_interrupts", "open_jsonl", "write_json"]
+__all__ = [
+    "JsonlWriter",
+    "apply_umask",
+    "check_dir",
+    "check_file",
+    "default_file_mode",
+    "hold_interrupts",
+    "open_jsonl",
+    "write_json",
+]
 
 
 def _reason(exc: OSError) -> str:
@@ -109,10 +118,43 @@ def hold_interrupts() -> Iterator[None]:
             previous(*held[0])  # the default handler raises KeyboardInterrupt
 
 
+def default_file_mode() -> int:
+    """The permission bits ``open(path, "w")`` gives a new file: ``0o666`` less the umask.
+
+    ``tempfile.mkstemp`` (and libraries that write through it, such as ``safetensors``) create
+    files with mode ``0o600`` whatever the umask; files meant for the user get this mode
+    instead. The umask is read from ``/proc/self/status`` where Linux has it (reading it with
+    ``os.umask`` means setting it for a moment, which other threads could see).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def apply_umask(path: Path) -> None:
+    """Give the file ``path``, or every file under the directory ``path``, the mode a plain
+    ``open`` would have given it (:func:`default_file_mode`), e.g. after ``save_pretrained``,
+    whose ``model.safetensors`` comes out ``0o600``."""
+    mode = default_file_mode()
+    files = [path] if path.is_file() else [p for p in path.rglob("*") if p.is_file()]
+    for file in files:
+        file.chmod(mode)
+
+
 def write_json(path: Path, value: Any) -> None:
-    """Write ``value`` as indented JSON to ``path`` in one step (temporary file, then replace)."""
+    """Write ``value`` as indented JSON to ``path`` in one step (temporary file, then replace).
+
+    The file gets the user's umask (:func:`default_file_mode`), not ``mkstemp``'s ``0o600``.
+    """
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(handle, default_file_mode())
         with os.fdopen(handle, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(value, indent=2) + "\n")
         os.replace(temporary, path)

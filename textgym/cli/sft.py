@@ -5,7 +5,8 @@ output), loss on assistant tokens only; every option is a field of
 from __future__ import annotations
 
 from textgym.algos import sft
-from textgym.cli._trainer import run_trainer, trainer_config
+from textgym.cli._stops import run_training
+from textgym.cli._trainer import trainer_config
 
 __all__ = ["Config", "run"]
 
@@ -14,4 +15,4 @@ Config = trainer_config(sft.SFTConfig)  # with --overwrite (textgym.cli._outputs
 
 def run(config: sft.SFTConfig) -> int:
     """Fine-tune; print the run's summary as JSON."""
-    return run_trainer(config, lambda c: sft.train(c))
+    return run_training(config, lambda c: sft.train(c))

@@ -4,7 +4,8 @@ textgym/TicTacToe-v0); every option is a field of ``textgym.algos.grpo.GRPOConfi
 from __future__ import annotations
 
 from textgym.algos import grpo
-from textgym.cli._trainer import run_trainer, trainer_config
+from textgym.cli._stops import run_training
+from textgym.cli._trainer import trainer_config
 
 __all__ = ["Config", "run"]
 
@@ -13,4 +14,4 @@ Config = trainer_config(grpo.GRPOConfig)  # with --overwrite (textgym.cli._outpu
 
 def run(config: grpo.GRPOConfig) -> int:
     """Train; print the last evaluation's metrics as JSON."""
-    return run_trainer(config, lambda c: grpo.train(c))
+    return run_training(config, lambda c: grpo.train(c))

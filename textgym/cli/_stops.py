@@ -1,0 +1,49 @@
+"""How ``textgym train`` and ``textgym sft`` report a run that stops before its end.
+
+- Ctrl-C: the trainer finishes the step in progress, saves it and raises
+  :class:`~textgym.algos.common.TrainingInterrupted`; one line names the checkpoint, exit 130
+  (a second Ctrl-C stops at once: ``textgym: interrupted``, exit 130, the last checkpoint
+  intact).
+- A checkpoint that cannot be resumed (nothing to resume, damaged or truncated files, missing
+  keys, pickled objects, weights of another shape or holding NaN/inf):
+  :class:`~textgym.algos.common.CheckpointError`, one ``textgym: error:`` line naming the file
+  and the fix, exit 2, before any step runs.
+- Too little free disk for the next save: :class:`~textgym.algos.common.InsufficientDiskSpace`,
+  one ``textgym: error:`` line naming the directory and the bytes needed and free, exit 1,
+  the last checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from textgym.cli._common import UsageError, one_line
+from textgym.cli._trainer import run_trainer
+
+__all__ = ["run_training"]
+
+
+def run_training(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
+    """:func:`~textgym.cli._trainer.run_trainer`, with the early stops above as one line each.
+
+    Returns:
+        ``run_trainer``'s code; 130 after a Ctrl-C that saved a checkpoint; 1 when the disk is
+        too full for the next save.
+
+    Raises:
+        UsageError: a checkpoint that cannot be resumed (and what ``run_trainer`` raises).
+    """
+    from textgym.algos.common import CheckpointError, InsufficientDiskSpace, TrainingInterrupted
+
+    try:
+        return run_trainer(config, train)
+    except TrainingInterrupted as exc:
+        print(f"textgym: {exc}", file=sys.stderr)
+        return 130
+    except CheckpointError as exc:
+        raise UsageError(one_line(exc)) from None
+    except InsufficientDiskSpace as exc:
+        print(f"textgym: error: {one_line(exc)}", file=sys.stderr)
+        return 1
