@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import random
@@ -50,6 +51,7 @@ from textgym.algos.common import (
     check_checkpoint_settings,
     check_positive_ints,
     checkpoint_to_resume,
+    clip_gradients,
     load_checkpoint,
     load_trainable_model,
     make_optimizer,
@@ -79,6 +81,7 @@ from textgym.algos.losses import (
     zero_variance_groups,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
 from textgym.algos.server_rollouts import ServerRollouts
 from textgym.builder import EnvRecipe, env_factory
 from textgym.evaluation import summarize
@@ -143,6 +146,11 @@ class GRPOConfig(OptimizationConfig):
     """0: each step's rollouts use the weights of the update before. 1: the next step's
     rollouts run on the server while this step updates, one update behind; the importance
     ratio against the sampler's log-probs corrects for it. Needs rollout_engine llama-server."""
+    rollout_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    """Weights the in-process rollouts and evaluations sample from: bfloat16 (a copy of the
+    policy refreshed after every update, merged with LoRA; half the bytes read per decode step;
+    the importance ratio is then taken against the sampler's log-probs), float32 (the learner's
+    own weights), or auto (bfloat16 on CUDA with bf16 on, else the learner's weights)."""
     max_new_tokens: int = 32
     """Most tokens per completion (per agent turn)."""
     temperature: float = 1.0
@@ -411,7 +419,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
                 eval_metrics = _evaluate(evaluator, task, config)
             logger.log(start, eval_metrics, stage="eval")
         for step in range(start + 1, config.steps + 1):
-            metrics = _train_step(learner, task, policy, server, step, start)
+            metrics = _train_step(learner, task, policy, server, step=step, start=start)
             logger.log(step, metrics)
             _report_progress(config, step, metrics, ctx)
             done = step == config.steps
@@ -422,7 +430,9 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             if stopping:
                 raise TrainingInterrupted(step, out / f"checkpoint-{step}")
             if ctx.is_main and (done or _every(config.eval_every, step)):
-                eval_metrics = _evaluate_saved(learner, policy, evaluator, task, step, saved, stop)
+                eval_metrics = _evaluate_saved(
+                    learner, policy, evaluator, task, step=step, saved=saved, stop=stop
+                )
                 logger.log(step, eval_metrics, stage="eval")
             if out_of_time and not done:
                 minutes = config.time_limit_minutes
@@ -440,6 +450,7 @@ def _train_step(
     task: _TrainingEnv,
     policy: HFPolicy,
     server: ServerRollouts | None,
+    *,
     step: int,
     start: int,
 ) -> dict[str, float]:
@@ -470,6 +481,7 @@ def _evaluate_saved(
     policy: HFPolicy,
     evaluator: HFPolicy,
     task: _TrainingEnv,
+    *,
     step: int,
     saved: bool,
     stop: StopOnInterrupt,
@@ -547,22 +559,40 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
         for i in range(0, len(kept), size)
     ]
     old, ref = _fixed_log_probs(learner, micro)
-    measured = old
-    if config.rollout_engine != "hf" and config.num_iterations == 1:
-        # Another engine sampled (a quantized copy, perhaps an update behind): the ratio is
-        # taken against its log-probs, the behaviour policy; the learner's own log-probs are
-        # computed once more only to measure how far the sampler was.
-        with torch.no_grad(), autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16):
-            measured = [_log_probs(learner.model, mb, config)[0] for mb, _ in micro]
+    gap_in_step = sampled_elsewhere(learner) and config.num_iterations == 1
+    if gap_in_step:
+        # Other weights sampled (a bfloat16 copy, a quantized server, perhaps an update
+        # behind): the ratio is taken against their log-probs, the behaviour policy. The first
+        # optimizer step's log-probs are the learner's before the update, so the gap is
+        # measured there, without another forward pass.
         old = [mb.sampler_logprobs for mb, _ in micro]
     for iteration in range(config.num_iterations):
-        stats = _optimizer_step(learner, micro, old, ref, normalizer)
+        stats = _optimizer_step(learner, micro, old, ref, normalizer, measure_gap=gap_in_step)
         learner.scheduler.step()
         if iteration == 0:
             metrics.update(stats)
     metrics["skipped_update"] = 0.0
-    metrics["sampler_logprob_gap"] = _sampler_gap(learner, micro, measured)
+    if not gap_in_step:
+        metrics["sampler_logprob_gap"] = _sampler_gap(learner, micro, old)
     return metrics
+
+
+def sampled_elsewhere(learner: Learner) -> bool:
+    """Whether rollouts come from weights other than the learner's own: llama-server, or the
+    bfloat16 rollout copy (:func:`bf16_rollouts`)."""
+    return learner.config.rollout_engine != "hf" or bf16_rollouts(learner)
+
+
+def bf16_rollouts(learner: Learner) -> bool:
+    """Whether in-process rollouts sample a bfloat16 copy (``rollout_dtype``; ``auto``: on CUDA
+    with ``bf16``, when the learner's weights are not bfloat16 already)."""
+    config = learner.config
+    if config.rollout_engine != "hf" or config.rollout_dtype == "float32":
+        return False
+    learner_dtype = next(learner.model.parameters()).dtype
+    if config.rollout_dtype == "bfloat16":
+        return learner_dtype != torch.bfloat16
+    return learner.device.type == "cuda" and config.bf16 and learner_dtype != torch.bfloat16
 
 
 def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[torch.Tensor, slice]:
@@ -632,8 +662,13 @@ def _policies(learner: Learner, task: _TrainingEnv) -> tuple[HFPolicy, HFPolicy]
         "stop": list(task.stop),
         "batch_size": config.rollout_batch_size,
     }
-    policy = HFPolicy(
-        learner.model,
+    make: Any = HFPolicy
+    model = learner.model
+    if bf16_rollouts(learner):  # both sample a bfloat16 copy, refreshed after each update
+        make = functools.partial(SnapshotPolicy, BF16Snapshot(learner.model))
+        model = None
+    policy = make(
+        model,
         learner.tokenizer,
         temperature=config.temperature,
         top_p=config.top_p,
@@ -641,8 +676,8 @@ def _policies(learner: Learner, task: _TrainingEnv) -> tuple[HFPolicy, HFPolicy]
         share_prefill=config.share_prefix,
         **common,
     )
-    evaluator = HFPolicy(
-        learner.model,
+    evaluator = make(
+        model,
         learner.tokenizer,
         temperature=config.eval_temperature,
         seed=config.seed + 1,
@@ -899,14 +934,18 @@ def _optimizer_step(
     old: list[torch.Tensor | None],
     ref: list[torch.Tensor | None],
     normalizer: float,
+    *,
+    measure_gap: bool = False,
 ) -> dict[str, float]:
     """One optimizer step, gradients accumulated over the micro-batches; skipped (and counted
-    in ``nonfinite_skipped``) when the loss or gradient norm is not finite."""
+    in ``nonfinite_skipped``) when the loss or gradient norm is not finite. With
+    ``measure_gap``, also ``sampler_logprob_gap``: mean |sampler - learner log-prob| per loss
+    token, the learner's taken before this step changes it."""
     config, model = learner.config, learner.model
     learner.optimizer.zero_grad(set_to_none=True)
-    totals = dict.fromkeys(
-        ("loss", "clipped_tokens", "tokens", "ratio_sum", "kl_sum", "entropy_sum"), 0.0
-    )
+    names = ("loss", "clipped_tokens", "tokens", "ratio_sum", "kl_sum", "entropy_sum", "gap")
+    # Sums stay on the device: one host read per optimizer step, not six per micro-batch.
+    sums = torch.zeros(len(names) + 1, dtype=torch.float64, device=learner.device)
     for (mb, adv), old_logp, ref_logp in zip(micro, old, ref):
         with autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, entropy = _log_probs(model, mb, config, with_entropy=True)  # [b, L-1] each
@@ -924,19 +963,29 @@ def _optimizer_step(
             beta=config.beta,
         )
         loss.backward()
-        totals["loss"] += float(loss.detach())
-        totals["entropy_sum"] += float((entropy * mb.loss_mask).sum())
-        for key in ("clipped_tokens", "tokens", "ratio_sum", "kl_sum"):
-            totals[key] += float(stats[key])
+        terms = [loss.detach(), *(stats[key] for key in names[1:5])]
+        terms.append((entropy * mb.loss_mask).sum())
+        gap = (mb.sampler_logprobs - logp.detach()).abs() * mb.loss_mask if measure_gap else 0.0
+        terms.append(torch.as_tensor(gap).sum())
+        sums[: len(names)] += torch.stack([torch.as_tensor(t).to(sums) for t in terms])
     params = [p for p in model.parameters() if p.requires_grad]
     if learner.dist.distributed:  # the whole batch's gradient and sums, before clipping
         all_reduce_gradients(params, learner.dist)
-        totals = dict(zip(totals, all_reduce_sum(list(totals.values()), learner.dist)))
-    norm, stepped = learner.guard.step(
-        learner.optimizer, params, totals["loss"], config.max_grad_norm
-    )
+        values = all_reduce_sum(sums[: len(names)].tolist(), learner.dist)
+        totals = dict(zip(names, values))
+        norm, stepped = learner.guard.step(
+            learner.optimizer, params, totals["loss"], config.max_grad_norm
+        )
+    else:
+        sums[-1] = clip_gradients(params, config.max_grad_norm)
+        *values, norm = sums.tolist()  # the one host read
+        totals = dict(zip(names, values))
+        norm, stepped = learner.guard.step(
+            learner.optimizer, params, totals["loss"], config.max_grad_norm, grad_norm=norm
+        )
     tokens = max(totals["tokens"], 1.0)
-    return {
+    gap = {"sampler_logprob_gap": totals["gap"] / tokens} if measure_gap else {}
+    return gap | {
         "loss": totals["loss"],
         "grad_norm": norm,
         "nonfinite_skipped": 0.0 if stepped else 1.0,
