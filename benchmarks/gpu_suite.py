@@ -90,7 +90,7 @@ def _decode(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "llm_decode.json")]
     if smoke:
         return [PY, str(BENCH / "llm_decode.py"), "--smoke", *out]
-    sizes = shlex.split("--engines before now --batches 1 8 32 256 --turns 4 --new-tokens 64")
+    sizes = shlex.split("--engines generate now --batches 1 8 32 256 --turns 4 --new-tokens 64")
     return [PY, str(BENCH / "llm_decode.py"), *sizes, *out]
 
 
@@ -100,8 +100,9 @@ def _grpo_vs_trl(results: Path, smoke: bool) -> list[str]:
         sizes = "--steps 1 --warmup 0 --rounds 1 --groups-per-step 2 --group-size 2"
         sizes += " --micro-batch-size 2 --max-new-tokens 8"
     else:
-        sizes = "--model gemma-3-270m --groups-per-step 8 --group-size 8 --max-new-tokens 128"
-        sizes += " --steps 3 --rounds 1"
+        # Issue 22's setting: 32 groups x 8 = 256 episodes a step, 32 new tokens, micro-batch 32.
+        sizes = "--model gemma-3-270m --groups-per-step 32 --group-size 8 --max-new-tokens 32"
+        sizes += " --micro-batch-size 32 --steps 3 --rounds 2"
     return [PY, str(BENCH / "grpo_vs_trl.py"), *shlex.split(sizes), *out]
 
 

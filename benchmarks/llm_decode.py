@@ -5,6 +5,8 @@ engines alternate within every repeat):
 
 * ``before``: textgym's ``HFPolicy`` as it was before issue 16: ``model.generate`` with float32
   weights, the whole conversation prefilled at every turn (``decoder="transformers"``).
+* ``generate``: ``model.generate`` as ``before`` but with weights in ``--dtype`` (the peer at
+  equal precision: bfloat16 on a GPU).
 * ``now``: ``HFPolicy`` today: its own decode loop with each episode's KV cache kept across
   turns (``decoder="textgym"``), weights in ``--dtype`` (``auto``: bfloat16 on CPUs with native
   bfloat16, else float32).
@@ -56,7 +58,7 @@ from textgym.models import DTYPE_NAMES, load_model
 from textgym.policies import MinimaxPolicy, conversation_start
 from textgym.tokens import ChatTokenizer
 
-ENGINES = ("before", "now", "now-fp32", "llama.cpp")
+ENGINES = ("before", "generate", "now", "now-fp32", "llama.cpp")
 
 
 def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> list[dict[str, Any]]:
@@ -95,8 +97,10 @@ class ForwardTimer:
         ]
 
     def _pre(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
-        _synchronize()
-        self._began = time.perf_counter()
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        if ids.shape[1] > 1:  # decode steps are not touched: no sync inside a CUDA graph capture
+            _synchronize()
+            self._began = time.perf_counter()
 
     def _post(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -104,9 +108,11 @@ class ForwardTimer:
             _synchronize()
             self.prefill_s += time.perf_counter() - self._began
             mask = kwargs.get("attention_mask")
-            self.prefill_tokens += (
-                int(mask[:, -ids.shape[1] :].sum()) if mask is not None else ids.numel()
-            )
+            if isinstance(mask, torch.Tensor) and mask.dim() == 2:  # generate's padding mask
+                self.prefill_tokens += int(mask[:, -ids.shape[1] :].sum())
+            elif mask is None:
+                self.prefill_tokens += ids.numel()
+            # textgym's engine passes 4-D slot masks: its own counter gives the real tokens
 
 
 def _synchronize() -> None:
@@ -119,9 +125,9 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
     from textgym.policies.hf import HFPolicy
 
     device = "cuda" if torch.cuda.is_available() else None
-    dtype = args.dtype if engine == "now" else "float32"
+    dtype = args.dtype if engine in ("now", "generate") else "float32"
     model, tokenizer = load_model(args.model, dtype=dtype, device=device)
-    decoder = "transformers" if engine == "before" else "textgym"
+    decoder = "transformers" if engine in ("before", "generate") else "textgym"
     policy = HFPolicy(
         model,
         tokenizer,
@@ -137,6 +143,7 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
     policy.generate([scripts[0]["prompt"]])  # warm-up (one short call)
     policy.clear_cache()
     timer = ForwardTimer(model)
+    prefilled_before = policy.engine.stats.prefill_tokens if decoder == "textgym" else 0
     sequences = [list(s["prompt"]) for s in scripts]
     generated = 0
     _synchronize()
@@ -150,9 +157,16 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
                 sequence.extend(script["continuations"][turn])
     _synchronize()
     wall = time.perf_counter() - began
+    if decoder == "textgym":
+        timer.prefill_tokens = policy.engine.stats.prefill_tokens - prefilled_before
     result = _rates(wall, timer.prefill_s, timer.prefill_tokens, generated, batch)
     result["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
-    if device == "cuda" and engine == "now":
+    if decoder == "textgym":
+        stats = policy.engine.stats
+        result["cuda_graphs"] = policy.engine.graphs.enabled
+        result["host_syncs"] = stats.host_syncs
+        result["row_steps"] = stats.row_steps
+    if device == "cuda" and engine in ("now", "generate"):
         result.update(_roofline(model, result, batch, sequences))
     return result
 
