@@ -90,7 +90,7 @@ def _decode(results: Path, smoke: bool) -> list[str]:
     out = ["--output", str(results / "llm_decode.json")]
     if smoke:
         return [PY, str(BENCH / "llm_decode.py"), "--smoke", *out]
-    sizes = shlex.split("--engines generate now --batches 1 8 32 256 --turns 4 --new-tokens 64")
+    sizes = shlex.split("--engines generate cb now --batches 1 8 32 256 --turns 4 --new-tokens 64")
     return [PY, str(BENCH / "llm_decode.py"), *sizes, *out]
 
 

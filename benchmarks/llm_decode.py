@@ -7,6 +7,12 @@ engines alternate within every repeat):
   weights, the whole conversation prefilled at every turn (``decoder="transformers"``).
 * ``generate``: ``model.generate`` as ``before`` but with weights in ``--dtype`` (the peer at
   equal precision: bfloat16 on a GPU).
+* ``cb``: ``transformers``' continuous batching (``model.generate_batch``: paged attention,
+  block-level prefix sharing, CUDA graphs on a GPU, ``return_logprobs``), weights in
+  ``--dtype``, one ``generate_batch`` call per turn with each episode's whole conversation (its
+  persistent manager may reuse earlier turns' blocks). It reports no prefill/decode split:
+  its ``decode_tokens_per_s`` is generated tokens over the whole wall time. Issue 22 asked to
+  evaluate it before writing our own engine; this is that comparison, measured side by side.
 * ``now``: ``HFPolicy`` today: its own decode loop with each episode's KV cache kept across
   turns (``decoder="textgym"``), weights in ``--dtype`` (``auto``: bfloat16 on CPUs with native
   bfloat16, else float32).
@@ -58,7 +64,7 @@ from textgym.models import DTYPE_NAMES, load_model
 from textgym.policies import MinimaxPolicy, conversation_start
 from textgym.tokens import ChatTokenizer
 
-ENGINES = ("before", "generate", "now", "now-fp32", "llama.cpp")
+ENGINES = ("before", "generate", "cb", "now", "now-fp32", "llama.cpp")
 
 
 def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> list[dict[str, Any]]:
@@ -171,6 +177,52 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
     return result
 
 
+def run_continuous_batching(args: argparse.Namespace, batch: int) -> dict[str, Any]:
+    """``transformers``' continuous batching, one ``generate_batch`` call per turn."""
+    from transformers import GenerationConfig
+    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+
+    device = "cuda" if torch.cuda.is_available() else None
+    model, tokenizer = load_model(args.model, dtype=args.dtype, device=device)
+    scripts = episode_scripts(tokenizer, batch, args.turns, args.seed)
+    generation = GenerationConfig(
+        max_new_tokens=args.new_tokens,
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        eos_token_id=-1,  # every turn generates exactly --new-tokens tokens
+        pad_token_id=tokenizer.pad_token_id or 0,
+    )
+    batching = ContinuousBatchingConfig(return_logprobs=True)
+    sequences = [list(s["prompt"]) for s in scripts]
+    model.generate_batch(  # warm-up (CUDA graphs are captured here)
+        [sequences[0]], generation_config=generation, continuous_batching_config=batching
+    )
+    generated = 0
+    _synchronize()
+    began = time.perf_counter()
+    for turn in range(args.turns):
+        outputs = model.generate_batch(
+            sequences, generation_config=generation, continuous_batching_config=batching
+        )
+        ordered = [outputs[key] for key in sorted(outputs, key=lambda k: int(k.split("_")[-1]))]
+        for sequence, script, output in zip(sequences, scripts, ordered, strict=True):
+            if len(output.logprobs or ()) != len(output.generated_tokens):
+                raise RuntimeError("generate_batch returned no log-prob per generated token")
+            sequence.extend(output.generated_tokens)
+            generated += len(output.generated_tokens)
+            if turn + 1 < args.turns:
+                sequence.extend(script["continuations"][turn])
+    _synchronize()
+    wall = time.perf_counter() - began
+    result = _rates(wall, 0.0, 0, generated, batch)
+    result["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    result["note"] = "no prefill/decode split: decode_tokens_per_s = generated / wall"
+    if device == "cuda":
+        result.update(_roofline(model, result, batch, sequences))
+    return result
+
+
 def run_llama_cpp(args: argparse.Namespace, batch: int) -> dict[str, Any]:
     """llama.cpp, one episode after another, each keeping its state across turns."""
     import llama_cpp
@@ -250,6 +302,8 @@ def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     if args.engine == "llama.cpp":
         result = run_llama_cpp(args, args.batch)
+    elif args.engine == "cb":
+        result = run_continuous_batching(args, args.batch)
     else:
         result = run_hf(args, args.engine, args.batch)
     result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
@@ -309,7 +363,10 @@ def _gguf_path(scratch: Path) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gemma-3-270m")
-    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=list(ENGINES))
+    # cb only where asked: on a CPU its paged cache is sized from free memory (14 GB RSS and
+    # 41 s an episode for the tiny model, measured on the 2-core Xeon).
+    default = [e for e in ENGINES if e != "cb" or torch.cuda.is_available()]
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=default)
     parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--turns", type=int, default=4, help="turns per episode (at most 5)")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per turn")
