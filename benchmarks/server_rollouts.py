@@ -3,7 +3,8 @@
 One GRPO step's rollouts of the tic-tac-toe pipeline (``--episodes`` episodes: 4 groups x 8 by
 default, compact prompts, the opponent at ``random_move_prob`` 0.5, temperature 1, 16 new tokens
 per turn) played twice by the same policy, Gemma 3 270M with the pipeline's SFT LoRA adapter
-(``benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/sft``, kept unmerged):
+(``benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/sft``, kept unmerged;
+stored in bfloat16 since issue 22, which ``peft`` loads into float32 LoRA layers):
 
 - ``in_process``: :class:`textgym.policies.hf.HFPolicy` on the ``peft`` model, float32, as
   ``textgym train`` samples (``rollout_engine="hf"``; KV cache across turns, shared prefill);
