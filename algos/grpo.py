@@ -83,11 +83,10 @@ from textgym.algos.losses import (
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
 from textgym.algos.server_rollouts import ServerRollouts
-from textgym.builder import EnvRecipe, env_factory
+from textgym.builder import EnvRecipe, check_wrapper_names, env_factory
 from textgym.evaluation import summarize
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import Trajectory, rollout
-from textgym.wrappers import REWARD_WRAPPERS
 
 __all__ = ["GRPOConfig", "Learner", "evaluate", "make_learner", "train", "update"]
 
@@ -251,12 +250,10 @@ class GRPOConfig(OptimizationConfig):
             raise ValueError(
                 f"time_limit_minutes: expected > 0 or None, got {self.time_limit_minutes}"
             )
-        unknown = [w for w in self.wrappers if w not in REWARD_WRAPPERS]
-        if unknown:
-            raise ValueError(
-                f"wrappers: unknown wrappers {unknown}; expected any of "
-                f"{', '.join(REWARD_WRAPPERS)}"
-            )
+        try:
+            check_wrapper_names(self.wrappers)
+        except ValueError as exc:
+            raise ValueError(f"wrappers: {exc}") from None
         prob = self.opponent_random_move_prob
         if prob is not None and not (len(prob) == 2 and 0 <= prob[0] <= prob[1] <= 1):
             raise ValueError(

@@ -60,8 +60,9 @@ from _provenance import dist_version, git, machine_info, write_result  # sibling
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import DTYPE_NAMES, load_model
-from textgym.policies import MinimaxPolicy, conversation_start
+from textgym.policies import conversation_start
 from textgym.tokens import ChatTokenizer
 
 ENGINES = ("before", "generate", "cb", "now", "now-fp32", "llama.cpp")

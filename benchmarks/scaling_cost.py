@@ -32,7 +32,8 @@ import gymnasium as gym
 from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module
 
 import textgym  # noqa: F401  (registers the ids)
-from textgym.policies import GoldPolicy, MinimaxPolicy
+from textgym.envs.tictactoe import MinimaxPolicy
+from textgym.policies import GoldPolicy
 from textgym.policies.base import conversation_start
 
 SHARED = REPO_ROOT.parent / "shared" / "data"

@@ -47,6 +47,7 @@ import gymnasium as gym
 from _provenance import git, machine_info, write_result  # sibling module of this script
 
 import textgym  # noqa: F401
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.envs.tictactoe.analysis import (
     best_response,
     ceilings,
@@ -55,7 +56,7 @@ from textgym.envs.tictactoe.analysis import (
     outcome_probabilities,
 )
 from textgym.envs.tictactoe.env import OPPONENTS
-from textgym.policies import MinimaxPolicy, RandomPolicy
+from textgym.policies import RandomPolicy
 from textgym.rollout import Trajectory, rollout
 
 ENV_ID = "textgym/TicTacToe-v0"

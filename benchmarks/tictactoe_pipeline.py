@@ -60,9 +60,9 @@ from textgym.algos import grpo, sft
 from textgym.algos.common import latest_checkpoint, resolve_device
 from textgym.builder import EnvRecipe
 from textgym.collect import sft_record
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.envs.tictactoe.parsing import is_answer
 from textgym.models import load_model
-from textgym.policies import MinimaxPolicy
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import rollout
 

@@ -17,8 +17,8 @@ import statistics
 import textgym  # noqa: F401
 from textgym.builder import EnvRecipe
 from textgym.collect import sft_record
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import load_model
-from textgym.policies import MinimaxPolicy
 from textgym.rollout import rollout
 from textgym.tokens import ChatTokenizer
 

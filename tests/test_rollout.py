@@ -4,8 +4,9 @@ import gymnasium as gym
 import pytest
 
 import textgym  # noqa: F401
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.evaluation import summarize
-from textgym.policies import Completion, MinimaxPolicy, RandomPolicy
+from textgym.policies import Completion, RandomPolicy
 from textgym.rollout import iter_rollout, rollout
 
 

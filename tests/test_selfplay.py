@@ -6,7 +6,8 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
-from textgym.policies import Completion, MinimaxPolicy, RandomPolicy  # noqa: E402
+from textgym.envs.tictactoe import MinimaxPolicy
+from textgym.policies import Completion, RandomPolicy  # noqa: E402
 from textgym.selfplay import selfplay, selfplay_summary  # noqa: E402
 
 

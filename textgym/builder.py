@@ -1,4 +1,8 @@
-"""The one way to build an env: an :class:`EnvRecipe` (id, kwargs, wrappers, opponent range).
+"""The one way to build an env (an :class:`EnvRecipe`: id, kwargs, wrappers, opponent range) and a
+policy by name (:func:`make_policy`).
+
+This is the assembly layer (``docs/architecture.md``): it may import core, the envs and the
+wrappers, which import only core; the trainers and the command line build through it.
 
 The command line, the trainers and the benchmarks describe the env they play as a recipe and
 build it here, so an env is built the same way everywhere:
@@ -53,9 +57,35 @@ import gymnasium as gym
 
 from textgym.checks import check_int, check_probability
 from textgym.core import as_text_env
+from textgym.envs.tictactoe.expert import MinimaxPolicy
+from textgym.policies import GoldPolicy, Policy, RandomPolicy
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
-__all__ = ["ENTRY_POINT_GROUP", "EnvRecipe", "env_factory", "load_entry_points", "resolve_env_id"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "POLICY_NAMES",
+    "EnvRecipe",
+    "check_wrapper_names",
+    "env_factory",
+    "load_entry_points",
+    "make_policy",
+    "resolve_env_id",
+]
+
+
+def check_wrapper_names(names: Sequence[str]) -> tuple[str, ...]:
+    """The names, checked against :data:`textgym.wrappers.REWARD_WRAPPERS`.
+
+    Raises:
+        ValueError: for a name the table does not hold, naming the ones it does.
+    """
+    for name in names:
+        if name not in REWARD_WRAPPERS:
+            raise ValueError(
+                f"unknown wrapper {name!r}; expected any of {', '.join(REWARD_WRAPPERS)}"
+            )
+    return tuple(names)
+
 
 #: The entry-point group through which installed packages register their envs (Gymnasium
 #: loads no plugins itself). A package declares e.g. ``[project.entry-points."textgym.envs"]
@@ -126,12 +156,7 @@ class EnvRecipe:
                 f"Expected wrappers to be a sequence of names, got {self.wrappers!r}; "
                 f"e.g. ('invalid_action_penalty',)"
             )
-        for name in self.wrappers:
-            if name not in REWARD_WRAPPERS:
-                raise ValueError(
-                    f"unknown wrapper {name!r}; expected any of {', '.join(REWARD_WRAPPERS)}"
-                )
-        object.__setattr__(self, "wrappers", tuple(self.wrappers))
+        object.__setattr__(self, "wrappers", check_wrapper_names(self.wrappers))
         if self.opponent_random_move_prob is not None:
             object.__setattr__(
                 self, "opponent_random_move_prob", _check_range(self.opponent_random_move_prob)
@@ -281,3 +306,50 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
         env.close()
         raise
     return recipe.make, probe
+
+
+# ----------------------------------------------------------------------------- policies
+
+
+def _hf(**kwargs: Any) -> Policy:
+    from textgym.policies.hf import HFPolicy  # torch/transformers only when asked for
+
+    return HFPolicy.from_name(**kwargs)
+
+
+def _openai(**kwargs: Any) -> Policy:
+    from textgym.policies.openai_compat import OpenAIPolicy  # the openai client only when asked for
+
+    return OpenAIPolicy(**kwargs)
+
+
+def _human(**kwargs: Any) -> Policy:
+    from textgym.policies.human import HumanPolicy
+
+    return HumanPolicy(**kwargs)
+
+
+_FACTORIES: dict[str, Callable[..., Policy]] = {
+    "random": RandomPolicy,
+    "minimax": MinimaxPolicy,
+    "gold": GoldPolicy,
+    "hf": _hf,
+    "openai": _openai,
+    "human": _human,
+}
+#: The policy names :func:`make_policy` builds (an env's ``expert_policy`` is one of them).
+POLICY_NAMES = tuple(_FACTORIES)
+
+
+def make_policy(name: str, **kwargs: Any) -> Policy:
+    """Build a policy by name: ``random``, ``minimax``, ``gold``, ``hf``, ``openai`` or ``human``.
+
+    The name table lives here, in the assembly layer, because ``minimax`` is tic-tac-toe's
+    expert (:class:`textgym.envs.tictactoe.MinimaxPolicy`) and core may not import an env.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    if name not in _FACTORIES:
+        raise ValueError(f"Unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
+    return _FACTORIES[name](**kwargs)

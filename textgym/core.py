@@ -124,7 +124,7 @@ class TextEnv(gym.Env[str, str]):
 
     @property
     def expert_policy(self) -> str | None:
-        """The scripted policy (a :func:`textgym.policies.make_policy` name) that plays this env
+        """The scripted policy (a :func:`textgym.builder.make_policy` name) that plays this env
         well, whose episodes make SFT data (``textgym collect --policy NAME``), or ``None``.
 
         The default is ``"gold"`` for an env with gold completions

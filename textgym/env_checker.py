@@ -184,7 +184,7 @@ def _check_step(base: TextEnv, record: tuple[Any, ...], strict: bool, where: str
 
 
 def _check_contract(env: gym.Env, base: TextEnv, strict: bool) -> None:
-    from textgym.policies import POLICY_NAMES
+    from textgym.builder import POLICY_NAMES
 
     name = type(base).__name__
     _, info = env.reset(seed=0)

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textgym.envs.workplace.toolcalls import parse_tool_calls
+from textgym.toolcalls import parse_tool_calls
 
 __all__ = ["chat_tools", "from_chat_messages", "to_chat_messages"]
 

@@ -1,14 +1,15 @@
-"""Tic-tac-toe: pure rules (:mod:`.board`), the minimax opponent (:mod:`.opponent`), completion
-parsers (:mod:`.parsing`), the Gymnasium env :class:`TicTacToeEnv` and its two-seat PettingZoo
+"""Tic-tac-toe: pure rules (:mod:`.board`), the minimax opponent (:mod:`.opponent`), the expert policy
+:class:`MinimaxPolicy` (:mod:`.expert`), completion parsers (:mod:`.parsing`), the Gymnasium env :class:`TicTacToeEnv` and its two-seat PettingZoo
 twin ``tictactoe_text_v0`` (:mod:`.pettingzoo_env`; imported on first use, needs PettingZoo)."""
 
 from typing import Any
 
 from textgym.envs.tictactoe.env import OUTCOME_REWARD, TicTacToeEnv, render_board
+from textgym.envs.tictactoe.expert import MinimaxPolicy
 
 # ``tictactoe_text_v0`` and ``TicTacToeTextAEC`` are resolved lazily by ``__getattr__`` below and
 # left out of ``__all__`` so that a star import works without PettingZoo.
-__all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
+__all__ = ["OUTCOME_REWARD", "MinimaxPolicy", "TicTacToeEnv", "render_board"]
 
 
 def __getattr__(name: str) -> Any:

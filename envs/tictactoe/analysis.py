@@ -87,7 +87,7 @@ def uniform_policy(board: str) -> dict[int, Fraction]:
 
 def minimax_policy(board: str) -> dict[int, Fraction]:
     """Uniform among the minimax's optimal moves: the env's opponent at ``random_move_prob``
-    0, and :class:`textgym.policies.MinimaxPolicy`."""
+    0, and :class:`textgym.envs.tictactoe.MinimaxPolicy`."""
     return _uniform_over(best_moves(board))
 
 

@@ -1,5 +1,5 @@
 """Workplace tool use (WorkBench / NeMo Gym ``workplace_assistant``): the sandbox
-(:mod:`.sandbox`), the 27 tools (:mod:`.tools`), tool-call parsing (:mod:`.toolcalls`),
+(:mod:`.sandbox`), the 27 tools (:mod:`.tools`), tool-call parsing (:mod:`textgym.toolcalls`, in core),
 state verification (:mod:`.verify`), data loading (:mod:`.dataset`), the bundled ``sample/``
 workplace and the Gymnasium env :class:`WorkplaceEnv`."""
 

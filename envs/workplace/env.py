@@ -19,7 +19,10 @@ from textgym.core import TextEnv
 from textgym.data import select_task
 from textgym.envs.workplace.dataset import DOMAINS, WorkplaceData, load_workplace
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, Sandbox, SandboxTemplate
-from textgym.envs.workplace.toolcalls import (
+from textgym.envs.workplace.tools import WRITE_TOOLS, call_tool
+from textgym.envs.workplace.verify import normalized_state, replay, state_digest
+from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
+from textgym.toolcalls import (
     MAX_RESPONSE_CHARS,
     ToolCall,
     build_validators,
@@ -29,9 +32,6 @@ from textgym.envs.workplace.toolcalls import (
     render_responses,
     validate_reply,
 )
-from textgym.envs.workplace.tools import WRITE_TOOLS, call_tool
-from textgym.envs.workplace.verify import normalized_state, replay, state_digest
-from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
 
 __all__ = ["FINAL_ANSWER", "ToolUseEnv", "WorkplaceEnv", "tool_instructions"]
 

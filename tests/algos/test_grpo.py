@@ -54,7 +54,7 @@ def small(tmp_path, **overrides) -> GRPOConfig:
         ({"group_size": 1}, "group_size: expected >= 2"),
         ({"loss_type": "ppo"}, "loss_type: unknown loss_type 'ppo'"),
         ({"loss_type": "dr_grpo", "scale_rewards": "group"}, "scale_rewards: .*'none'"),
-        ({"wrappers": ("nope",)}, "wrappers: unknown wrappers"),
+        ({"wrappers": ("nope",)}, "wrappers: unknown wrapper 'nope'"),
         (
             {"opponent_random_move_prob": (0.8, 0.2)},
             "opponent_random_move_prob: .*0 <= low <= high <= 1",

@@ -30,8 +30,8 @@ import gymnasium as gym  # noqa: E402
 import textgym  # noqa: E402,F401
 from textgym.algos import grpo, sft  # noqa: E402
 from textgym.collect import sft_record  # noqa: E402
+from textgym.envs.tictactoe import MinimaxPolicy  # noqa: E402
 from textgym.models import load_model  # noqa: E402
-from textgym.policies import MinimaxPolicy  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
 

@@ -20,8 +20,8 @@ from textgym.envs.gsm8k.parsing import extract_final_answer, parse_final_answer
 from textgym.envs.reverse_text.parsing import extract_reversed_text
 from textgym.envs.reverse_text.parsing import is_well_formed as reverse_well_formed
 from textgym.envs.tictactoe.parsing import is_answer, parse_move
-from textgym.envs.workplace.toolcalls import parse_tool_calls
 from textgym.spaces import TOO_LONG, UnicodeText, too_long_message
+from textgym.toolcalls import parse_tool_calls
 
 MILLION = 1_000_000
 

@@ -6,8 +6,9 @@ import gymnasium as gym
 import pytest
 
 import textgym  # noqa: F401  (registers the ids)
+from textgym.builder import POLICY_NAMES, make_policy
 from textgym.cli import main
-from textgym.policies import POLICY_NAMES, GoldPolicy, Policy, make_policy
+from textgym.policies import GoldPolicy, Policy
 from textgym.rollout import rollout
 
 

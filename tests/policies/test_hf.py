@@ -13,7 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing may download
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from textgym.policies import Completion, Policy, conversation_start, make_policy  # noqa: E402
+from textgym.builder import make_policy
+from textgym.policies import Completion, Policy, conversation_start  # noqa: E402
 from textgym.policies.hf import HFPolicy, cut_at_stop  # noqa: E402
 
 pytestmark = pytest.mark.llm

@@ -21,9 +21,9 @@ import pytest
 openai = pytest.importorskip("openai")
 
 import textgym  # noqa: F401  (registers the envs)
+from textgym.builder import POLICY_NAMES, make_policy
 from textgym.cli import main
-from textgym.envs.workplace.toolcalls import parse_tool_calls
-from textgym.policies import POLICY_NAMES, Completion, Policy, make_policy
+from textgym.policies import Completion, Policy
 from textgym.policies.openai_compat import (
     OpenAIPolicy,
     chat_tools,
@@ -34,6 +34,7 @@ from textgym.policies.openai_compat import (
 )
 from textgym.rollout import rollout
 from textgym.serving.llama_cpp import free_port, stop_process
+from textgym.toolcalls import parse_tool_calls
 
 ALIAS = "gemma-3-270m"  # the server's --model_alias
 SERVER_START_TIMEOUT_S = 120

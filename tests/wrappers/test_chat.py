@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import textgym  # noqa: F401
-from textgym.policies import MinimaxPolicy
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.rollout import rollout
 from textgym.wrappers import ChatMessages
 

@@ -304,13 +304,13 @@ def env_factory(
 
 
 def build_policy(name: str, kwargs: dict[str, Any]) -> Any:
-    """``textgym.policies.make_policy(name, **kwargs)``.
+    """``textgym.builder.make_policy(name, **kwargs)``.
 
     Raises:
         UsageError: the policy cannot be built from these arguments.
         SystemExit: (code 2, one line) its optional dependencies are not installed.
     """
-    from textgym.policies import make_policy
+    from textgym.builder import make_policy
 
     try:
         return make_policy(name, **kwargs)

@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.builder import POLICY_NAMES
 from textgym.cli import _common
 from textgym.cli._common import UsageError, one_line, raised_in
 from textgym.cli._options import (
@@ -33,7 +34,7 @@ from textgym.evaluation import (
     check_finite_return,
     plan_tasks,
 )
-from textgym.policies import POLICY_NAMES, Policy
+from textgym.policies import Policy
 from textgym.policies.gold import GOLD_INFO_KEY
 from textgym.results import hold_interrupts
 from textgym.rollout import Trajectory, iter_rollout

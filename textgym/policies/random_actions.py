@@ -156,7 +156,7 @@ def random_tool_call(tools: Sequence[Mapping[str, Any]], rng: np.random.Generato
 
     Returns:
         ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``; ``</`` inside a value is
-        written ``<\\/`` (a legal JSON escape), as :func:`textgym.envs.workplace.toolcalls.
+        written ``<\\/`` (a legal JSON escape), as :func:`textgym.toolcalls.
         format_tool_calls` writes it.
 
     Raises:

@@ -1,10 +1,10 @@
-"""Scripted policies: the random baseline of every env, and the tic-tac-toe minimax expert.
+"""The random baseline of every env (the tic-tac-toe minimax expert lives beside its env:
+:class:`textgym.envs.tictactoe.MinimaxPolicy`).
 
-The tic-tac-toe policies read the board from the env's ``info`` (``info["board"]``,
-``info["legal_moves"]``), not from the observation text, and answer in the task's format:
-``<think>...</think><move>N</move>``, or only ``<move>N</move>`` with ``reasoning=False`` (short
-SFT targets for small models). :class:`RandomPolicy` also plays any env that declares its
-action grammar (:attr:`textgym.TextEnv.random_action`) and any tool env (a random tool call with
+On tic-tac-toe it reads ``info["legal_moves"]``, not the observation text, and answers in the
+task's format: ``<think>...</think><move>N</move>``, or only ``<move>N</move>`` with
+``reasoning=False`` (short SFT targets for small models). :class:`RandomPolicy` also plays any
+env that declares its action grammar (:attr:`textgym.TextEnv.random_action`) and any tool env (a random tool call with
 schema-valid arguments, :func:`textgym.policies.random_actions.random_tool_call`).
 """
 
@@ -15,52 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from textgym.envs.tictactoe.opponent import best_moves
 from textgym.policies.base import Completion, Message
 from textgym.policies.random_actions import random_tool_call
 
-__all__ = ["MinimaxPolicy", "RandomPolicy"]
+__all__ = ["RandomPolicy"]
 
 
-def _board_of(info: Mapping[str, Any]) -> tuple[str, list[int]]:
-    if "board" not in info or "legal_moves" not in info:
-        raise KeyError(
-            "Scripted tic-tac-toe policies need info['board'] and info['legal_moves'] "
-            f"(a TicTacToe env); got info keys {sorted(info)}"
-        )
-    return info["board"], list(info["legal_moves"])
-
-
-class _TicTacToeExpert:
-    """Shared loop of the scripted experts: one well-formed completion per info."""
-
-    name = "scripted"
-
-    def __init__(self, seed: int | None = None, reasoning: bool = True):
-        self._rng = np.random.default_rng(seed)
-        self.reasoning = bool(reasoning)
-
-    def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
-        """Return ``(move, reasoning)`` for a board with at least one legal move."""
-        raise NotImplementedError
-
-    def act(
-        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
-    ) -> list[Completion]:
-        out = []
-        for info in infos:
-            board, legal = _board_of(info)
-            if not legal:
-                raise ValueError(
-                    f"{type(self).__name__} was asked to move on a finished board {board!r}"
-                )
-            move, reasoning = self.choose(board, legal)
-            think = f"<think>{reasoning}</think>" if self.reasoning else ""
-            out.append(Completion(f"{think}<move>{move}</move>"))
-        return out
-
-
-class RandomPolicy(_TicTacToeExpert):
+class RandomPolicy:
     """A random baseline for every env: a random action from the env's action grammar.
 
     For each info, in this order:
@@ -96,11 +57,9 @@ class RandomPolicy(_TicTacToeExpert):
         reasoning: bool = True,
         sample_action: Callable[[str, Mapping[str, Any], np.random.Generator], str] | None = None,
     ):
-        super().__init__(seed, reasoning)
+        self._rng = np.random.default_rng(seed)
+        self.reasoning = bool(reasoning)
         self.sample_action = sample_action
-
-    def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
-        return int(legal[self._rng.integers(len(legal))]), "I pick a random free cell."
 
     def act(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
@@ -111,7 +70,7 @@ class RandomPolicy(_TicTacToeExpert):
                 observation = str(conversation[-1]["content"]) if conversation else ""
                 out.append(Completion(self.sample_action(observation, info, self._rng)))
             elif "legal_moves" in info:
-                out.extend(super().act([conversation], [info]))
+                out.append(Completion(self._random_move(info)))
             elif info.get("tools"):
                 out.append(Completion(random_tool_call(info["tools"], self._rng)))
             else:
@@ -122,18 +81,12 @@ class RandomPolicy(_TicTacToeExpert):
                 )
         return out
 
-
-class MinimaxPolicy(_TicTacToeExpert):
-    """Plays an optimal move, chosen uniformly among optimal moves (never loses).
-
-    Args:
-        seed: Seed of the tie-breaking generator.
-        reasoning: Write a ``<think>`` block (the optimal moves) before the move.
-    """
-
-    name = "minimax"
-
-    def choose(self, board: str, legal: list[int]) -> tuple[int, str]:
-        candidates = best_moves(board)
-        move = int(candidates[self._rng.integers(len(candidates))])
-        return move, f"Optimal moves here: {', '.join(map(str, candidates))}."
+    def _random_move(self, info: Mapping[str, Any]) -> str:
+        legal = list(info["legal_moves"])
+        if not legal:
+            raise ValueError(
+                f"RandomPolicy was asked to move on a finished board {info.get('board')!r}"
+            )
+        move = int(legal[self._rng.integers(len(legal))])
+        think = "<think>I pick a random free cell.</think>" if self.reasoning else ""
+        return f"{think}<move>{move}</move>"

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textgym.envs.email_tool_use import EmailToolUseEnv, generate_task
-from textgym.envs.workplace.toolcalls import format_tool_calls
 from textgym.envs.workplace.tools import TOOL_SCHEMAS, WRITE_TOOLS
+from textgym.toolcalls import format_tool_calls
 
 
 def finish(env, text):

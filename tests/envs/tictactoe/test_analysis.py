@@ -10,6 +10,7 @@ import gymnasium as gym
 import pytest
 
 import textgym  # noqa: F401
+from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.envs.tictactoe.analysis import (
     Outcome,
     best_response,
@@ -20,7 +21,6 @@ from textgym.envs.tictactoe.analysis import (
     uniform_policy,
 )
 from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, OPTIMAL_STYLES, value_preserving_moves
-from textgym.policies import MinimaxPolicy
 from textgym.rollout import rollout
 
 # (agent mark, agent, opponent, start board, expected (win, draw, loss)).

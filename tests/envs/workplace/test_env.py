@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from textgym.envs.workplace import WorkplaceEnv
 from textgym.envs.workplace.dataset import SAMPLE_DIR
-from textgym.envs.workplace.toolcalls import format_tool_calls
 from textgym.envs.workplace.tools import TOOL_SCHEMAS
 from textgym.envs.workplace.verify import replay
+from textgym.toolcalls import format_tool_calls
 
 ENV = WorkplaceEnv()
 N_TASKS = len(ENV.data.tasks)

@@ -7,8 +7,8 @@ import pytest
 
 from textgym.cli import main
 from textgym.envs.workplace import WorkplaceEnv
-from textgym.envs.workplace.toolcalls import format_tool_calls
 from textgym.envs.workplace.tools import WRITE_TOOLS
+from textgym.toolcalls import format_tool_calls
 
 WORKPLACE = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "workplace"
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from textgym.envs.workplace.toolcalls import (
+from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS
+from textgym.toolcalls import (
     TOO_MANY_CALLS,
     build_validators,
     format_tool_calls,
@@ -16,7 +17,6 @@ from textgym.envs.workplace.toolcalls import (
     validate_call,
     validate_reply,
 )
-from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS
 
 VALIDATORS = build_validators(TOOL_SCHEMAS)
 
@@ -83,7 +83,7 @@ def test_parse_table(text, expected):
     ],
 )
 def test_validate_table(name, arguments, reason):
-    from textgym.envs.workplace.toolcalls import ToolCall
+    from textgym.toolcalls import ToolCall
 
     assert validate_call(ToolCall(name, arguments), VALIDATORS).reason == reason
 
