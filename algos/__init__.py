@@ -10,8 +10,12 @@ transformers, peft, tyro):
   trajectories), ``train`` (the loop) and ``evaluate``.
 - :mod:`textgym.algos.losses`: the maths as pure torch functions: group advantages, the k3 KL,
   the table of policy-loss variants (GRPO, DAPO, Dr. GRPO, GSPO, CISPO) and chunked log-probs.
-- :mod:`textgym.algos.common`: what both trainers share: their config base, model loading and
-  preparation (LoRA, gradient checkpointing), token batches, log-probs, checkpoints.
+- :mod:`textgym.algos.common`: what both trainers share: their optimizer config base, config
+  checks, the guards of an optimizer step, Ctrl-C handling.
+- :mod:`textgym.algos.model_loading`: devices and the trained model (LoRA, gradient
+  checkpointing).
+- :mod:`textgym.algos.batches`: token batches, log-probs and the shared-prefix forward.
+- :mod:`textgym.algos.checkpoints`: the checkpoint layout, atomic bounded saves, checked resumes.
 - :mod:`textgym.algos.metrics`: the metrics log (JSONL and TensorBoard), progress lines, plots
   and run records.
 

@@ -52,7 +52,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from textgym.algos.common import resolve_device
+from textgym.algos.model_loading import resolve_device
 
 __all__ = [
     "SINGLE_PROCESS",

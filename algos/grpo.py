@@ -41,24 +41,21 @@ import gymnasium as gym
 import torch
 
 import textgym  # noqa: F401  (registers the envs)
+from textgym.algos.batches import TokenBatch, make_token_batch, sequence_log_probs
+from textgym.algos.checkpoints import (
+    check_checkpoint_settings,
+    checkpoint_to_resume,
+    load_checkpoint,
+    save_checkpoint,
+)
 from textgym.algos.common import (
     NonFiniteGuard,
     OptimizationConfig,
     StopOnInterrupt,
-    TokenBatch,
     TrainingInterrupted,
-    autocast,
-    check_checkpoint_settings,
     check_positive_ints,
-    checkpoint_to_resume,
     clip_gradients,
-    load_checkpoint,
-    load_trainable_model,
     make_optimizer,
-    make_token_batch,
-    resolve_device,
-    save_checkpoint,
-    sequence_log_probs,
 )
 from textgym.algos.distributed import (
     SINGLE_PROCESS,
@@ -81,6 +78,7 @@ from textgym.algos.losses import (
     zero_variance_groups,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.algos.model_loading import autocast, load_trainable_model, resolve_device
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
 from textgym.algos.server_rollouts import ServerRollouts
 from textgym.builder import EnvRecipe, check_wrapper_names, env_factory
@@ -324,7 +322,7 @@ def make_learner(
     device: torch.device | None = None,
     dist: DistributedContext = SINGLE_PROCESS,
 ) -> Learner:
-    """Load and prepare ``config.model`` (:func:`~textgym.algos.common.load_trainable_model`),
+    """Load and prepare ``config.model`` (:func:`~textgym.algos.model_loading.load_trainable_model`),
     a reference copy when ``beta > 0``, AdamW and its warm-up schedule.
 
     Args:
@@ -372,7 +370,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
 
     Raises:
         ValueError: an env or model that cannot be used (see the messages); a resume whose
-            config differs in what the run learns (:func:`~textgym.algos.common.check_resumable`)
+            config differs in what the run learns (:func:`~textgym.algos.checkpoints.check_resumable`)
             or whose checkpoint is past ``steps``; an episode return that is NaN or inf;
             ``groups_per_step`` not a multiple of the number of ranks.
         CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
@@ -635,7 +633,7 @@ _SKIPPED = {"sampler_logprob_gap": math.nan, "loss_tokens": 0.0, "skipped_update
 
 def _checkpoint_to_resume(config: GRPOConfig, out: Path) -> Path | None:
     """The checkpoint ``resume`` continues, checked against ``config`` and read
-    (:func:`~textgym.algos.common.checkpoint_to_resume`), else ``None``.
+    (:func:`~textgym.algos.checkpoints.checkpoint_to_resume`), else ``None``.
 
     Raises:
         CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.

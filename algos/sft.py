@@ -9,7 +9,7 @@ the assistant tokens only; system, user, tool and template tokens carry no loss.
 The loss is the token mean over each optimizer batch, with the normaliser counted over the
 whole batch before it is split into micro-batches, so gradient accumulation does not change the
 update. Log-probs come from the same chunked function as GRPO's
-(:func:`textgym.algos.common.sequence_log_probs`). We write this loop instead of using TRL's
+(:func:`textgym.algos.batches.sequence_log_probs`). We write this loop instead of using TRL's
 ``SFTTrainer`` for that reason: the warm-up and the RL stage then share masks, numerics and the
 checkpoint layout, and TRL stays a benchmark-only dependency.
 """
@@ -27,24 +27,23 @@ from typing import Any
 
 import torch
 
+from textgym.algos.batches import make_token_batch, sequence_log_probs
+from textgym.algos.checkpoints import (
+    check_checkpoint_settings,
+    check_free_disk,
+    checkpoint_to_resume,
+    load_checkpoint,
+    model_bytes,
+    save_checkpoint,
+    save_model,
+)
 from textgym.algos.common import (
     NonFiniteGuard,
     OptimizationConfig,
     StopOnInterrupt,
     TrainingInterrupted,
-    autocast,
-    check_checkpoint_settings,
-    check_free_disk,
     check_positive_ints,
-    checkpoint_to_resume,
-    load_checkpoint,
-    load_trainable_model,
     make_optimizer,
-    make_token_batch,
-    model_bytes,
-    save_checkpoint,
-    save_model,
-    sequence_log_probs,
 )
 from textgym.algos.distributed import (
     SINGLE_PROCESS,
@@ -57,6 +56,7 @@ from textgym.algos.distributed import (
     init_distributed,
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.data import read_jsonl
 from textgym.tokens import ChatTokenizer
 from textgym.toolformat import from_chat_messages
@@ -165,7 +165,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
     The model is written to a scratch directory and moved into ``output_dir`` when complete;
     ``sft_summary.json`` is written last and marks a finished run. Resumable checkpoints
-    (``checkpoint-{step}``, the layout of :mod:`textgym.algos.common`) are saved every
+    (``checkpoint-{step}``, the layout of :mod:`textgym.algos.checkpoints`) are saved every
     ``save_every`` steps, and on Ctrl-C: the step in progress finishes, is saved, and
     :class:`~textgym.algos.common.TrainingInterrupted` names the checkpoint (a second Ctrl-C
     stops at once). ``resume`` continues the newest checkpoint to the weights an uninterrupted

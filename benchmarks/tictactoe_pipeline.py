@@ -57,7 +57,8 @@ from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling mo
 
 import textgym  # noqa: F401
 from textgym.algos import grpo, sft
-from textgym.algos.common import latest_checkpoint, resolve_device
+from textgym.algos.checkpoints import latest_checkpoint
+from textgym.algos.model_loading import resolve_device
 from textgym.builder import EnvRecipe
 from textgym.collect import sft_record
 from textgym.envs.tictactoe import MinimaxPolicy

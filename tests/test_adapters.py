@@ -13,7 +13,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
-from textgym.algos.common import autocast, prepare_model, save_model
+from textgym.algos.checkpoints import save_model
+from textgym.algos.model_loading import autocast, prepare_model
 from textgym.models import ADAPTER_CONFIG, adapter_base, cpu_has_fast_bf16, load_model
 
 pytestmark = pytest.mark.llm

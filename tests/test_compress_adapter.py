@@ -16,7 +16,8 @@ pytest.importorskip("peft")
 
 from safetensors.torch import load_file
 
-from textgym.algos.common import prepare_model, save_model
+from textgym.algos.checkpoints import save_model
+from textgym.algos.model_loading import prepare_model
 from textgym.models import ADAPTER_CONFIG, load_model
 
 pytestmark = pytest.mark.llm

@@ -27,7 +27,7 @@ pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from textgym.algos import grpo, sft  # noqa: E402
-from textgym.algos.common import (  # noqa: E402
+from textgym.algos.checkpoints import (  # noqa: E402
     OPTIMIZER_STATE,
     CheckpointError,
     load_checkpoint,
@@ -136,7 +136,7 @@ def test_a_save_refused_for_lack_of_disk_keeps_the_last_checkpoint(tmp_path, mon
         free = usage.free if len(saves) == 1 else 1000  # the second save finds a full disk
         return namedtuple("usage", "total used free")(usage.total, usage.used, free)
 
-    monkeypatch.setattr("textgym.algos.common.shutil.disk_usage", disk_usage)
+    monkeypatch.setattr("textgym.algos.checkpoints.shutil.disk_usage", disk_usage)
     run = tmp_path / "run"
     code = main([*TRAIN_ARGS, "--steps", "3", "--save-every", "1", "--output-dir", str(run)])
     line = error_line(capsys.readouterr().err)

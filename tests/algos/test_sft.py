@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from textgym.algos.common import (  # noqa: E402
+from textgym.algos.batches import (  # noqa: E402
     make_token_batch,
     sequence_log_probs,
     shared_prefix_hidden,

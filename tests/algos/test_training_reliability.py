@@ -19,13 +19,8 @@ pytest.importorskip("transformers")
 import numpy as np
 
 from textgym.algos import grpo, sft
-from textgym.algos.common import (
-    NonFiniteGuard,
-    load_checkpoint,
-    rng_state,
-    save_model,
-    set_rng_state,
-)
+from textgym.algos.checkpoints import load_checkpoint, rng_state, save_model, set_rng_state
+from textgym.algos.common import NonFiniteGuard
 from textgym.algos.sft import SFTConfig
 from textgym.models import build_tiny_model
 

@@ -6,9 +6,9 @@
   intact).
 - A checkpoint that cannot be resumed (nothing to resume, damaged or truncated files, missing
   keys, pickled objects, weights of another shape or holding NaN/inf):
-  :class:`~textgym.algos.common.CheckpointError`, one ``textgym: error:`` line naming the file
+  :class:`~textgym.algos.checkpoints.CheckpointError`, one ``textgym: error:`` line naming the file
   and the fix, exit 2, before any step runs.
-- Too little free disk for the next save: :class:`~textgym.algos.common.InsufficientDiskSpace`,
+- Too little free disk for the next save: :class:`~textgym.algos.checkpoints.InsufficientDiskSpace`,
   one ``textgym: error:`` line naming the directory and the bytes needed and free, exit 1,
   the last checkpoint intact.
 """
@@ -35,7 +35,8 @@ def run_training(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
     Raises:
         UsageError: a checkpoint that cannot be resumed (and what ``run_trainer`` raises).
     """
-    from textgym.algos.common import CheckpointError, InsufficientDiskSpace, TrainingInterrupted
+    from textgym.algos.checkpoints import CheckpointError, InsufficientDiskSpace
+    from textgym.algos.common import TrainingInterrupted
 
     try:
         return run_trainer(config, train)

@@ -150,7 +150,7 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
 
 def _train(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
     """:func:`run_trainer` once the output directory is claimed."""
-    from textgym.algos.common import check_resumable
+    from textgym.algos.checkpoints import check_resumable
     from textgym.algos.distributed import shutdown_distributed
     from textgym.algos.server_rollouts import gguf_architecture, server_model_path
     from textgym.algos.sft import read_conversations
