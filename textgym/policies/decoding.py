@@ -283,6 +283,9 @@ class SlotDecoder:
         cuda_graphs: Replay decode steps as CUDA graphs (``None``: on CUDA devices).
         sync_every: Decode steps between host reads of the device results, >= 1 (``None``: 1
             on the CPU, 8 on CUDA).
+        bucketed: Batch rows in powers of two, compacted only when the live rows fall to half
+            (``None``: with CUDA graphs, which need few distinct shapes); else exactly the live
+            rows, compacted whenever one finishes.
         sdpa_backends: PyTorch SDPA backends allowed on CUDA, in ``torch.nn.attention
             .SDPBackend`` names; the default leaves out cuDNN, which re-plans per shape.
 
@@ -298,6 +301,7 @@ class SlotDecoder:
         cuda_graphs: bool | None = None,
         sync_every: int | None = None,
         sdpa_backends: Sequence[str] = ("EFFICIENT_ATTENTION", "MATH"),
+        bucketed: bool | None = None,
     ) -> None:
         self.model = model
         self.geometry = slot_geometry(model)
@@ -313,7 +317,7 @@ class SlotDecoder:
         self.additive = self.dtype if implementation == "eager" else None
         on_cuda = self.device.type == "cuda"
         self.sync_every = check_int("sync_every", sync_every or (8 if on_cuda else 1), low=1)
-        self.compact_eagerly = not on_cuda  # moving slots costs little next to a CPU forward
+
         self.sdpa_backends = tuple(sdpa_backends)
         self.cache_kwarg = cache_kwarg(model)
         self.cache: SlotCache | None = None
@@ -321,8 +325,10 @@ class SlotDecoder:
         self.stop_sequences: set[tuple[int, ...]] = set()
         self._stop_tensors: list[torch.Tensor] = []
         self.graphs = StepGraphs(
-            self._step, enabled=on_cuda if cuda_graphs is None else cuda_graphs
+            self._step, enabled=on_cuda if cuda_graphs is None else bool(cuda_graphs)
         )
+        # Moving slots costs little next to a CPU forward, so the CPU compacts eagerly.
+        self.bucketed = self.graphs.enabled if bucketed is None else bool(bucketed)
         self._tokens = self._cols = self._positions = None
 
     # -- buffers ------------------------------------------------------------------------------
@@ -529,7 +535,7 @@ class _Call:
         width = max(len(p) for p in prompts) + self.max_new_tokens + 1  # + scratch
         width = -(-width // WIDTH_QUANTUM) * WIDTH_QUANTUM
         self.width = width
-        cache = engine.reserve(len(prompts), width)
+        cache = engine.reserve(self._rows(len(prompts)), width)
         cache.active_width = width
         cached = []
         for slot, index in enumerate(unique):
@@ -577,7 +583,7 @@ class _Call:
     def _rows(self, live: int) -> int:
         """Batch rows for ``live`` live rows: on CUDA the next power of two (one CUDA graph per
         size), else exactly ``live``."""
-        if not self.engine.graphs.enabled:
+        if not self.engine.bucketed:
             return live
         return 1 << (live - 1).bit_length()
 
@@ -617,7 +623,7 @@ class _Call:
                 if not kept:
                     return
                 target = self._rows(len(kept))
-                if len(kept) < rows and (engine.compact_eagerly or target < rows):
+                if len(kept) < rows and (not engine.bucketed or target < rows):
                     index = torch.tensor(kept, device=device)
                     cache.copy_rows(index, torch.arange(len(kept), device=device))
                     if target > len(kept):  # pad with a finished slot

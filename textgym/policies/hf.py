@@ -23,6 +23,7 @@ from textgym.models import ensure_chat_template, load_model, stop_token_ids
 from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
 from textgym.policies.decoding import PrefixCache, SlotDecoder, decode, process_logits
+from textgym.policies.kv_slots import cache_kwarg
 from textgym.tokens import ChatTokenizer
 
 try:
@@ -156,6 +157,7 @@ class HFPolicy:
         share_prefill: bool = True,
         prefix_cache_tokens: int = 32768,
         decoder: Literal["textgym", "transformers"] = "textgym",
+        engine_options: Mapping[str, Any] | None = None,
     ) -> None:
         """Wrap a model and its tokenizer.
 
@@ -179,6 +181,9 @@ class HFPolicy:
             decoder: ``"textgym"`` (the decode loop of :mod:`textgym.policies.decoding`, with the
                 prefix cache) or ``"transformers"`` (``model.generate``; no cache across calls,
                 kept as the reference implementation and benchmark baseline).
+            engine_options: Keyword arguments of the decode engine,
+                :class:`~textgym.policies.decoding.SlotDecoder` (``cuda_graphs``,
+                ``sync_every``, ``sdpa_backends``, ``bucketed``); its defaults suit the device.
 
         Raises:
             ValueError: for an argument out of range.
@@ -216,6 +221,7 @@ class HFPolicy:
         self.seed = seed
         self.tokens_generated = 0
         self._engine: SlotDecoder | None = None
+        self.engine_options = dict(engine_options or {})
 
         ensure_chat_template(tokenizer)
         self.chat_tokenizer = ChatTokenizer(tokenizer)
@@ -384,7 +390,7 @@ class HFPolicy:
         engine = self._engine
         dtype = next(self.model.parameters()).dtype
         if engine is None or engine.device != self.model.device or engine.dtype != dtype:
-            engine = self._engine = SlotDecoder(self.model)
+            engine = self._engine = SlotDecoder(self.model, **self.engine_options)
         return engine
 
     def _hits_stop(self, ids: list[int]) -> bool:
@@ -421,8 +427,8 @@ class HFPolicy:
             )
         if self.share_prefill:
             cache = self._shared_prefill(input_ids, attention_mask)
-            if cache is not None:
-                kwargs["past_key_values"] = cache
+            if cache is not None:  # the keyword this transformers takes (no FutureWarning)
+                kwargs[cache_kwarg(self.model)] = cache
 
         with torch.random.fork_rng(
             devices=self._rng_devices(device), enabled=self._seeds is not None
