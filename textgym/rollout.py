@@ -411,7 +411,7 @@ def _act(policy: Policy, slots: list[_Slot], token_level: bool) -> list[Completi
         completions = policy.act([s.trajectory.messages for s in slots], [s.info for s in slots])
     if len(completions) != len(slots):
         raise ValueError(
-            f"Policy {getattr(policy, 'name', policy)!r} returned {len(completions)} "
+            f"Policy {policy.name!r} returned {len(completions)} "
             f"completions for {len(slots)} conversations"
         )
     return completions
@@ -429,7 +429,7 @@ def _record_tokens(
     if completion.completion_ids is None or completion.logprobs is None:
         raise ValueError(
             f"Token-level rollouts need completion_ids and logprobs from the policy; "
-            f"{getattr(policy, 'name', policy)!r} returned a completion without them"
+            f"{policy.name!r} returned a completion without them"
         )
     traj.extend_tokens(completion.completion_ids, completion.logprobs)
     if not done:

@@ -137,9 +137,7 @@ def selfplay(
         game = SelfPlayGame(
             seed=seeds[index],
             marks=marks,
-            policies={
-                seat: getattr(by_seat[seat], "name", type(by_seat[seat]).__name__) for seat in seats
-            },
+            policies={seat: by_seat[seat].name for seat in seats},
         )
         slot = _Live(env, index, game)
         for seat in seats:
@@ -208,7 +206,7 @@ def selfplay(
                 )
                 if len(completions) != len(group):
                     raise ValueError(
-                        f"Policy {getattr(policy, 'name', policy)!r} returned {len(completions)} "
+                        f"Policy {policy.name!r} returned {len(completions)} "
                         f"completions for {len(group)} conversations"
                     )
                 for slot, seat, completion in zip(group, seats_to_move, completions):

@@ -37,6 +37,7 @@ class MinimaxPolicy:
     """
 
     name = "minimax"
+    tokens_generated = None  # generates no model tokens
 
     def __init__(self, seed: int | None = None, reasoning: bool = True):
         self._rng = np.random.default_rng(seed)

@@ -401,7 +401,7 @@ def summarize(
         assert plan.walk is not None
         walked = {"available": plan.tasks_available, "selected": len(plan.walk.tasks)}
         walked.update(tasks.result())
-    tokens = getattr(policy, "tokens_generated", None)
+    tokens = policy.tokens_generated
     return {
         "env_id": config.env_id,
         "policy": config.policy,

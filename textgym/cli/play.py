@@ -160,7 +160,11 @@ class _ShowCompletions:
 
     def __init__(self, policy: Policy, label: str):
         self.policy, self.label = policy, label
-        self.name = getattr(policy, "name", type(policy).__name__)
+        self.name = policy.name
+
+    @property
+    def tokens_generated(self) -> int | None:
+        return self.policy.tokens_generated
 
     def act(self, conversations: Any, infos: Any) -> list[Any]:
         completions = self.policy.act(conversations, infos)

@@ -96,7 +96,11 @@ class Policy(Protocol):
     need not (and a caller cannot forget to) clean it; see :func:`sanitize_text`.
     """
 
+    #: A short name for logs and results (``"minimax"``, ``"hf"``).
     name: str
+    #: Model tokens generated so far, over all calls (for tokens/s); ``None`` for a policy that
+    #: generates no tokens (scripted, gold answers, a person).
+    tokens_generated: int | None
 
     def act(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]

@@ -34,6 +34,7 @@ class GoldPolicy:
     """
 
     name = "gold"
+    tokens_generated = None  # generates no model tokens
 
     def __init__(self, seed: int | None = None):
         self.seed = seed

@@ -28,6 +28,7 @@ class HumanPolicy:
     """
 
     name = "human"
+    tokens_generated = None  # generates no model tokens
 
     def __init__(
         self,

@@ -50,6 +50,7 @@ class RandomPolicy:
     """
 
     name = "random"
+    tokens_generated = None  # generates no model tokens
 
     def __init__(
         self,

@@ -1,0 +1,29 @@
+"""The policy contract is declared and every built-in policy keeps it: ``name`` and
+``tokens_generated`` are read, never probed (issue 26 item 4)."""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from textgym.builder import POLICY_NAMES, make_policy
+from textgym.policies import Policy
+
+# The policies that need no model, server or terminal; hf, openai and human are checked in
+# their own tests (test_hf, test_openai_compat), which read tokens_generated after a call.
+CHEAP = ("random", "minimax", "gold")
+
+
+def test_protocol_declares_what_callers_read():
+    hints = typing.get_type_hints(Policy)
+    assert hints["name"] is str
+    assert hints["tokens_generated"] == (int | None)
+
+
+@pytest.mark.parametrize("name", CHEAP)
+def test_scripted_policies_keep_the_contract(name):
+    assert name in POLICY_NAMES
+    policy = make_policy(name)
+    assert policy.name == name
+    assert policy.tokens_generated is None  # no model tokens: tokens/s is left out, not 0
