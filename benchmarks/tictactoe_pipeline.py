@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module of this script
+from safetensors.torch import load_file, save_file
 
 import textgym  # noqa: F401
 from textgym.algos import grpo, sft
@@ -272,7 +273,8 @@ def stage_eval_mastery(
 
 
 def export_adapters(args: argparse.Namespace, work: Path, target: Path) -> dict[str, str]:
-    """Copy the LoRA adapter of each trained stage to ``target/<stage>``, chained by base.
+    """Copy the LoRA adapter of each trained stage to ``target/<stage>`` in bfloat16, chained
+    by base.
 
     Each adapter records the one it was trained on as its base (``../sft`` for GRPO, ``../grpo``
     for mastery), so the folder moves as a whole and loads with ``load_model``.
@@ -286,8 +288,11 @@ def export_adapters(args: argparse.Namespace, work: Path, target: Path) -> dict[
             break
         folder = target / stage
         folder.mkdir(parents=True, exist_ok=True)
-        for name in ADAPTER_FILES:
-            shutil.copy(source / name, folder / name)
+        shutil.copy(source / ADAPTER_FILES[0], folder / ADAPTER_FILES[0])
+        # bfloat16 factors: half the bytes of the float32 training copy (issue 22: adapters were
+        # 45 of the 49 MB tracked); peft casts them back to the model's dtype when loading.
+        tensors = load_file(source / ADAPTER_FILES[1])
+        save_file({k: v.to(torch.bfloat16) for k, v in tensors.items()}, folder / ADAPTER_FILES[1])
         config = json.loads((folder / ADAPTER_FILES[0]).read_text())
         config["base_model_name_or_path"] = previous
         (folder / ADAPTER_FILES[0]).write_text(json.dumps(config, indent=2) + "\n")
