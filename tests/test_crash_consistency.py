@@ -87,3 +87,50 @@ def test_collect_killed_at_random_leaves_whole_lines(tmp_path, seed):
     records = _valid_jsonl(output)
     assert 0 < len(records) < 3000, "the kill should land mid-run"
     assert all("messages" in r for r in records)
+
+
+def test_train_killed_during_its_saves_resumes_to_the_end(tmp_path):
+    """SIGKILL while ``train`` writes checkpoints (every step, at a random moment after the
+    first one appeared): ``--resume`` starts from the last complete checkpoint (a half-written
+    one is never taken), runs to the end, and the metrics hold each step once."""
+    run = tmp_path / "run"
+    argv = [
+        "train",
+        "--model",
+        "tiny",
+        "--env-kwargs",
+        '{"prompt_style": "compact"}',
+        "--groups-per-step",
+        "2",
+        "--group-size",
+        "2",
+        "--rollout-batch-size",
+        "4",
+        "--micro-batch-size",
+        "4",
+        "--max-new-tokens",
+        "4",
+        "--eval-every",
+        "0",
+        "--eval-episodes",
+        "2",
+        "--device",
+        "cpu",
+        "--no-tensorboard",
+        "--no-progress",
+        "--save-every",
+        "1",
+        "--steps",
+        "4",
+        "--output-dir",
+        str(run),
+    ]
+    _kill_at_random(argv, seed=3, watch=run / "checkpoint-1" / "trainer_state.pt")
+    assert not (run / "checkpoint-4").exists(), "the kill should land mid-run"
+    resumed = subprocess.run([*CLI, *argv, "--resume"], capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert (run / "checkpoint-4").is_dir()
+    rows = [r for r in _valid_jsonl(run / "metrics.jsonl") if r.get("stage", "train") == "train"]
+    steps = [r["step"] for r in rows]
+    assert steps == [1, 2, 3, 4], steps
+    assert not [p.name for p in run.iterdir() if p.name.startswith(".") and "checkpoint" in p.name]
