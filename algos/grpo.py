@@ -86,7 +86,15 @@ from textgym.evaluation import summarize
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import Trajectory, rollout
 
-__all__ = ["GRPOConfig", "Learner", "evaluate", "make_learner", "train", "update"]
+__all__ = [
+    "GRPOConfig",
+    "Learner",
+    "check_world_size",
+    "evaluate",
+    "make_learner",
+    "train",
+    "update",
+]
 
 _EVAL_SEED_OFFSET = 10**9  # evaluation seeds never collide with training tasks
 
@@ -384,7 +392,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     """
     torch.manual_seed(config.seed)
     ctx, out = init_distributed(config.device), Path(config.output_dir)
-    _check_world_size(config, ctx)
+    check_world_size(config, ctx)
     checkpoint = _checkpoint_to_resume(config, out)  # checked before any record is touched
     if checkpoint is not None and _finished(checkpoint, config):
         print(f"{out} already finished its {config.steps} steps; nothing to do")
@@ -716,7 +724,7 @@ def _save(learner: Learner, policy: HFPolicy, step: int) -> Path | None:
     )
 
 
-def _check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
+def check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
     """ValueError unless the step's groups split evenly over the ranks."""
     if config.groups_per_step % ctx.world_size:
         raise ValueError(

@@ -61,7 +61,15 @@ from textgym.data import read_jsonl
 from textgym.tokens import ChatTokenizer
 from textgym.toolformat import from_chat_messages
 
-__all__ = ["ROLES", "SFTConfig", "conversation_tokens", "read_conversations", "train"]
+__all__ = [
+    "ROLES",
+    "SFTConfig",
+    "SFTRun",
+    "conversation_tokens",
+    "read_conversations",
+    "sft_step",
+    "train",
+]
 
 #: Message roles an SFT record may hold (the chat roles textgym's envs and policies produce).
 ROLES = ("system", "user", "assistant", "tool")
@@ -113,7 +121,7 @@ class SFTConfig(OptimizationConfig):
 
 
 @dataclass(kw_only=True)
-class _Run:
+class SFTRun:
     """The state of an SFT run that its steps read or change (the config is never changed)."""
 
     config: SFTConfig
@@ -208,7 +216,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     broadcast_parameters(model, ctx)
     sequences, dropped = _tokenize(config, ChatTokenizer(tokenizer), conversations)
     optimizer, scheduler = make_optimizer(model, config)
-    run = _Run(
+    run = SFTRun(
         config=config,
         model=model,
         optimizer=optimizer,
@@ -255,7 +263,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
 
 def _epochs(
-    run: _Run,
+    run: SFTRun,
     sequences: list[tuple[list[int], list[int]]],
     logger: MetricsLogger,
     *,
@@ -286,7 +294,7 @@ def _epochs(
             if run.dist.distributed:  # this rank's contiguous share of the step's conversations
                 share = -(-len(batch) // run.dist.world_size)
                 batch = batch[run.dist.rank * share : (run.dist.rank + 1) * share]
-            loss, tokens = _sft_step(run, batch)
+            loss, tokens = sft_step(run, batch)
             run.scheduler.step()
             step += 1
             window.append(loss)
@@ -322,7 +330,7 @@ def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
     return flag if not ctx.distributed else all_reduce_sum([float(flag)], ctx)[0] > 0
 
 
-def _save_checkpoint(run: _Run, step: int) -> Path:
+def _save_checkpoint(run: SFTRun, step: int) -> Path:
     """Save ``output_dir/checkpoint-{step}`` (rank 0 writes; every rank returns its path).
 
     Raises:
@@ -430,7 +438,7 @@ def _tokenize(
     return sequences, dropped
 
 
-def _sft_step(run: _Run, batch: list[tuple[list[int], list[int]]]) -> tuple[float, float]:
+def sft_step(run: SFTRun, batch: list[tuple[list[int], list[int]]]) -> tuple[float, float]:
     """One optimizer step on ``batch``; returns (mean NLL per assistant token, token count).
 
     With more than one rank, ``batch`` is this rank's share (maybe empty) and the normaliser,

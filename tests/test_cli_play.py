@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
+import textgym.builder
 from textgym import cli
 from textgym.envs.tictactoe.text import COMPACT_SYSTEM_PROMPT, compact_status_text
 
@@ -31,21 +32,22 @@ def type_lines(monkeypatch, lines):
 def model_spy(monkeypatch):
     """Wrap the policy the CLI builds; record its name, kwargs and each conversation it sees."""
     seen = {"conversations": []}
-    build = cli._common.build_policy
+    build = textgym.builder.make_policy
 
     class Spy:
         def __init__(self, policy):
-            self.policy, self.name = policy, getattr(policy, "name", "spy")
+            self.policy, self.name = policy, policy.name
+            self.tokens_generated = policy.tokens_generated
 
         def act(self, conversations, infos):
             seen["conversations"] += [copy.deepcopy(list(c)) for c in conversations]
             return self.policy.act(conversations, infos)
 
-    def spy_build(name, kwargs):
+    def spy_build(name, **kwargs):
         seen.update(name=name, kwargs=kwargs)
-        return Spy(build(name, kwargs))
+        return Spy(build(name, **kwargs))
 
-    monkeypatch.setattr(cli._common, "build_policy", spy_build)
+    monkeypatch.setattr(textgym.builder, "make_policy", spy_build)
     return seen
 
 

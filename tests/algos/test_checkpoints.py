@@ -149,15 +149,15 @@ def test_a_save_refused_for_lack_of_disk_keeps_the_last_checkpoint(tmp_path, mon
 
 
 def test_a_failing_evaluation_never_costs_the_save(tmp_path, monkeypatch):
-    evaluate, calls = grpo._evaluate, []
+    evaluate, calls = grpo.evaluate, []
 
-    def failing(*args):
+    def failing(*args, **kwargs):
         calls.append(1)
         if len(calls) == 2:  # the evaluation after step 1 (the first is before any step)
             raise RuntimeError("evaluation broke")
-        return evaluate(*args)
+        return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(grpo, "_evaluate", failing)
+    monkeypatch.setattr(grpo, "evaluate", failing)
     with pytest.raises(RuntimeError, match="evaluation broke"):
         grpo.train(small(tmp_path, steps=3, eval_every=1, save_every=0))
     assert checkpoints(tmp_path / "run") == ["checkpoint-1"]  # saved though save_every is 0

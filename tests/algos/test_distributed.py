@@ -203,7 +203,7 @@ def run_sft_step(inputs: dict, ctx: DistributedContext, directory: Path):
     batch = [sft.conversation_tokens(chat, messages) for messages in CONVERSATIONS]
     share = -(-len(batch) // ctx.world_size)
     optimizer, scheduler = sgd(model)
-    run = sft._Run(
+    run = sft.SFTRun(
         config=sft_config(directory, directory / "unused"),
         model=model,
         optimizer=optimizer,
@@ -213,7 +213,7 @@ def run_sft_step(inputs: dict, ctx: DistributedContext, directory: Path):
         total_steps=1,
         dist=ctx,
     )
-    result = sft._sft_step(run, batch[ctx.rank * share : (ctx.rank + 1) * share])
+    result = sft.sft_step(run, batch[ctx.rank * share : (ctx.rank + 1) * share])
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, result
 
 
@@ -340,7 +340,7 @@ def test_one_process_resumes_a_two_rank_checkpoint(launched, tmp_path):
 def test_groups_must_split_evenly_over_the_ranks(tmp_path):
     config = train_config(tmp_path, groups_per_step=3)
     with pytest.raises(ValueError, match=r"^groups_per_step: expected a multiple of the 2 ranks"):
-        grpo._check_world_size(config, DistributedContext(rank=0, world_size=2))
+        grpo.check_world_size(config, DistributedContext(rank=0, world_size=2))
 
 
 if __name__ == "__main__":

@@ -151,14 +151,24 @@ def test_unknown_or_missing_trackers_are_refused(tmp_path, monkeypatch):
 def test_the_trainers_take_report_to(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from textgym.algos import grpo
-    from textgym.algos.distributed import DistributedContext
     from textgym.algos.sft import SFTConfig
     from textgym.cli import main
 
-    config = grpo.GRPOConfig(output_dir=str(tmp_path / "run"), report_to=("wandb", "trackio"))
+    from .test_grpo import small
+
+    config = small(tmp_path, report_to=("wandb", "trackio"))
     made = {}
-    monkeypatch.setattr(grpo, "MetricsLogger", lambda out, **options: made.update(options))
-    grpo._logger(tmp_path / "run", config, DistributedContext())
+
+    class Made(Exception):
+        """Stops the run once the logger is made: nothing after it is under test."""
+
+    def make_logger(out, **options):
+        made.update(options)
+        raise Made
+
+    monkeypatch.setattr(grpo, "MetricsLogger", make_logger)
+    with pytest.raises(Made):
+        grpo.train(config)
     assert made["report_to"] == ("wandb", "trackio") and made["config"] is config
     assert {f.name: f.default for f in dataclasses.fields(SFTConfig)}["report_to"] == ()
     with pytest.raises(SystemExit) as exc:

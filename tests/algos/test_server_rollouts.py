@@ -27,8 +27,8 @@ from textgym.algos.server_rollouts import gguf_architecture, server_model_path  
 from textgym.models import build_tiny_model, load_model  # noqa: E402
 from textgym.policies.llama_server import (  # noqa: E402
     LlamaServerPolicy,
-    _sampled,
     completion_request,
+    sampled_tokens,
 )
 from textgym.rollout import rollout  # noqa: E402
 from textgym.serving.llama_cpp import (  # noqa: E402
@@ -77,13 +77,13 @@ def test_replies_are_parsed_and_mismatches_refused():
         "tokens": [5, 6],
         "completion_probabilities": [{"id": 5, "prob": 0.5}, {"id": 6, "prob": 0.0}],
     }
-    ids, logprobs = _sampled(reply, "u")
+    ids, logprobs = sampled_tokens(reply, "u")
     assert ids == [5, 6] and logprobs[0] == pytest.approx(math.log(0.5))
     assert math.isfinite(logprobs[1])  # a float32 underflow is floored, not -inf
     with pytest.raises(ValueError, match="return 'tokens' and 'completion_probabilities'"):
-        _sampled({"content": "x"}, "u")
+        sampled_tokens({"content": "x"}, "u")
     with pytest.raises(ValueError, match="one probability per sampled token"):
-        _sampled({"tokens": [5], "completion_probabilities": [{"id": 6, "prob": 1.0}]}, "u")
+        sampled_tokens({"tokens": [5], "completion_probabilities": [{"id": 6, "prob": 1.0}]}, "u")
 
 
 def test_lora_gguf_holds_every_adapter_pair_under_its_gguf_name(tmp_path):

@@ -160,7 +160,7 @@ def test_tool_calls_render_in_the_env_text_form():
         finish_reason="tool_calls",
     )
     policy = _offline("http://127.0.0.1:9/v1")
-    completion = policy._completion(response)
+    completion = policy.parse_response(response)
     assert completion == Completion(text=completion.text, finish_reason="stop")
     assert completion.prompt_ids is None and completion.logprobs is None
     assert completion.text.startswith("Looking it up.\n<tool_call>")
@@ -184,18 +184,18 @@ def test_render_tool_calls_accepts_dicts_and_nothing():
 
 def test_finish_reason_length_and_stop_restoration():
     policy = OpenAIPolicy("http://127.0.0.1:9/v1", model="m", stop=["</move>"], check=False)
-    stopped = policy._completion(_response({"role": "assistant", "content": "<move>4"}))
+    stopped = policy.parse_response(_response({"role": "assistant", "content": "<move>4"}))
     assert stopped == Completion(text="<move>4</move>", finish_reason="stop")
-    cut = policy._completion(_response({"role": "assistant", "content": "<move>4"}, "length"))
+    cut = policy.parse_response(_response({"role": "assistant", "content": "<move>4"}, "length"))
     assert cut == Completion(text="<move>4", finish_reason="length")
 
 
 def test_tools_are_sent_only_when_the_env_offers_them():
     policy = _offline("http://127.0.0.1:9/v1")
     messages = [{"role": "user", "content": "hi"}]
-    assert "tools" not in policy._request(messages, {"tools": []})
+    assert "tools" not in policy.request_body(messages, {"tools": []})
     tools = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
-    assert policy._request(messages, {"tools": tools})["tools"] == chat_tools(tools)
+    assert policy.request_body(messages, {"tools": tools})["tools"] == chat_tools(tools)
 
 
 def _errors():
@@ -596,7 +596,7 @@ def test_tools_on_every_turn_and_a_seed_per_request(monkeypatch):
     assert roles == ["system", "user", "assistant"] + ["tool"] * (len(roles) - 3)
     assert len(second[2]["tool_calls"]) == len(roles) - 3 >= 1
     text = OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, tool_format="text")
-    plain = text._request(gold_traj.messages[:4], {"tools": seen[0]["tools"]})
+    plain = text.request_body(gold_traj.messages[:4], {"tools": seen[0]["tools"]})
     assert "tools" not in plain and plain["messages"] == [dict(m) for m in gold_traj.messages[:4]]
     with pytest.raises(ValueError, match="tool_format"):
         OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, tool_format="xml")
@@ -612,13 +612,13 @@ def test_the_real_server_takes_structured_tool_histories(server_url, seed, monke
 
     server = make_policy("openai", base_url=server_url, model=ALIAS, max_tokens=8, seed=seed)
     sent: list[dict] = []
-    original = OpenAIPolicy._request
+    original = OpenAIPolicy.request_body
 
     def spy(self, messages, info, number=0):
         sent.append(original(self, messages, info, number))
         return sent[-1]
 
-    monkeypatch.setattr(OpenAIPolicy, "_request", spy)
+    monkeypatch.setattr(OpenAIPolicy, "request_body", spy)
     gold = GoldPolicy()
 
     class Mirror:

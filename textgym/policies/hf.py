@@ -426,7 +426,7 @@ class HFPolicy:
                 [_StopOnText(self.tokenizer, self.stop, width)]
             )
         if self.share_prefill:
-            cache = self._shared_prefill(input_ids, attention_mask)
+            cache = self.shared_prefill(input_ids, attention_mask)
             if cache is not None:  # the keyword this transformers takes (no FutureWarning)
                 kwargs[cache_kwarg(self.model)] = cache
 
@@ -457,7 +457,7 @@ class HFPolicy:
         ]
 
     @torch.no_grad()
-    def _shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
+    def shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
         """A KV cache of all prompt tokens but the last, each distinct prompt run once.
 
         ``generate`` then feeds only the last prompt token, so every row samples from the same

@@ -30,7 +30,7 @@ from typing import Any
 from textgym.policies.base import Completion
 from textgym.policies.hf import HFPolicy
 
-__all__ = ["LlamaServerPolicy", "completion_request"]
+__all__ = ["LlamaServerPolicy", "completion_request", "sampled_tokens"]
 
 
 def completion_request(
@@ -143,7 +143,7 @@ class LlamaServerPolicy(HFPolicy):
         with concurrent.futures.ThreadPoolExecutor(workers, "textgym-llama") as pool:
             replies = list(pool.map(lambda body: self._post(url, body), bodies))
         completions = [
-            self._completion(ids, *_sampled(reply, url))
+            self._completion(ids, *sampled_tokens(reply, url))
             for ids, reply in zip(prompts, replies, strict=True)
         ]
         self.tokens_generated += sum(len(c.completion_ids or ()) for c in completions)
@@ -175,7 +175,7 @@ class LlamaServerPolicy(HFPolicy):
         )
 
 
-def _sampled(reply: dict[str, Any], url: str) -> tuple[list[int], list[float]]:
+def sampled_tokens(reply: dict[str, Any], url: str) -> tuple[list[int], list[float]]:
     """``(ids [T], logprobs [T])`` of one ``/completion`` reply."""
     ids = reply.get("tokens")
     probs = reply.get("completion_probabilities")

@@ -514,7 +514,7 @@ class OpenAIPolicy:
 
     # ----------------------------------------------------------------------------- acting
 
-    def _request(
+    def request_body(
         self, messages: Sequence[Message], info: Mapping[str, Any], number: int = 0
     ) -> dict[str, Any]:
         """Keyword arguments of the policy's ``number``-th ``chat.completions.create`` call."""
@@ -535,7 +535,7 @@ class OpenAIPolicy:
             request["tools"] = chat_tools(tools)
         return request
 
-    def _completion(self, response: Any) -> Completion:
+    def parse_response(self, response: Any) -> Completion:
         """Turn a chat-completions response into a :class:`Completion`.
 
         Raises:
@@ -609,7 +609,7 @@ class OpenAIPolicy:
                 raise InvalidResponseError(
                     f"the body is not a chat completion ({type(error).__name__}: {error})"
                 ) from error
-            return self._completion(response)
+            return self.parse_response(response)
 
         async def one(request: dict[str, Any], url: str) -> Completion:
             async with semaphore:
@@ -647,7 +647,7 @@ class OpenAIPolicy:
         # conversation order, so a run is reproducible whatever order the answers come in.
         requests, urls = [], []
         for messages, info in zip(conversations, infos):
-            requests.append(self._request(messages, info, self._requests_made))
+            requests.append(self.request_body(messages, info, self._requests_made))
             self._requests_made += 1
             urls.append(self.base_urls[self._next_endpoint % len(self.base_urls)])
             self._next_endpoint += 1
