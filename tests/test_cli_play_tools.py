@@ -19,10 +19,14 @@ def test_a_tool_env_shows_its_setup_first(env_id, monkeypatch, capsys):
     out = capsys.readouterr().out
     _, info = gym.make(env_id).reset(seed=0)
     setup, _, request = out.partition("Call format: <tool_call>")
-    assert "System prompt:\n" + info["system_prompt"] in setup
+    # The system prompt is shown, its own list of tools replaced by a pointer to the one list
+    # with argument types: each tool is listed once (issue 25, item 11).
+    intro = info["system_prompt"].split("\n- ")[0].rsplit("\n", 1)[0]
+    assert "System prompt:\n" + intro in setup
+    assert f"[the {len(info['tools'])} tools are listed below]" in setup
     assert f"Tools ({len(info['tools'])}):" in setup
     for tool in info["tools"]:
-        assert f"\n- {tool['name']}(" in setup, tool["name"]
+        assert setup.count(f"\n- {tool['name']}(") == 1, tool["name"]
     assert '{"name": "<tool name>", "arguments": {"<argument>": "<value>"}}</tool_call>' in request
     assert out.rstrip().endswith("bye")
 
@@ -39,3 +43,23 @@ def test_a_game_without_tools_shows_no_setup(monkeypatch, capsys):
     monkeypatch.setattr("builtins.input", ctrl_d)
     assert main(["play", "textgym/TicTacToe-v0", "--seed", "0"]) == 0
     assert "System prompt:" not in capsys.readouterr().out
+
+
+def test_tool_responses_show_email_bodies_with_line_breaks(monkeypatch, capsys):
+    calls = iter(
+        ['<tool_call>{"name": "email_search_emails", "arguments": {"query": ""}}</tool_call>']
+    )
+
+    def typed(prompt=""):
+        try:
+            return next(calls)
+        except StopIteration:
+            raise EOFError from None
+
+    monkeypatch.setattr("builtins.input", typed)
+    assert main(["play", "textgym/EmailToolUse-v1", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    response = out.split("<tool_response>\n", 1)[1].split("</tool_response>")[0]
+    assert "\\n" not in response  # no literal backslash-n left
+    assert "    body:\n      | Sam,\n      |\n" in response  # one line per line of the body
+    assert "  - email_id: " in response and "pagination:\n  total_emails: 20" in response

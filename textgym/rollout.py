@@ -146,6 +146,7 @@ def rollout(
     on_episode_end: Callable[[Trajectory], None] | None = None,
     token_level: bool | None = None,
     env_workers: bool = False,
+    on_turn: Callable[[int], None] | None = None,
 ) -> list[Trajectory]:
     """Play one episode per seed, up to ``batch_size`` at once; return them in seed order.
 
@@ -160,11 +161,14 @@ def rollout(
         options: ``reset`` options: one mapping for every episode, or one per seed (e.g.
             ``{"episode_index": g}`` for :class:`~textgym.wrappers.OpponentSkill`'s strata).
         on_episode_end: Called with each trajectory as it finishes, in the order they finish
-            (e.g. to advance a progress bar).
+            (e.g. to advance a progress bar, :class:`textgym.progress.EpisodeProgress`).
         token_level: Token-in / token-out (see the module docstring); ``None`` chooses it
             whenever the policy is a :class:`~textgym.policies.base.TokenPolicy`.
         env_workers: Step each env in its own worker process (see the module docstring).
             ``make_env`` must then be picklable with cloudpickle (a lambda or closure is).
+        on_turn: Called after each batched turn with the number of actions it took (the live
+            episodes), before that turn's finished episodes are handed on: progress that moves
+            even while no episode finishes (a batch whose episodes all end on one turn).
 
     Returns:
         ``len(seeds)`` trajectories, ``result[i]`` played with ``seeds[i]``.
@@ -183,6 +187,7 @@ def rollout(
         options=options,
         token_level=token_level,
         env_workers=env_workers,
+        on_turn=on_turn,
     )
     with contextlib.closing(episodes):
         for index, traj in episodes:
@@ -201,6 +206,7 @@ def iter_rollout(
     options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     token_level: bool | None = None,
     env_workers: bool = False,
+    on_turn: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Trajectory]]:
     """:func:`rollout` as a stream: yield ``(i, trajectory)`` as each episode finishes.
 
@@ -210,7 +216,8 @@ def iter_rollout(
     (Ctrl-C) has every finished episode. Close the iterator (``contextlib.closing``) or exhaust
     it to close the envs.
 
-    Args: as :func:`rollout` (without ``on_episode_end``).
+    Args: as :func:`rollout` (without ``on_episode_end``; ``on_turn`` is called before the
+    turn's finished episodes are yielded).
 
     Raises:
         ValueError: as :func:`rollout`: the argument checks when called, the policy's wrong
@@ -229,7 +236,7 @@ def iter_rollout(
             f"{type(policy).__name__} is not one"
         )
     build = (lambda: WorkerEnv(make_env)) if env_workers else make_env
-    return _episodes(build, policy, seeds, batch_size, options, token_level)
+    return _episodes(build, policy, seeds, batch_size, options, token_level, on_turn)
 
 
 def _episodes(
@@ -239,6 +246,7 @@ def _episodes(
     batch_size: int,
     options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None,
     token_level: bool,
+    on_turn: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Trajectory]]:
     """The loop of :func:`iter_rollout` (arguments already checked)."""
     # Nothing here grows with len(seeds): the next episode's index is a counter.
@@ -268,6 +276,8 @@ def _episodes(
             still_live: list[_Slot] = []
             finished_envs: list[Any] = []
             steps = _step_all([s.env for s in slots], [c.text for c in completions])
+            if on_turn is not None:
+                on_turn(len(steps))
             for slot, completion, step in zip(slots, completions, steps):
                 obs, reward, terminated, truncated, info = step
                 traj = slot.trajectory

@@ -7,7 +7,7 @@
 - ``textgym play ENV_ID``: play an env yourself in the terminal (``--against`` a policy).
 - ``textgym sft --data FILE``: supervised fine-tuning on collected chat JSONL.
 - ``textgym train [ENV_ID]``: GRPO training of an LLM policy on an env.
-- ``textgym compare RUN RUN ...``: compare training runs.
+- ``textgym compare RUN RUN ...``: compare eval, train and sft runs side by side.
 - ``textgym report RUN [RUN ...]``: one self-contained HTML page of eval, collect and train runs.
 
 One grammar for all of them (:mod:`textgym.cli._common`): each subcommand is one config
@@ -49,7 +49,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "play": ("play", "play an environment yourself in the terminal"),
     "sft": ("sft", "supervised fine-tuning on collected chat JSONL"),
     "train": ("train", "GRPO training of an LLM policy on an env"),
-    "compare": ("compare", "compare training runs: last metrics and overlaid plots"),
+    "compare": ("compare", "compare eval, train and sft runs: a table side by side, plots"),
     "report": ("report", "write one self-contained HTML report of eval, collect and train runs"),
 }
 #: The extras a subcommand's module needs beyond the core install.

@@ -22,6 +22,7 @@ import math
 import re
 import sys
 import textwrap
+import types
 import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn
@@ -158,6 +159,8 @@ def _cli_view(config_class: type, description: str) -> type:
             value = f.default_factory() if f.default_factory is not dataclasses.MISSING else {}
             kind, arg["metavar"] = str, "JSON"
             default = dataclasses.field(default=json.dumps(value))
+        elif (metavar := _optional_metavar(f.name, kind)) is not None:
+            arg["metavar"] = metavar  # tyro's own reads {None}|INT
         fields.append((f.name, Annotated[kind, tyro.conf.arg(**arg)], default))
     return dataclasses.make_dataclass(
         config_class.__name__,
@@ -165,6 +168,49 @@ def _cli_view(config_class: type, description: str) -> type:
         kw_only=True,
         namespace={"__doc__": description, "__module__": config_class.__module__},
     )
+
+
+_METAVARS = {int: "INT", float: "FLOAT", str: "STR"}
+
+
+def _optional_metavar(name: str, kind: Any) -> str | None:
+    """The metavar of an optional option (``X | None``) as the value it takes, or ``None`` for
+    any other type (tyro's own metavar then).
+
+    tyro writes the ``None`` member into the metavar (``{None}|INT``, ``{None}|{[STR [STR
+    ...]]}``); the help text already says what leaving the option out means, and its default
+    shows ``None``. Directories read ``DIR``.
+
+    Example:
+        >>> _optional_metavar("limit", int | None), _optional_metavar("output_dir", str | None)
+        ('INT', 'DIR')
+        >>> _optional_metavar("task_ids", tuple[str, ...] | None)
+        'STR [STR ...]'
+        >>> _optional_metavar("tool_format", typing.Literal["native", "text"] | None)
+        '{native,text}'
+        >>> _optional_metavar("seed", int) is None
+        True
+    """
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) not in (typing.Union, types.UnionType) or type(None) not in args:
+        return None
+    (inner, *more) = [a for a in args if a is not type(None)]
+    if more:
+        return None
+    if inner is str and (name.endswith("_dir") or name == "plots"):
+        return "DIR"
+    if inner in _METAVARS:
+        return _METAVARS[inner]
+    if typing.get_origin(inner) is typing.Literal:
+        return "{" + ",".join(str(v) for v in typing.get_args(inner)) + "}"
+    if typing.get_origin(inner) is tuple:
+        members = typing.get_args(inner)
+        if len(members) == 2 and members[1] is Ellipsis and members[0] in _METAVARS:
+            each = _METAVARS[members[0]]
+            return f"{each} [{each} ...]"
+        if members and all(m in _METAVARS for m in members):
+            return " ".join(_METAVARS[m] for m in members)
+    return None
 
 
 def parse_config(config_class: type, argv: Sequence[str], prog: str, description: str) -> Any:

@@ -36,6 +36,7 @@ from textgym.evaluation import (
 )
 from textgym.policies import Policy
 from textgym.policies.gold import GOLD_INFO_KEY
+from textgym.progress import EpisodeProgress
 from textgym.results import hold_interrupts
 from textgym.rollout import Trajectory, iter_rollout
 
@@ -334,22 +335,17 @@ def play(
     that episode is not kept) stops the play; the episodes finished by then, held back or
     not, are all kept. ``keep`` runs with Ctrl-C held back
     (:func:`~textgym.results.hold_interrupts`), so it never stops half way.
-    """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+    Progress (``--progress``, :class:`~textgym.progress.EpisodeProgress`) advances as each
+    episode finishes, and its action count with every batched turn.
+    """
     held: dict[int, Trajectory] = {}
     next_index = 0
     start = time.perf_counter()
     played = Played(0.0)
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        disable=not config.progress,
-        transient=True,
+    with EpisodeProgress(
+        f"{description} {config.env_id}", plan.episodes, enabled=config.progress
     ) as progress:
-        task = progress.add_task(f"{description} {config.env_id}", total=plan.episodes)
         seeds = GroupSeeds(config.seed, plan.episodes, config.rollouts_per_task)
         episodes = iter_rollout(
             plan.make_env,
@@ -357,6 +353,7 @@ def play(
             seeds,
             batch_size=config.rollout_batch_size,
             options=plan.walk,
+            on_turn=progress.actions,
         )
         try:
             with contextlib.closing(episodes):
@@ -368,7 +365,7 @@ def play(
                             keep(next_index, held[next_index])
                             del held[next_index]
                         next_index += 1
-                    progress.advance(task)
+                    progress.episode_done()
         except KeyboardInterrupt:
             played.interrupted = True
         except Exception as exc:
@@ -424,6 +421,10 @@ def summarize(
     }
 
 
+#: The policies that generate with a token limit (--max-new-tokens); the others are scripted.
+_LLM_POLICIES = ("hf", "openai")
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     """The summary as a table on the terminal."""
     from rich.console import Console
@@ -456,7 +457,10 @@ def print_summary(summary: dict[str, Any]) -> None:
         for outcome, rate in summary["outcomes"].items():
             table.add_row(outcome, f"{rate:.1%}")
     table.add_row("truncated (time limit)", f"{summary['truncated_rate']:.1%}")
-    table.add_row("completions cut at --max-new-tokens", f"{summary['length_truncated_rate']:.1%}")
+    # A scripted policy's actions have no token limit: the row only where one applies or cut.
+    if summary["policy"] in _LLM_POLICIES or summary["length_truncated_rate"] > 0:
+        cut = f"{summary['length_truncated_rate']:.1%}"
+        table.add_row("completions cut at --max-new-tokens", cut)
     table.add_row("invalid actions", f"{summary['invalid_action_rate']:.1%}")
     table.add_row("episodes with an invalid action", f"{summary['invalid_episode_rate']:.1%}")
     table.add_row("mean turns", f"{summary['mean_turns']:.2f}")

@@ -20,12 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from textgym.cli._common import UsageError, one_line
-from textgym.cli._trainer import run_trainer
+from textgym.cli._trainer import Report, run_trainer
 
 __all__ = ["run_training"]
 
 
-def run_training(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
+def run_training(
+    config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None = None
+) -> int:
     """:func:`~textgym.cli._trainer.run_trainer`, with the early stops above as one line each.
 
     Returns:
@@ -39,7 +41,7 @@ def run_training(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
     from textgym.algos.common import TrainingInterrupted
 
     try:
-        return run_trainer(config, train)
+        return run_trainer(config, train, report)
     except TrainingInterrupted as exc:
         print(f"textgym: {exc}", file=sys.stderr)
         return 130

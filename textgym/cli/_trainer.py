@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,8 +120,15 @@ def _runtime_failure(exc: BaseException) -> str | None:
     return None
 
 
-def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
-    """Check what can be checked, run ``train(config)`` and print its result as JSON.
+#: Prints a finished run's summary: ``report(config, result, elapsed_s)``.
+Report = Callable[[Any, dict[str, Any], float], None]
+
+
+def run_trainer(
+    config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None = None
+) -> int:
+    """Check what can be checked, run ``train(config)`` and print its summary: ``report``
+    (:mod:`textgym.cli._summaries`), or the result as JSON without one.
 
     Returns:
         0 when the run finished; 1 when it stopped on a runtime failure of the data or the
@@ -140,15 +148,15 @@ def run_trainer(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
         _, probe = _common.env_factory(env_id, dict(config.env_kwargs), list(config.wrappers))
         probe.close()
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 claims the directory
-        return _train(config, train)
+        return _train(config, train, report)
     resume = getattr(config, "resume", None)  # train has --resume; sft has none
     with claim_dir(
         Path(config.output_dir), "--output-dir", overwrite=overwrite, resume=resume, clear=True
     ):
-        return _train(config, train)
+        return _train(config, train, report)
 
 
-def _train(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
+def _train(config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None) -> int:
     """:func:`run_trainer` once the output directory is claimed."""
     from textgym.algos.checkpoints import check_resumable
     from textgym.algos.distributed import shutdown_distributed
@@ -158,6 +166,7 @@ def _train(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
     from textgym.models import load_model
     from textgym.serving.llama_cpp import find_llama_server
 
+    began = time.perf_counter()
     try:
         result = train(config)
     except (ValueError, OSError, ImportError, FloatingPointError) as exc:
@@ -174,5 +183,8 @@ def _train(config: Any, train: Callable[[Any], dict[str, Any]]) -> int:
         return 1
     shutdown_distributed()  # under torchrun: the ranks leave together (a no-op otherwise)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports the run
-        print(json.dumps(json_safe(result), indent=2))
+        if report is None:
+            print(json.dumps(json_safe(result), indent=2))
+        else:
+            report(config, result, time.perf_counter() - began)
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from textgym.cli._episodes import policy_kwargs
 from textgym.cli._options import EnvOptions, ModelOptions
 from textgym.policies import Policy
 
-__all__ = ["PlayConfig", "run"]
+__all__ = ["PlayConfig", "Tally", "readable_observation", "run", "tool_setup_text"]
 
 _TWO_SEAT_ENV_ID = "textgym/TicTacToe-v0"
 
@@ -92,51 +93,108 @@ def run(config: PlayConfig) -> int:
     return _episodes_loop(config, lambda seed: _one_episode(make_env, policy, seed))
 
 
-def _one_episode(make_env: Callable[[], Any], policy: Policy, seed: int | None) -> None:
+def _one_episode(
+    make_env: Callable[[], Any], policy: Policy, seed: int | None
+) -> tuple[str | None, float]:
+    """Play one episode; print its last observation and result; return (outcome, return)."""
     from textgym.rollout import rollout
 
     (traj,) = rollout(make_env, policy, [seed], batch_size=1)
     print(
-        f"\n{traj.messages[-1]['content']}\n\nreturn {traj.episode_return:.2f}"
-        + (f", outcome {traj.outcome}" if traj.outcome else "")
+        f"\n{readable_observation(traj.messages[-1]['content'])}\n\n"
+        f"return {traj.episode_return:.2f}" + (f", outcome {traj.outcome}" if traj.outcome else "")
     )
+    return traj.outcome, traj.episode_return
 
 
-def _episodes_loop(config: PlayConfig, play_one: Callable[[int | None], None]) -> int:
-    """Call ``play_one(seed)`` until done; Ctrl-D or Ctrl-C says bye and exits 0."""
-    seed = config.seed
+class Tally:
+    """The running tally of ``play --repeat``: wins, draws and losses, and the mean return.
+
+    Example:
+        >>> tally = Tally()
+        >>> for outcome, ret in [("win", 1.0), ("loss", 0.0), ("win", 1.0)]:
+        ...     tally.add(outcome, ret)
+        >>> tally.line()
+        'after 3 games: 2 wins, 0 draws, 1 loss (W/D/L 2/0/1), mean return 0.67'
+    """
+
+    def __init__(self) -> None:
+        self.counts = {"win": 0, "draw": 0, "loss": 0}
+        self.episodes, self.total = 0, 0.0
+
+    def add(self, outcome: str | None, episode_return: float) -> None:
+        """Count one finished episode (``outcome`` ``None``: no result, e.g. a time limit)."""
+        self.episodes += 1
+        self.total += episode_return
+        if outcome in self.counts:
+            self.counts[outcome] += 1
+
+    def line(self) -> str:
+        """The tally in one line (W/D/L only when an episode had one of those outcomes)."""
+        mean = f"mean return {self.total / self.episodes:.2f}" if self.episodes else ""
+        n = self.episodes
+        if not any(self.counts.values()):
+            return f"after {n} episode{'s' * (n != 1)}: {mean}"
+        w, d, lost = self.counts.values()
+        words = (
+            f"{w} win{'s' * (w != 1)}, {d} draw{'s' * (d != 1)}, {lost} loss{'es' * (lost != 1)}"
+        )
+        return f"after {n} game{'s' * (n != 1)}: {words} (W/D/L {w}/{d}/{lost}), {mean}"
+
+
+def _episodes_loop(
+    config: PlayConfig, play_one: Callable[[int | None], tuple[str | None, float]]
+) -> int:
+    """Call ``play_one(seed)`` until done; with ``--repeat`` print the running tally after
+    each episode (:class:`Tally`). Ctrl-D or Ctrl-C says bye (with the tally) and exits 0."""
+    seed, tally = config.seed, Tally()
     try:
         while True:
-            play_one(seed)
+            tally.add(*play_one(seed))
             seed = None if seed is None else seed + 1
             if not config.repeat:
                 return 0
+            print(tally.line())
     except (EOFError, KeyboardInterrupt):
-        print("\nbye")
+        print("\nbye" + (f"; {tally.line()}" if config.repeat and tally.episodes else ""))
         return 0
 
 
 class _ShowToolSetup:
     """Wraps the person's policy: before the first turn of an episode on a tool env, shows the
-    system prompt, the tools (name, arguments, description) and the call format."""
+    system prompt, the tools (name, arguments, description) and the call format; and shows
+    each tool response readably (:func:`readable_observation`)."""
 
     def __init__(self, policy: Policy):
         self.policy, self.name = policy, "human"
 
     def act(self, conversations: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> list[Any]:
+        shown = []
         for messages, info in zip(conversations, infos):
             if info.get("tools") and not any(m["role"] == "assistant" for m in messages):
                 print(tool_setup_text(messages, info))
-        return self.policy.act(conversations, infos)
+            last = dict(messages[-1])
+            if info.get("tools") and isinstance(last.get("content"), str):
+                last["content"] = readable_observation(last["content"])
+            shown.append([*messages[:-1], last])
+        return self.policy.act(shown, infos)
 
 
 def tool_setup_text(messages: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> str:
     """What a person needs before the first turn of a tool episode: the system prompt, each tool
-    as ``name(argument: type, optional?: type)  description``, and the call format."""
+    as ``name(argument: type, optional?: type)  description``, and the call format.
+
+    The tools are listed once: a system prompt that lists them itself (``- name(...)`` lines,
+    as textgym's tool envs write it) shows a pointer to the list with the argument types
+    instead of its own lines.
+    """
     system = info.get("system_prompt") or next(
         (m["content"] for m in messages if m["role"] == "system"), ""
     )
-    lines = ["", "System prompt:", system, "", f"Tools ({len(info['tools'])}):"]
+    count = len(info["tools"])
+    names = [tool.get("function", tool)["name"] for tool in info["tools"]]
+    system = _without_tool_lines(system, names, f"[the {count} tools are listed below]")
+    lines = ["", "System prompt:", system, "", f"Tools ({count}):"]
     for tool in info["tools"]:
         spec = tool.get("function", tool)  # OpenAI chat form nests the function
         parameters = spec.get("parameters", {})
@@ -153,6 +211,94 @@ def tool_setup_text(messages: Sequence[Mapping[str, Any]], info: Mapping[str, An
         "several per reply allowed; a reply without a tool call is your final answer.",
     ]
     return "\n".join(lines)
+
+
+def _without_tool_lines(system: str, names: Sequence[str], pointer: str) -> str:
+    """``system`` with the lines that list a tool (``- name(``) replaced by ``pointer``, and the
+    heading line just before them (one ending in ``:``) too; unchanged if it lists none."""
+    lines = system.split("\n")
+    listed = [i for i, line in enumerate(lines) if line.startswith(tuple(f"- {n}(" for n in names))]
+    if not listed:
+        return system
+    first = listed[0]
+    if first > 0 and lines[first - 1].rstrip().endswith(":"):
+        first -= 1
+    kept = [line for i, line in enumerate(lines) if i not in set(listed) and i != first]
+    kept.insert(first, pointer)
+    return "\n".join(kept)
+
+
+_TOOL_RESPONSE = re.compile(r"(<tool_response>\n?)(.*?)(\n?</tool_response>)", re.S)
+
+
+def readable_observation(text: str) -> str:
+    r"""A tool env's observation as a person reads it: each ``<tool_response>`` holding JSON is
+    shown as indented ``key: value`` lines, text with line breaks (real ones, or the
+    two-character ``\n`` that the stored email bodies hold) as lines of its own under ``|``.
+    Anything else is left as it is. Only the display changes; the env and the policy see the
+    original text.
+
+    Example:
+        >>> shown = readable_observation(
+        ...     '<tool_response>\n{"body": "Hi,\\nBye", "n": 2}\n</tool_response>'
+        ... )
+        >>> print(shown)
+        <tool_response>
+        body:
+          | Hi,
+          | Bye
+        n: 2
+        </tool_response>
+    """
+
+    def block(match: re.Match[str]) -> str:
+        try:
+            value = json.loads(match.group(2))
+        except ValueError:
+            return match.group(0)
+        if not isinstance(value, (dict, list)):
+            return match.group(0)
+        return match.group(1) + "\n".join(_readable(value, 0)) + match.group(3)
+
+    return _TOOL_RESPONSE.sub(block, text)
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, str):
+        return value.replace("\r\n", "\n").replace("\\n", "\n")
+    return json.dumps(value)
+
+
+def _readable(value: Any, depth: int) -> list[str]:
+    """``value`` (parsed JSON) as indented lines: ``key: value``, ``- item``, text blocks."""
+    pad = "  " * depth
+    if isinstance(value, list):
+        lines = []
+        for item in value:
+            inner = _readable(item, depth + 1)
+            if not inner:
+                continue
+            lines.append(f"{pad}- {inner[0][len(pad) + 2 :]}")
+            lines += inner[1:]
+        return lines or [f"{pad}[]"]
+    if not isinstance(value, dict):
+        text = _scalar(value)
+        return [
+            f"{pad}{line}" if "\n" not in text else f"{pad}| {line}" for line in text.split("\n")
+        ]
+    lines = []
+    for key, item in value.items():
+        if isinstance(item, (dict, list)) and item:
+            lines.append(f"{pad}{key}:")
+            lines += _readable(item, depth + 1)
+            continue
+        text = _scalar(item)
+        if "\n" in text:
+            lines.append(f"{pad}{key}:")
+            lines += [f"{pad}  | {line}".rstrip() for line in text.split("\n")]
+        else:
+            lines.append(f"{pad}{key}: {text}")
+    return lines or [f"{pad}{{}}"]
 
 
 class _ShowCompletions:
@@ -236,8 +382,9 @@ def play_against(config: PlayConfig) -> int:
 
 def _one_game(
     policies: list[Any], make_env: Callable[[], Any], first: str, seed: int | None
-) -> None:
-    """One game of ``policies[0]`` (the person) against ``policies[1]``; prints the result."""
+) -> tuple[str | None, float]:
+    """One game of ``policies[0]`` (the person) against ``policies[1]``; prints the result and
+    returns the person's (outcome, return)."""
     from textgym.selfplay import selfplay
 
     (game,) = selfplay(policies, [seed], batch_size=1, first_player=first, make_env=make_env)
@@ -252,3 +399,4 @@ def _one_game(
     else:
         said = {"win": "you win", "draw": "a draw", "loss": "you lose"}[outcome]
         print(f"Result: {said} (you played {game.marks['player_0']}).")
+    return outcome, mine.episode_return

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from textgym.algos import sft
 from textgym.cli._stops import run_training
+from textgym.cli._summaries import print_sft_summary
 from textgym.cli._trainer import trainer_config
 
 __all__ = ["Config", "run"]
@@ -14,5 +15,5 @@ Config = trainer_config(sft.SFTConfig)  # with --overwrite (textgym.cli._outputs
 
 
 def run(config: sft.SFTConfig) -> int:
-    """Fine-tune; print the run's summary as JSON."""
-    return run_training(config, lambda c: sft.train(c))
+    """Fine-tune; print the run's summary as a table."""
+    return run_training(config, lambda c: sft.train(c), print_sft_summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from textgym.algos import grpo
 from textgym.cli._stops import run_training
+from textgym.cli._summaries import print_train_summary
 from textgym.cli._trainer import trainer_config
 
 __all__ = ["Config", "run"]
@@ -13,5 +14,5 @@ Config = trainer_config(grpo.GRPOConfig)  # with --overwrite (textgym.cli._outpu
 
 
 def run(config: grpo.GRPOConfig) -> int:
-    """Train; print the last evaluation's metrics as JSON."""
-    return run_training(config, lambda c: grpo.train(c))
+    """Train; print the run's summary and its last evaluation as tables."""
+    return run_training(config, lambda c: grpo.train(c), print_train_summary)
