@@ -77,13 +77,20 @@ from textgym.algos.losses import (
     policy_loss,
     zero_variance_groups,
 )
-from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.algos.metrics import (
+    MetricsLogger,
+    plot_metrics,
+    progress_line,
+    skipped_update_note,
+    write_run_record,
+)
 from textgym.algos.model_loading import autocast, load_trainable_model, resolve_device
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
 from textgym.algos.server_rollouts import ServerRollouts
 from textgym.builder import EnvRecipe, check_wrapper_names, env_factory
 from textgym.evaluation import summarize
 from textgym.policies.hf import HFPolicy
+from textgym.progress import EpisodeProgress
 from textgym.rollout import Trajectory, rollout
 
 __all__ = [
@@ -419,7 +426,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         # not finish (it failed or was interrupted).
         if ctx.is_main and start in (0, config.steps):
             with stop.abandonable():
-                eval_metrics = _evaluate(evaluator, task, config)
+                eval_metrics = _evaluate(evaluator, task, config, start)
             logger.log(start, eval_metrics, stage="eval")
         for step in range(start + 1, config.steps + 1):
             metrics = _train_step(learner, task, policy, server, step=step, start=start)
@@ -493,7 +500,7 @@ def _evaluate_saved(
     first when it was not saved yet (then re-raise; a Ctrl-C as :class:`TrainingInterrupted`)."""
     try:
         with stop.abandonable():
-            return _evaluate(evaluator, task, learner.config)
+            return _evaluate(evaluator, task, learner.config, step)
     except BaseException as exc:
         if not saved:
             _save(learner, policy, step)
@@ -777,7 +784,8 @@ def _report_progress(
     config: GRPOConfig, step: int, metrics: dict[str, float], ctx: DistributedContext
 ) -> None:
     """One line on stderr (``progress``, rank 0): loss, reward, step time, sampled tokens per
-    second."""
+    second, and why no update ran when none did (every group had equal rewards; a non-finite
+    loss or gradient norm)."""
     if config.progress and ctx.is_main:
         tokens = metrics["completion_tokens_mean"] * config.batch_size
         line = progress_line(
@@ -787,19 +795,32 @@ def _report_progress(
             reward=metrics["reward_mean"],
             seconds=metrics["step_time_s"],
             tokens=tokens,
+            note=skipped_update_note(metrics, config.groups_per_step),
         )
         print(line, file=sys.stderr, flush=True)
 
 
-def _evaluate(evaluator: HFPolicy, task: _TrainingEnv, config: GRPOConfig) -> dict[str, float]:
-    """:func:`evaluate` with the run's settings; frees the evaluator's cache afterwards."""
-    metrics = evaluate(
-        task.make,
-        evaluator,
-        episodes=config.eval_episodes,
-        seed=config.seed,
-        batch_size=config.rollout_batch_size,
-    )
+def _evaluate(
+    evaluator: HFPolicy, task: _TrainingEnv, config: GRPOConfig, step: int
+) -> dict[str, float]:
+    """:func:`evaluate` with the run's settings, after ``step`` optimizer steps (0: before
+    training), its progress shown (``progress``: a bar in a terminal, else plain lines on
+    stderr, :class:`~textgym.progress.EpisodeProgress`) and kept on the screen; frees the
+    evaluator's cache afterwards."""
+    when = f"after step {step} of {config.steps}" if step else "before training"
+    with EpisodeProgress(
+        f"evaluation {when} ({config.env_id})",
+        enabled=config.progress,
+        transient=False,
+    ) as progress:
+        metrics = evaluate(
+            task.make,
+            evaluator,
+            episodes=config.eval_episodes,
+            seed=config.seed,
+            batch_size=config.rollout_batch_size,
+            progress=progress,
+        )
     evaluator.clear_cache()
     return metrics
 
@@ -858,15 +879,24 @@ def _rollout_step(
         share = config.batch_size // ctx.world_size
         mine = slice(ctx.rank * share, (ctx.rank + 1) * share)
         policy.set_sampling_state(random.Random(f"{config.seed}/{step}/{ctx.rank}").getstate())
-    return rollout(
-        task.make,
-        policy,
-        seeds[mine],
-        batch_size=config.rollout_batch_size,
-        options=options[mine] if task.stratified else None,
-        token_level=True,
-        env_workers=config.env_workers,
-    )
+    # A bar for the step's rollouts in a terminal only (transient): in a log, the step's own
+    # progress line follows within the step, and a line per 10% of every step would bury it.
+    with EpisodeProgress(
+        f"step {step + 1}/{config.steps}: rollouts",
+        enabled=config.progress and ctx.is_main and sys.stderr.isatty(),
+    ) as progress:
+        progress.add_total(len(seeds[mine]))
+        return rollout(
+            task.make,
+            policy,
+            seeds[mine],
+            batch_size=config.rollout_batch_size,
+            options=options[mine] if task.stratified else None,
+            token_level=True,
+            env_workers=config.env_workers,
+            on_episode_end=progress.episode_done,
+            on_turn=progress.actions,
+        )
 
 
 def _finite_returns(trajectories: list[Trajectory]) -> list[float]:
@@ -1043,6 +1073,7 @@ def evaluate(
     episodes: int,
     seed: int = 0,
     batch_size: int = 64,
+    progress: EpisodeProgress | None = None,
 ) -> dict[str, float]:
     """Evaluate a policy in each of the env's named evaluation settings
     (``TextEnv.evaluation_settings``: tic-tac-toe's ``random`` and ``optimal`` opponents,
@@ -1050,6 +1081,7 @@ def evaluate(
     env that names none.
 
     Evaluation seeds start at 10**9 + seed * 10**6, away from every training task.
+    ``progress`` (if given) counts the episodes of every setting as they finish.
 
     Returns:
         ``{"<setting>/return_mean", "<setting>/invalid_rate"}`` per setting, plus
@@ -1061,9 +1093,19 @@ def evaluate(
     settings: dict[str, Any] = dict(probe.unwrapped.evaluation_settings) or {"eval": None}
     probe.close()
     metrics: dict[str, float] = {}
+    if progress is not None:
+        progress.add_total(len(seeds) * len(settings))
     for name, options in settings.items():
         summary = summarize(
-            rollout(make_env, policy, seeds, batch_size=batch_size, options=options)
+            rollout(
+                make_env,
+                policy,
+                seeds,
+                batch_size=batch_size,
+                options=options,
+                on_episode_end=progress.episode_done if progress is not None else None,
+                on_turn=progress.actions if progress is not None else None,
+            )
         )
         metrics[f"{name}/return_mean"] = summary["mean_return"]
         metrics[f"{name}/invalid_rate"] = summary["invalid_action_rate"]

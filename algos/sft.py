@@ -168,8 +168,10 @@ def train(config: SFTConfig) -> dict[str, Any]:
 
     Returns:
         Summary: ``conversations``, ``dropped_too_long``, ``steps``, ``final_loss`` (mean NLL per
-        assistant token over the last logged steps, nats), ``elapsed_s``; on ranks other than
-        0 of a data-parallel run only ``steps`` and ``final_loss``.
+        assistant token over the last logged steps, nats: the mean of the per-step losses the
+        progress lines showed), ``final_loss_steps`` (``[first, last]``, the steps it averages),
+        ``elapsed_s``; on ranks other than 0 of a data-parallel run only ``steps`` and
+        ``final_loss``.
 
     The model is written to a scratch directory and moved into ``output_dir`` when complete;
     ``sft_summary.json`` is written last and marks a finished run. Resumable checkpoints
@@ -244,7 +246,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     with logger, StopOnInterrupt() as stop:
         if checkpoint is not None:
             logger.truncate_after(start)
-        steps, final_loss = _epochs(run, sequences, logger, start=start, stop=stop)
+        steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
     if not ctx.is_main:
         barrier(ctx)  # returns once rank 0 has written the model
         return {"steps": steps, "final_loss": final_loss}
@@ -255,6 +257,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
         "dropped_too_long": dropped,
         "steps": steps,
         "final_loss": final_loss,
+        "final_loss_steps": averaged,
         "elapsed_s": time.perf_counter() - began,
     }
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -269,12 +272,13 @@ def _epochs(
     *,
     start: int = 0,
     stop: StopOnInterrupt | None = None,
-) -> tuple[int, float]:
+) -> tuple[int, float, list[int] | None]:
     """Train ``config.epochs`` shuffled passes from optimizer step ``start`` (the steps before
-    it are skipped, their shuffles replayed); return the steps taken and the last logged loss
+    it are skipped, their shuffles replayed); return the steps taken, the last logged loss
     (mean NLL per assistant token over the last ``log_every`` steps, nats; NaN when none was
-    logged). Checkpoints every ``save_every`` steps; on a Ctrl-C (``stop``), after the step in
-    progress.
+    logged) and ``[first, last]``, the steps it averages (``None`` when none). Each step prints
+    a progress line; one that logs adds the mean it logs, with its steps. Checkpoints every
+    ``save_every`` steps; on a Ctrl-C (``stop``), after the step in progress.
 
     Raises:
         TrainingInterrupted: after saving the last completed step, when ``stop`` was requested.
@@ -282,6 +286,7 @@ def _epochs(
     config = run.config
     order = random.Random(config.seed)
     began, step, window, final_loss = time.perf_counter(), 0, [], float("nan")
+    averaged: list[int] | None = None
     for epoch in range(config.epochs):
         indices = list(range(len(sequences)))
         order.shuffle(indices)
@@ -298,13 +303,19 @@ def _epochs(
             run.scheduler.step()
             step += 1
             window.append(loss)
+            logs = step % config.log_every == 0 or step == run.total_steps
             if config.progress and run.dist.is_main:
                 seconds = time.perf_counter() - step_began
+                mean = (
+                    f"mean of steps {step - len(window) + 1}-{step}: {sum(window) / len(window):.4g}"
+                    if logs and len(window) > 1
+                    else None
+                )
                 line = progress_line(
-                    step, run.total_steps, loss=loss, seconds=seconds, tokens=tokens
+                    step, run.total_steps, loss=loss, seconds=seconds, tokens=tokens, note=mean
                 )
                 print(line, file=sys.stderr, flush=True)
-            if step % config.log_every == 0 or step == run.total_steps:
+            if logs:
                 logger.log(
                     step,
                     {
@@ -316,13 +327,14 @@ def _epochs(
                         "nonfinite_skipped": run.guard.skipped,
                     },
                 )
-                final_loss, window = sum(window) / len(window), []
+                final_loss, averaged = sum(window) / len(window), [step - len(window) + 1, step]
+                window = []
             stopping = stop is not None and _any_rank(stop.requested, run.dist)
             if stopping or (config.save_every and step % config.save_every == 0):
                 checkpoint = _save_checkpoint(run, step)
                 if stopping:
                     raise TrainingInterrupted(step, checkpoint)
-    return step, final_loss
+    return step, final_loss, averaged
 
 
 def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
