@@ -532,10 +532,12 @@ class _Call:
                 first[key] = len(unique)
                 unique.append(index)
         self.order = list(range(len(prompts)))  # slot -> prompt index (after the prefill)
-        width = max(len(p) for p in prompts) + self.max_new_tokens + 1  # + scratch
+        self.longest = max(len(p) for p in prompts)
+        width = self.longest + self.max_new_tokens + 1  # + scratch
         width = -(-width // WIDTH_QUANTUM) * WIDTH_QUANTUM
         self.width = width
         cache = engine.reserve(self._rows(len(prompts)), width)
+        width = self._columns(0)  # the prefill's active width
         cache.active_width = width
         cached = []
         for slot, index in enumerate(unique):
@@ -574,9 +576,8 @@ class _Call:
         for index, slot in copies:
             source[index] = slot
         if source != list(range(len(prompts))):
-            sources = torch.tensor(source, device=self.device)
-            cache.copy_rows(sources, torch.arange(len(prompts), device=self.device))
-            logits = logits[sources]
+            cache.fill_from(source, self.longest)
+            logits = logits[torch.tensor(source, device=self.device)]
         return logits
 
     # -- decode -------------------------------------------------------------------------------
@@ -587,9 +588,23 @@ class _Call:
             return live
         return 1 << (live - 1).bit_length()
 
+    def _columns(self, fed: int) -> int:
+        """Active slot width once ``fed`` tokens per row have been fed after the prompt.
+
+        With CUDA graphs, the call's whole width (one graph per width). Without, only the
+        columns a query can see, plus scratch: a position is at most ``max prompt + fed - 1``,
+        so the scratch column ``max prompt + fed`` (rounded up to 16) is past every live
+        row's; finished rows and padded queries write their own slot's scratch, beyond their
+        valid prefix. The attention then reads what the old growing cache read.
+        """
+        if self.engine.graphs.enabled:
+            return self.width
+        needed = self.longest + fed + 1
+        return min(self.width, -(-needed // 16) * 16)
+
     def _decode(self, logits: torch.Tensor) -> None:
         engine, cache, device = self.engine, self.engine.cache, self.device
-        steps, width = self.max_new_tokens, self.width
+        steps = self.max_new_tokens
         count = len(self.order)
         rows = self._rows(count)
         self.order += [_EMPTY] * (rows - count)  # padding slots: done from the start
@@ -625,7 +640,10 @@ class _Call:
                 target = self._rows(len(kept))
                 if len(kept) < rows and (not engine.bucketed or target < rows):
                     index = torch.tensor(kept, device=device)
-                    cache.copy_rows(index, torch.arange(len(kept), device=device))
+                    if engine.bucketed:  # rare (at halvings): one gather of every live slot
+                        cache.copy_rows(index, torch.arange(len(kept), device=device))
+                    else:  # often (each time a row ends): move only the slots that shift
+                        cache.compact(kept, self._columns(step + 1))
                     if target > len(kept):  # pad with a finished slot
                         index = torch.cat([index, index.new_full((target - len(kept),), -1)])
                     fill = list(kept) + [None] * (target - len(kept))
@@ -637,10 +655,12 @@ class _Call:
                     rows = target
                     engine.stats.compactions += 1
             feed = ~done
+            active_width = self._columns(step + 1)
+            cache.active_width = active_width
             engine._tokens[:rows, 0] = torch.where(feed, tokens, self.pad_id)
-            engine._cols[:rows, 0] = torch.where(feed, position, width - 1)
+            engine._cols[:rows, 0] = torch.where(feed, position, active_width - 1)
             engine._positions[:rows, 0] = torch.where(feed, position, 0)
-            logits = engine.graphs(rows, width)
+            logits = engine.graphs(rows, active_width)
             engine.stats.decode_steps += 1
             engine.stats.row_steps += rows
             position = position + feed
