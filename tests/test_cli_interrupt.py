@@ -44,6 +44,9 @@ def ctrl_c_at_turn(monkeypatch):
             policy, calls = build(name, kwargs), []
 
             class Interrupting:
+                name = policy.name
+                tokens_generated = policy.tokens_generated
+
                 def act(self, conversations, infos):
                     calls.append(1)
                     if len(calls) == turn:

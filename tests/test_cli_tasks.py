@@ -192,6 +192,7 @@ class EveryFourthRight:
     answers of episodes 1, 5, 9, ... were cut at the token limit."""
 
     name = "every-fourth"
+    tokens_generated = None  # a scripted policy: no tokens
 
     def __init__(self):
         self.gold, self.calls = GoldPolicy(), 0

@@ -325,13 +325,14 @@ def test_one_process_resumes_a_two_rank_checkpoint(launched, tmp_path):
     _, _, directory = launched
     output = tmp_path / "one"
     shutil.copytree(directory / "whole", output)
-    shutil.rmtree(output / "checkpoint-2")
     (output / "final_eval.json").unlink()
-    grpo.train(train_config(output, resume=True))
+    # Only the newest checkpoint keeps its optimizer state (--save-total-limit's rule), so the
+    # one process goes on from the two ranks' last checkpoint to a third step.
+    grpo.train(train_config(output, resume=True, steps=3))
     rows = train_rows(output)
-    assert [r["step"] for r in rows] == [1, 2] and rows[1]["skipped_update"] == 0.0
-    before = load_file(str(output / "checkpoint-1" / "model.safetensors"))
-    after = load_file(str(output / "checkpoint-2" / "model.safetensors"))
+    assert [r["step"] for r in rows] == [1, 2, 3] and rows[2]["skipped_update"] == 0.0
+    before = load_file(str(output / "checkpoint-2" / "model.safetensors"))
+    after = load_file(str(output / "checkpoint-3" / "model.safetensors"))
     assert all(torch.isfinite(t).all() for t in after.values())
     name = "model.embed_tokens.weight"
     assert not torch.equal(before[name], after[name])

@@ -219,6 +219,9 @@ def test_seat_sees_what_the_single_agent_env_shows(agent_mark, seed, style, othe
 class Replay:
     """A policy that answers with the given completions, in order."""
 
+    name = "replay"
+    tokens_generated = None
+
     def __init__(self, texts):
         self.texts = list(texts)
 
