@@ -58,6 +58,7 @@ from textgym.algos.distributed import (
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.data import read_jsonl
+from textgym.progress import EpisodeProgress
 from textgym.tokens import ChatTokenizer
 from textgym.toolformat import from_chat_messages
 
@@ -435,14 +436,19 @@ def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
 def _tokenize(
     config: SFTConfig, chat: ChatTokenizer, conversations: list[list[dict[str, Any]]]
 ) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """Tokenized ``(ids, mask)`` of every conversation, and how many were too long to keep."""
+    """Tokenized ``(ids, mask)`` of every conversation, and how many were too long to keep
+    (progress shown as for played episodes when it takes over a second: ``progress``)."""
     sequences, dropped = [], 0
-    for messages in conversations:
-        ids, mask = conversation_tokens(chat, messages)
-        if len(ids) > config.max_length:
-            dropped += 1
-            continue
-        sequences.append((ids, mask))
+    with EpisodeProgress(
+        f"sft: tokenizing {config.data}", len(conversations), enabled=config.progress
+    ) as progress:
+        for messages in conversations:
+            ids, mask = conversation_tokens(chat, messages)
+            progress.episode_done()
+            if len(ids) > config.max_length:
+                dropped += 1
+                continue
+            sequences.append((ids, mask))
     if not sequences:
         raise ValueError(
             f"No conversation of {config.data} fits max_length={config.max_length} ({dropped} dropped)"
