@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from textgym.algos.losses import selected_log_probs
+from textgym.policies.kv_slots import cache_kwarg
 
 __all__ = [
     "TokenBatch",
@@ -239,7 +240,7 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor,
     suffix = decoder(
         input_ids=batch.input_ids[:, prefix:],  # [B, L-1-P]
         attention_mask=batch.attention_mask,  # [B, L-1]: prefix columns are all real tokens
-        past_key_values=cache,
         use_cache=True,
+        **{cache_kwarg(decoder): cache},  # the keyword this transformers takes, no warning
     ).last_hidden_state  # [B, L-1-P, H]
     return suffix, prefix
