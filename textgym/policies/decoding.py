@@ -323,7 +323,9 @@ class SlotDecoder:
         self.cache: SlotCache | None = None
         self.stats = DecodeStats()
         self.stop_sequences: set[tuple[int, ...]] = set()
-        self._stop_tensors: list[torch.Tensor] = []
+        # Per learned sequence: its ids [L] and the column offsets -L..-1 of a row's tail,
+        # built once here rather than at every decode step.
+        self._stop_tensors: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.graphs = StepGraphs(
             self._step, enabled=on_cuda if cuda_graphs is None else bool(cuda_graphs)
         )
@@ -417,19 +419,17 @@ class SlotDecoder:
         key = tuple(int(i) for i in ids)
         if key and key not in self.stop_sequences and len(self.stop_sequences) < 256:
             self.stop_sequences.add(key)
-            self._stop_tensors.append(torch.tensor(key, dtype=torch.long, device=self.device))
+            ids_tensor = torch.tensor(key, dtype=torch.long, device=self.device)
+            offsets = torch.arange(-len(key), 0, device=self.device)
+            self._stop_tensors.append((ids_tensor, offsets))
 
     def stop_match(self, generated: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """``[b]`` bool: rows whose generated ids ``[b, T]`` (``lengths`` ``[b]`` valid) end
         with a learned stop sequence."""
         hit = torch.zeros(generated.shape[0], dtype=torch.bool, device=generated.device)
-        for sequence in self._stop_tensors:
-            size = sequence.numel()
-            index = (lengths[:, None] - size + torch.arange(size, device=generated.device)).clamp(
-                min=0
-            )
-            tail = generated.gather(1, index)  # [b, size]
-            hit |= (tail == sequence).all(dim=1) & (lengths >= size)
+        for sequence, offsets in self._stop_tensors:
+            tail = generated.gather(1, (lengths[:, None] + offsets).clamp(min=0))  # [b, L]
+            hit |= (tail == sequence).all(dim=1) & (lengths >= sequence.numel())
         return hit
 
 
