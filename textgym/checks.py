@@ -28,6 +28,7 @@ __all__ = [
     "check_int",
     "check_number",
     "check_probability",
+    "check_sampling",
     "check_stop_strings",
 ]
 
@@ -103,6 +104,29 @@ def check_probability(name: str, value: Any) -> float:
     ):
         raise ValueError(f"Expected {name} in [0, 1], got {value!r}")
     return float(value)
+
+
+def check_sampling(temperature: Any, top_p: Any) -> tuple[float, float]:
+    """The sampling settings of an LLM policy: ``temperature`` finite and >= 0 (0 = greedy),
+    ``top_p`` in (0, 1].
+
+    Returns:
+        ``(temperature, top_p)`` as floats.
+
+    Raises:
+        ValueError: ``Expected temperature >= 0, got {temperature!r}`` or
+            ``Expected top_p in (0, 1], got {top_p!r}``.
+    """
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, (int, float))
+        or not math.isfinite(temperature)
+        or temperature < 0
+    ):
+        raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")
+    return float(temperature), float(top_p)
 
 
 def check_choice(name: str, value: T, allowed: Sequence[T]) -> T:

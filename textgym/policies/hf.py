@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from textgym.checks import check_int, check_sampling
 from textgym.models import ensure_chat_template, load_model, stop_token_ids
-from textgym.policies._checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
 from textgym.policies.decoding import PrefixCache, SlotDecoder, decode, process_logits
 from textgym.policies.kv_slots import cache_kwarg
@@ -188,11 +188,11 @@ class HFPolicy:
         Raises:
             ValueError: for an argument out of range.
         """
-        check_int("max_new_tokens", max_new_tokens, 1)
+        check_int("max_new_tokens", max_new_tokens, low=1)
         check_sampling(temperature, top_p)
-        check_int("top_k", top_k, 0)  # 0 turns it off
-        check_int("batch_size", batch_size, 1)
-        check_int("prefix_cache_tokens", prefix_cache_tokens, 0)
+        check_int("top_k", top_k, low=0)  # 0 turns it off
+        check_int("batch_size", batch_size, low=1)
+        check_int("prefix_cache_tokens", prefix_cache_tokens, low=0)
         if decoder not in ("textgym", "transformers"):
             raise ValueError(f"Expected decoder 'textgym' or 'transformers', got {decoder!r}")
         self.share_prefill = bool(share_prefill)

@@ -44,7 +44,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from textgym.policies._checks import check_int, check_sampling
+from textgym.checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
 from textgym.toolformat import chat_tools, to_chat_messages
 
@@ -391,13 +391,13 @@ class OpenAIPolicy:
         if not urls:
             raise ValueError("Expected at least one base_url, got none")
         self.base_urls = [_normalize_url(url) for url in urls]
-        check_int("max_tokens", max_tokens, 1)
+        check_int("max_tokens", max_tokens, low=1)
         check_sampling(temperature, top_p)
-        check_int("max_concurrency", max_concurrency, 1)
+        check_int("max_concurrency", max_concurrency, low=1)
         if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise ValueError(f"Expected timeout_s > 0, got {timeout_s!r}")
-        check_int("max_retries", max_retries, 0)
-        check_int("max_response_bytes", max_response_bytes, 1024)
+        check_int("max_retries", max_retries, low=0)
+        check_int("max_response_bytes", max_response_bytes, low=1024)
         if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
             raise ValueError(f"Expected backoff_s >= 0, got {backoff_s!r}")
         stop = [stop] if isinstance(stop, str) else list(stop or [])
