@@ -231,7 +231,9 @@ def test_broken_lines_become_notes_and_the_rest_is_read(runs, tmp_path):
     run = load_run(copy)
     assert len(run.episodes) == 5  # 6 written, one cut
     assert len(run.notes) == 3
-    assert run.notes[0].startswith("trajectories.jsonl line 3: not valid JSON")
+    assert run.notes[0].startswith(
+        "trajectories.jsonl line 3: expected a JSON object, got invalid JSON"
+    )
     assert "line 5: expected a JSON object, got list" in run.notes[1]
     assert "line 6: not a trajectory record" in run.notes[2]
 
@@ -361,7 +363,7 @@ def test_cli_broken_lines_are_noted_in_the_page(runs, tmp_path, capsys):
     out = tmp_path / "r.html"
     assert main(["report", str(copy), "--output", str(out)]) == 0
     assert "1 note on unreadable input, shown in the page" in capsys.readouterr().out
-    assert "trajectories.jsonl line 7: not valid JSON" in out.read_text()
+    assert "trajectories.jsonl line 7: expected a JSON object, got invalid JSON" in out.read_text()
 
 
 # --- the page in a browser ---------------------------------------------------------------------

@@ -55,7 +55,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.checks import check_int, check_probability
+from textgym.checks import check_int, check_probability, one_line
 from textgym.core import as_text_env
 from textgym.envs.tictactoe.expert import MinimaxPolicy
 from textgym.policies import GoldPolicy, Policy, RandomPolicy
@@ -92,14 +92,6 @@ def check_wrapper_names(names: Sequence[str]) -> tuple[str, ...]:
 #: mypkg = "mypkg.envs"``: the value is a module that calls ``gymnasium.register`` when
 #: imported, or a function (``"mypkg.envs:register_envs"``) that does when called.
 ENTRY_POINT_GROUP = "textgym.envs"
-
-_MESSAGE_CHARS = 500
-
-
-def _one_line(exc: BaseException) -> str:
-    """An exception's message on one line (whitespace collapsed), cut to 500 characters."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 3] + "..."
 
 
 def _shown(kwargs: Mapping[str, Any]) -> str:
@@ -213,7 +205,7 @@ def load_entry_points() -> None:
         except Exception as exc:
             raise ValueError(
                 f"the {ENTRY_POINT_GROUP} entry point {entry_point.name!r} "
-                f"({entry_point.value}) failed to load: {_one_line(exc)}"
+                f"({entry_point.value}) failed to load: {one_line(exc)}"
             ) from exc
 
 
@@ -233,7 +225,7 @@ def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
             importlib.import_module(module)
         except ImportError as exc:
             raise ValueError(
-                f"cannot import module {module!r} of env id {env_id!r}: {_one_line(exc)}; "
+                f"cannot import module {module!r} of env id {env_id!r}: {one_line(exc)}; "
                 "check that the module is importable (installed, or its folder on PYTHONPATH, "
                 "e.g. PYTHONPATH=. for a module in the current folder)"
             ) from exc
@@ -285,7 +277,7 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
     except (ValueError, TypeError, OSError, ImportError, RecursionError, gym.error.Error) as exc:
         # OSError: a data file that is missing, a hub dataset that cannot be reached.
         raise ValueError(
-            f"cannot make {recipe.env_id} with {_shown(recipe.env_kwargs)}: {_one_line(exc)}"
+            f"cannot make {recipe.env_id} with {_shown(recipe.env_kwargs)}: {one_line(exc)}"
         ) from exc
     try:
         env = as_text_env(env, recipe.env_id)
@@ -300,7 +292,7 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
             probe = recipe._wrap(env)
         except (ValueError, TypeError) as exc:
             raise ValueError(
-                f"cannot wrap {recipe.env_id} in {', '.join(recipe.wrappers)}: {_one_line(exc)}"
+                f"cannot wrap {recipe.env_id} in {', '.join(recipe.wrappers)}: {one_line(exc)}"
             ) from exc
     except ValueError:
         env.close()

@@ -1,4 +1,5 @@
-"""Argument checks shared by textgym's envs, wrappers and builder.
+"""Argument checks shared by textgym's envs, wrappers, builder and command line, and
+:func:`one_line`, the one-line form of an error message they and the command line print.
 
 Each check returns the value (converted to the plain Python type) or raises ``ValueError`` with
 one line that names the argument, says what was expected and shows what was seen, e.g.
@@ -28,11 +29,12 @@ __all__ = [
     "check_int",
     "check_number",
     "check_probability",
-    "check_sampling",
     "check_stop_strings",
+    "is_number",
+    "one_line",
 ]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 def _bounds(low: float | None, high: float | None) -> str:
@@ -43,6 +45,17 @@ def _bounds(low: float | None, high: float | None) -> str:
     if high is not None:
         return f" <= {high}"
     return ""
+
+
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is a real number: a Python or NumPy ``int`` or ``float``, never a
+    ``bool``. NaN and infinities are numbers here; the checks below refuse them.
+
+    Example:
+        >>> is_number(3), is_number(np.float32(0.5)), is_number(True), is_number("3")
+        (True, True, False, False)
+    """
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
 
 
 def check_int(
@@ -81,8 +94,7 @@ def check_number(
             infinities are refused even without bounds).
     """
     if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
+        not is_number(value)
         or not math.isfinite(value)
         or (low is not None and value < low)
         or (high is not None and value > high)
@@ -97,11 +109,7 @@ def check_probability(name: str, value: Any) -> float:
     Raises:
         ValueError: ``Expected {name} in [0, 1], got {value!r}``.
     """
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float, np.integer, np.floating))
-        or not 0.0 <= value <= 1.0  # NaN fails both comparisons
-    ):
+    if not is_number(value) or not 0.0 <= value <= 1.0:  # NaN fails both comparisons
         raise ValueError(f"Expected {name} in [0, 1], got {value!r}")
     return float(value)
 
@@ -129,7 +137,7 @@ def check_sampling(temperature: Any, top_p: Any) -> tuple[float, float]:
     return float(temperature), float(top_p)
 
 
-def check_choice(name: str, value: T, allowed: Sequence[T]) -> T:
+def check_choice(name: str, value: _T, allowed: Sequence[_T]) -> _T:
     """``value`` must be one of ``allowed``.
 
     Raises:
@@ -163,3 +171,17 @@ def check_stop_strings(name: str, value: Any) -> tuple[str, ...]:
             f"got {value!r}"
         )
     return tuple(value)
+
+
+def one_line(exc: BaseException, limit: int = 500) -> str:
+    """An exception's message on one line (whitespace collapsed), cut to ``limit`` characters;
+    the exception's type name when the message is empty.
+
+    Example:
+        >>> one_line(ValueError("Expected a JSON object,\\n  got list"))
+        'Expected a JSON object, got list'
+        >>> one_line(KeyError())
+        'KeyError'
+    """
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."

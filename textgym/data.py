@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from textgym.checks import check_int
+
 __all__ = [
     "DATA_EXTRA_HINT",
     "TASK_OPTIONS",
     "file_fingerprint",
+    "iter_jsonl",
     "load_hub_rows",
     "read_jsonl",
     "read_paragraphs",
@@ -51,6 +54,42 @@ def file_fingerprint(path: str | os.PathLike[str]) -> tuple[str, int, int]:
     return str(resolved), stat.st_mtime_ns, stat.st_size
 
 
+def iter_jsonl(
+    path: str | os.PathLike[str], skip: Callable[[int, str], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, object)`` for each line of a UTF-8 JSON Lines file, streaming;
+    blank lines are skipped.
+
+    Args:
+        path: The file.
+        skip: ``None``: a line that is not a JSON object is an error. Else it is called as
+            ``skip(line number, what was found)`` (``"invalid JSON (Expecting value)"``,
+            ``"list"``) and the line is passed over, and bytes that are not UTF-8 are read as
+            U+FFFD: for a file a crash may have cut in half a line.
+
+    Raises:
+        FileNotFoundError: if the file does not exist.
+        ValueError: (without ``skip``) naming the line, for a line that is not valid JSON or
+            not a JSON object: ``rows.jsonl:2: expected a JSON object per line, got list``.
+    """
+    with open(path, encoding="utf-8", errors="strict" if skip is None else "replace") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                found = f"invalid JSON ({exc.msg})"
+            else:
+                if isinstance(row, dict):
+                    yield number, row
+                    continue
+                found = type(row).__name__
+            if skip is None:
+                raise ValueError(f"{path}:{number}: expected a JSON object per line, got {found}")
+            skip(number, found)
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Read a UTF-8 JSON Lines file: one JSON object per line; blank lines are skipped.
 
@@ -58,23 +97,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         FileNotFoundError: if the file does not exist.
         ValueError: naming the line, for a line that is not valid JSON or not a JSON object.
     """
-    rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"{path}:{number}: expected a JSON object per line, got invalid JSON ({exc.msg})"
-                ) from None
-            if not isinstance(row, dict):
-                raise ValueError(
-                    f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}"
-                )
-            rows.append(row)
-    return rows
+    return [row for _, row in iter_jsonl(path)]
 
 
 def read_paragraphs(path: str | os.PathLike[str]) -> list[str]:
@@ -154,16 +177,9 @@ def select_task(
     if "task_index" in options and "task_id" in options:
         raise ValueError("Give options['task_index'] or options['task_id'], not both")
     if "task_index" in options:
-        index = options["task_index"]
-        if (
-            isinstance(index, bool)
-            or not isinstance(index, (int, np.integer))
-            or not 0 <= index < n
-        ):
-            raise ValueError(
-                f"Expected options['task_index'] to be an int in [0, {n}), got {index!r}"
-            )
-        return int(index)
+        return check_int(
+            "options['task_index']", options["task_index"], low=0, high=n - 1, hint=f"{n} tasks"
+        )
     if "task_id" in options:
         task_id = options["task_id"]
         if not isinstance(task_id, str) or task_id not in index_of:

@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from textgym.checks import check_int
 from textgym.rollout import Trajectory
 
 __all__ = [
@@ -240,14 +241,12 @@ def pass_at_k(n: int, c: int, k: int) -> float:
         A float in [0, 1].
 
     Raises:
-        TypeError: if ``n``, ``c`` or ``k`` is not an ``int``.
-        ValueError: for ``n < 1``, ``c`` outside ``[0, n]`` or ``k`` outside ``[1, n]``.
+        ValueError: if ``n``, ``c`` or ``k`` is not an ``int`` (a ``bool`` included), for
+            ``n < 1``, ``c`` outside ``[0, n]`` or ``k`` outside ``[1, n]``.
     """
-    for name, value in (("n", n), ("c", c), ("k", k)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"Expected {name} to be an int, got {value!r}")
-    if n < 1 or not 0 <= c <= n or not 1 <= k <= n:
-        raise ValueError(f"Expected n >= 1, 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
+    n = check_int("n", n, low=1)
+    c = check_int("c", c, low=0, high=n, hint="successes of the n samples")
+    k = check_int("k", k, low=1, high=n, hint="at most the n samples")
     if n - c < k:  # every k-subset holds a success
         return 1.0
     fail = 1.0
@@ -310,10 +309,7 @@ def plan_tasks(
     else:
         tasks = [(t, {"task_index": i}) for i, t in enumerate(env_task_ids)]
     if limit is not None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= len(tasks):
-            raise ValueError(
-                f"Expected a limit in [1, {len(tasks)}] (the tasks chosen), got {limit!r}"
-            )
+        check_int("limit", limit, low=1, high=len(tasks), hint="the tasks chosen")
         tasks = tasks[:limit]
     return tasks
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import tyro
 
+from textgym.checks import is_number
 from textgym.cli._common import UsageError, fail
 
 __all__ = ["CompareConfig", "eval_rows", "run"]
@@ -78,11 +79,7 @@ def eval_rows(summary: Mapping[str, Any]) -> dict[str, float]:
             rows[f"eval/{key}"] = value
     if "episodes_per_s" in summary:
         rows["eval/episodes_per_s"] = summary["episodes_per_s"]
-    return {
-        key: float(value)
-        for key, value in rows.items()
-        if isinstance(value, (int, float)) and not isinstance(value, bool)
-    }
+    return {key: float(value) for key, value in rows.items() if is_number(value)}
 
 
 def _load(paths: tuple[str, ...]) -> list[Any]:

@@ -52,6 +52,7 @@ from typing import Any
 import gymnasium as gym
 
 import textgym  # noqa: F401  (registers the textgym/* ids)
+from textgym.checks import check_int
 from textgym.core import TextEnv
 from textgym.policies.base import conversation_start
 
@@ -384,8 +385,8 @@ def rollout_func(
     from textgym.rollout import rollout
 
     for label, value in (("max_new_tokens", max_new_tokens), ("batch_size", batch_size)):
-        if value is not None and (isinstance(value, bool) or int(value) != value or value < 1):
-            raise ValueError(f"Expected {label} to be an int >= 1 or None, got {value!r}")
+        if value is not None:
+            check_int(label, value, low=1, hint="or None")
     make_env = _env_factory(env, env_kwargs)
     probe = make_env()
     # The env contract (textgym.TextEnv) says where a completion may stop; a factory's env

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any
 
+from textgym.checks import is_number
 from textgym.report.runs import Run, SharedTexts
 
 __all__ = ["chart_specs", "render_page", "script_json", "summary_rows"]
@@ -31,14 +32,18 @@ _MISSING = "–"
 # --- the summary table -------------------------------------------------------------------------
 
 
+def _finite(value: Any) -> bool:
+    return is_number(value) and math.isfinite(value)
+
+
 def _num(value: Any, digits: int = 3) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not _finite(value):
         return _MISSING
     return f"{value:.{digits}f}"
 
 
 def _pct(value: Any) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not _finite(value):
         return _MISSING
     return f"{100 * value:.1f}%"
 
@@ -237,9 +242,7 @@ def _points(rows: Iterable[dict[str, Any]], stage: str, key: str) -> list[list[f
     points = []
     for row in rows:
         value, step = row.get(key), row.get("step")
-        if row.get("stage") != stage or isinstance(value, bool) or not isinstance(step, int):
-            continue
-        if isinstance(value, (int, float)) and math.isfinite(value):
+        if row.get("stage") == stage and isinstance(step, int) and _finite(value):
             points.append([step, float(value)])
     return sorted(points)
 

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from textgym.data import iter_jsonl
 from textgym.evaluation import OUTCOMES, TASK_COMPONENTS, RunningSummary
 from textgym.report.segments import message_segments, pretty_json, structured_segments
 from textgym.rollout import Trajectory
@@ -89,24 +90,14 @@ def read_jsonl_lenient(path: Path, run: Run) -> Iterator[tuple[int, dict[str, An
     """Yield ``(line number, object)`` for each JSON-object line of ``path``, streaming.
 
     A blank line is skipped; a line that is not JSON, or not an object, becomes a note on
-    ``run`` and is skipped (a run cut by a crash or Ctrl-C may end in half a line).
+    ``run`` and is skipped (a run cut by a crash or Ctrl-C may end in half a line):
+    :func:`textgym.data.iter_jsonl` with a ``skip``.
     """
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                run.note(f"{path.name} line {number}: not valid JSON ({exc.msg}); skipped")
-                continue
-            if not isinstance(row, dict):
-                run.note(
-                    f"{path.name} line {number}: expected a JSON object, got "
-                    f"{type(row).__name__}; skipped"
-                )
-                continue
-            yield number, row
+
+    def skip(number: int, found: str) -> None:
+        run.note(f"{path.name} line {number}: expected a JSON object, got {found}; skipped")
+
+    return iter_jsonl(path, skip)
 
 
 def _read_json(path: Path, run: Run) -> dict[str, Any] | None:
