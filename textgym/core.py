@@ -55,8 +55,8 @@ class TextEnv(gym.Env[str, str]):
         >>> env = gym.make("textgym/TicTacToe-v0").unwrapped
         >>> env.stop_strings, env.action_template.format(4), env.has_opponent
         (('</move>',), '<move>4</move>', True)
-        >>> dict(env.evaluation_settings)
-        {'random': {'random_move_prob': 1.0}, 'optimal': {'random_move_prob': 0.0}}
+        >>> list(env.evaluation_settings), env.evaluation_settings["optimal"]
+        (['random', 'optimal'], {'opponent': 'minimax', 'random_move_prob': 0.0})
         >>> env.task_ids is None and env.format_weight is None
         True
     """

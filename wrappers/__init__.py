@@ -6,7 +6,7 @@ sum to the step reward. Every wrapper records its constructor arguments
 the whole stack.
 
 :data:`REWARD_WRAPPERS` is the one table of wrapper names that the command line, the trainers
-and :mod:`textgym.builder` accept (``--wrappers format_reward,invalid_action_penalty``).
+and :mod:`textgym.builder` accept (``--wrappers format_reward invalid_action_penalty win_speed_bonus``).
 """
 
 from textgym.wrappers.chat import ChatMessages
@@ -14,6 +14,7 @@ from textgym.wrappers.format_reward import FormatReward
 from textgym.wrappers.invalid_action import InvalidActionPenalty
 from textgym.wrappers.stratified_opponent import OpponentSkill, StratifiedOpponent
 from textgym.wrappers.structured import StructuredTicTacToe
+from textgym.wrappers.win_speed_bonus import WinSpeedBonus
 
 __all__ = [
     "REWARD_WRAPPERS",
@@ -23,6 +24,7 @@ __all__ = [
     "OpponentSkill",
     "StratifiedOpponent",
     "StructuredTicTacToe",
+    "WinSpeedBonus",
 ]
 
 #: Reward wrappers by the name the CLI, the trainers and the builder use (``--wrappers``),
@@ -30,4 +32,5 @@ __all__ = [
 REWARD_WRAPPERS = {
     "format_reward": FormatReward,
     "invalid_action_penalty": InvalidActionPenalty,
+    "win_speed_bonus": WinSpeedBonus,
 }

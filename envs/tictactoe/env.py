@@ -111,7 +111,10 @@ class TicTacToeEnv(TextEnv):
           - ``"greedy_edge"``: win, else block, else edge, corner, centre. Can be forked.
 
           Rules in :mod:`textgym.envs.tictactoe.strategies` and
-          :mod:`textgym.envs.tictactoe.opponent`.
+          :mod:`textgym.envs.tictactoe.opponent`. A list of styles (e.g. ``["minimax",
+          "fork", "greedy_center"]``) draws one uniformly per episode from the episode's seed,
+          so the copies of a GRPO group face the same style (training against a mix of
+          opponents; issue 23). ``info["opponent"]`` names the style drawn.
         - ``random_move_prob``: float in [0, 1], default 0.0 (the style's own play): the
           probability of a uniformly random legal move instead. Ignored by the random
           opponent.
@@ -145,20 +148,24 @@ class TicTacToeEnv(TextEnv):
     has_opponent = True
     #: The optimal player (``textgym collect --policy minimax`` makes SFT data).
     expert_policy = "minimax"
-    #: The two ends of the opponent's strength: a uniformly random player and a perfect one.
+    #: The two ends of the opponent's strength: a uniformly random player and a perfect one
+    #: (styles named, so an env made with a list of styles is still evaluated against these).
     evaluation_settings = MappingProxyType(
-        {"random": {"random_move_prob": 1.0}, "optimal": {"random_move_prob": 0.0}}
+        {
+            "random": {"opponent": "random", "random_move_prob": 1.0},
+            "optimal": {"opponent": "minimax", "random_move_prob": 0.0},
+        }
     )
 
     def __init__(
         self,
-        opponent: str = "minimax",
+        opponent: str | list[str] | tuple[str, ...] = "minimax",
         random_move_prob: float = 0.0,
         agent_mark: str = "X",
         render_mode: str | None = None,
         prompt_style: str = "full",
     ):
-        self.opponent = check_choice("opponent", opponent, OPPONENTS)
+        self.opponent = _check_opponent(opponent)
         self.random_move_prob = check_probability("random_move_prob", random_move_prob)
         self.agent_mark = check_choice("agent_mark", agent_mark, AGENT_MARKS)
         self.prompt_style = check_choice("prompt_style", prompt_style, tuple(PROMPT_STYLES))
@@ -168,7 +175,7 @@ class TicTacToeEnv(TextEnv):
         self.action_space = UnicodeText(65536)
         self._board = B.EMPTY_BOARD
         self._mark = "X"
-        self._episode_opponent = opponent
+        self._episode_opponent = opponent if isinstance(opponent, str) else opponent[0]
         self._episode_prob = self.random_move_prob
         self._episode_key = 0
         self._task_id = ""
@@ -192,9 +199,7 @@ class TicTacToeEnv(TextEnv):
                 f"Unknown reset options {sorted(unknown)}; expected any of "
                 "'opponent', 'random_move_prob', 'agent_mark'"
             )
-        self._episode_opponent = check_choice(
-            "opponent", options.get("opponent", self.opponent), OPPONENTS
-        )
+        styles = _check_opponent(options.get("opponent", self.opponent))
         self._episode_prob = check_probability(
             "random_move_prob", options.get("random_move_prob", self.random_move_prob)
         )
@@ -204,6 +209,12 @@ class TicTacToeEnv(TextEnv):
         if mark == "random":
             mark = "X" if self.np_random.random() < 0.5 else "O"
         self._mark = mark
+        # Drawn only for a list of styles, after the key and the mark: a single style's
+        # episodes stay what the same seed gave before lists existed.
+        if isinstance(styles, str):
+            self._episode_opponent = styles
+        else:
+            self._episode_opponent = styles[int(self.np_random.integers(len(styles)))]
         self._task_id = f"tictactoe-{mark}-{self._episode_opponent}-p{self._episode_prob:.3f}"
         self._board = B.EMPTY_BOARD
         self._done = False
@@ -292,3 +303,18 @@ class TicTacToeEnv(TextEnv):
             "opponent_move_random": bool(opp_random),
             "outcome": outcome,
         }
+
+
+def _check_opponent(value: Any) -> str | tuple[str, ...]:
+    """One style of :data:`OPPONENTS`, or a non-empty list/tuple of them (returned as a tuple).
+
+    Raises:
+        ValueError: an unknown style, an empty list, or neither a str nor a list/tuple.
+    """
+    if isinstance(value, str):
+        return check_choice("opponent", value, OPPONENTS)
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(
+            f"Expected opponent in {OPPONENTS} or a non-empty list of them, got {value!r}"
+        )
+    return tuple(check_choice("opponent", style, OPPONENTS) for style in value)

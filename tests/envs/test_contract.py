@@ -23,9 +23,14 @@ def test_declared_types(env_id):
 def test_tictactoe_names_its_two_opponents():
     env = gym.make("textgym/TicTacToe-v0").unwrapped
     assert dict(env.evaluation_settings) == {
-        "random": {"random_move_prob": 1.0},
-        "optimal": {"random_move_prob": 0.0},
+        "random": {"opponent": "random", "random_move_prob": 1.0},
+        "optimal": {"opponent": "minimax", "random_move_prob": 0.0},
     }
+    # ... and the "optimal" setting is the minimax even for an env made with a mix of styles
+    mixed = gym.make("textgym/TicTacToe-v0", opponent=["fork", "greedy_edge"])
+    for seed in range(5):
+        _, info = mixed.reset(seed=seed, options=dict(env.evaluation_settings["optimal"]))
+        assert info["opponent"] == "minimax"
     assert env.has_opponent and env.stop_strings == ("</move>",)
     assert env.is_well_formed("<think>x</think><move>4</move>")
     assert not gym.make("textgym/GSM8K-v0").unwrapped.has_opponent
