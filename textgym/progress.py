@@ -20,7 +20,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import IO, Any
 
 __all__ = ["EVERY_FRACTION", "INTERVAL_S", "QUIET_S", "EpisodeProgress", "progress_text"]
@@ -121,12 +120,7 @@ class EpisodeProgress:
             self._heartbeat.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
