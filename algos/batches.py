@@ -3,7 +3,8 @@
 Both trainers score token sequences with the same chunked log-prob function
 (:func:`textgym.algos.losses.selected_log_probs`, through :func:`sequence_log_probs`), so the
 warm-up and the RL stage see identical numerics. A batch whose rows share a prompt runs that
-prefix once (:func:`shared_prefix_length`, :func:`shared_prefix_hidden`).
+prefix once (:func:`shared_prefix_length`, :func:`shared_prefix_hidden`); or its sequences run
+packed, without padding, in one row (:func:`micro_batch_rows`, :func:`packed_hidden`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from textgym.policies.kv_slots import cache_kwarg
 __all__ = [
     "TokenBatch",
     "make_token_batch",
+    "micro_batch_rows",
+    "pack_rows",
+    "packed_hidden",
     "sequence_log_probs",
     "shared_prefix_hidden",
     "shared_prefix_length",
@@ -123,6 +127,67 @@ def make_token_batch(
     return TokenBatch(input_ids, attention, targets, loss_mask, sampled)
 
 
+def pack_rows(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Group sequences into packed rows of at most ``max_tokens`` tokens, first-fit decreasing.
+
+    Sequences are placed longest first (ties in batch order), each into the first row it fits
+    in, else into a new row. Each row is one forward and backward pass, so fewer rows is what
+    matters: first-fit decreasing uses at most 11/9 of the optimal number of rows plus one
+    (Dósa, 2007), where filling rows greedily in batch order can use twice the optimum. The
+    order does not change the update (every micro-batch's loss is divided by the normaliser of
+    the whole batch), only the float rounding of the gradient's sum.
+
+    A sequence longer than ``max_tokens`` gets a row of its own, longer than the budget: it
+    cannot be split (its tokens attend to each other), and a long episode must not stop a run;
+    the padded path runs such a sequence the same way (a micro-batch of one).
+
+    Args:
+        lengths: Tokens of each sequence (positions it runs: ``L_i - 1`` for ``L_i`` tokens).
+        max_tokens: The token budget of a row (>= 1).
+
+    Returns:
+        Rows, each a list of sequence indices in ascending order (every index exactly once).
+
+    Raises:
+        ValueError: ``max_tokens`` < 1 or a negative length.
+    """
+    if max_tokens < 1 or any(n < 0 for n in lengths):
+        raise ValueError(
+            f"Expected max_tokens >= 1 and lengths >= 0, got {max_tokens} and {list(lengths)}"
+        )
+    rows: list[list[int]] = []
+    room: list[int] = []  # tokens left in each row
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):  # stable: ties by index
+        fits = next((r for r, left in enumerate(room) if lengths[i] <= left), None)
+        if fits is None:
+            rows.append([i])
+            room.append(max_tokens - lengths[i])
+        else:
+            rows[fits].append(i)
+            room[fits] -= lengths[i]
+    return [sorted(row) for row in rows]
+
+
+def micro_batch_rows(batch: TokenBatch | None, config: Any) -> list[list[int]]:
+    """The sequences of each micro-batch of ``batch``: ``config.micro_batch_size`` consecutive
+    sequences (padded), or, when ``config.micro_batch_tokens`` is set, the rows of
+    :func:`pack_rows` over the positions each sequence runs (one packed row each).
+
+    Args:
+        batch: The step's token batch; ``None`` (no sequence) gives no micro-batch.
+        config: A trainer config (:class:`~textgym.algos.common.OptimizationConfig`).
+
+    Returns:
+        Lists of sequence indices, every index exactly once.
+    """
+    if batch is None:
+        return []
+    if config.micro_batch_tokens is not None:
+        return pack_rows(batch.attention_mask.sum(dim=1).tolist(), config.micro_batch_tokens)
+    count, size = len(batch), config.micro_batch_size
+    return [list(range(i, min(i + size, count))) for i in range(0, count, size)]
+
+
 def _decoder_and_head(model: Any) -> tuple[Any, Any]:
     """The decoder stack and the LM head of a causal LM (through a ``peft`` wrapper)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -137,6 +202,7 @@ def sequence_log_probs(
     chunk_size: int = 1024,
     with_entropy: bool = False,
     share_prefix: bool = False,
+    packed: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the loss tokens under ``model``, without full-vocabulary logits.
 
@@ -154,24 +220,32 @@ def sequence_log_probs(
         with_entropy: Also return the per-position entropy (detached).
         share_prefix: Run the prompt that rows share once (:func:`shared_prefix_hidden`): the
             same numbers up to float rounding, fewer FLOPs when rows come in GRPO groups.
+        packed: Run the batch's sequences concatenated in one row without padding
+            (:func:`packed_hidden`): the same numbers up to float rounding. Packing and
+            prefix sharing are alternatives: with ``packed``, ``share_prefix`` is ignored.
 
     Returns:
         ``(logp, entropy)``: ``[B, L-1]`` float32 each, 0.0 where ``loss_mask`` is 0 (entropy
         ``None`` unless asked for).
     """
     decoder, head = _decoder_and_head(model)
-    shared = shared_prefix_hidden(decoder, batch) if share_prefix else None
-    if shared is None:
+    scored = batch.loss_mask > 0  # [B, L-1] bool
+    shared = shared_prefix_hidden(decoder, batch) if share_prefix and not packed else None
+    if packed:
+        real = batch.attention_mask.bool()  # [B, L-1] bool
+        # Row-major order is the packed row's order, and loss positions are real positions.
+        hidden_scored = packed_hidden(decoder, batch)[scored[real]]  # [N, H]
+    elif shared is None:
         hidden = decoder(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, L-1, H]
-        start = 0
+        hidden_scored = hidden[scored]  # [N, H], N = loss positions
     else:
         hidden, start = shared  # [B, L-1-start, H]: no loss position lies before start
-    scored = batch.loss_mask > 0  # [B, L-1] bool
+        hidden_scored = hidden[scored[:, start:]]  # [N, H]
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     picked, entropy = selected_log_probs(
-        hidden[scored[:, start:]][None],  # [1, N, H], N = loss positions
+        hidden_scored[None],  # [1, N, H], N = loss positions
         head,
         batch.targets[scored][None],  # [1, N]
         temperature=temperature,
@@ -179,7 +253,7 @@ def sequence_log_probs(
         softcap=softcap,
         with_entropy=with_entropy,
     )
-    logp = torch.zeros(scored.shape, dtype=torch.float32, device=hidden.device)  # [B, L-1]
+    logp = torch.zeros(scored.shape, dtype=torch.float32, device=picked.device)  # [B, L-1]
     logp = logp.masked_scatter(scored, picked[0])
     if entropy is not None:
         entropy = torch.zeros_like(logp).masked_scatter(scored, entropy[0])  # [B, L-1]
@@ -244,3 +318,33 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor,
         **{cache_kwarg(decoder): cache},  # the keyword this transformers takes, no warning
     ).last_hidden_state  # [B, L-1-P, H]
     return suffix, prefix
+
+
+def packed_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor:
+    """Decoder hidden states of the batch's real positions, its sequences run as one packed row.
+
+    The sequences are concatenated without padding (``[1, N]``, ``N`` = real positions) with
+    ``position_ids`` restarting at 0 at each sequence start, and no attention mask: from such
+    position ids ``transformers.masking_utils`` (5.x; ``find_packed_sequence_indices``) finds
+    the sequences and builds a block-diagonal causal mask for sdpa and eager attention (a
+    sliding-window one for Gemma 3's sliding layers, in each sequence's own positions), and
+    FlashAttention 2 takes them as variable-length sequences. So every token attends only to
+    its own sequence, at the positions it has when run alone: the same hidden states as the
+    padded pass, up to float rounding (``tests/algos/test_packing.py`` checks both models).
+
+    Args:
+        decoder: The decoder stack of a causal LM (``model.get_decoder()``).
+        batch: The right-padded token batch whose sequences form the row.
+
+    Returns:
+        ``[N, H]``: hidden states of the real positions in row-major order (sequence by
+        sequence), i.e. ``hidden[batch.attention_mask.bool()]`` of a padded pass.
+    """
+    real = batch.attention_mask.bool()  # [B, L-1] bool
+    positions = batch.attention_mask.cumsum(dim=1) - 1  # [B, L-1] long: 0.. in each sequence
+    return decoder(
+        input_ids=batch.input_ids[real][None],  # [1, N]
+        position_ids=positions[real][None],  # [1, N]
+        attention_mask=None,  # what makes transformers read the packing from position_ids
+        use_cache=False,  # and no cache (packing is detected only without one)
+    ).last_hidden_state[0]  # [N, H]

@@ -50,7 +50,17 @@ class OptimizationConfig:
     """Gradient clipping by global L2 norm (0 turns it off)."""
     micro_batch_size: int = 16
     """Sequences per forward/backward pass; gradients are accumulated over the micro-batches of
-    a step, and the update does not depend on this number (only memory and speed do)."""
+    a step, and the update does not depend on this number (only memory and speed do). Ignored
+    with micro_batch_tokens."""
+    micro_batch_tokens: int | None = None
+    """None: micro-batches of micro_batch_size right-padded sequences. A number: pack sequences
+    without padding into rows of at most this many tokens (first-fit decreasing), one row per
+    forward/backward pass, each sequence attending only to itself at its own positions (the
+    same loss and gradients up to float rounding). A sequence of L tokens takes L-1 (its last
+    token is only a target); one longer than the budget runs in a row of its own. With sdpa or
+    eager attention a row's mask is dense (its cost grows with the row's length squared). In
+    GRPO it replaces share_prefix's shared-prompt pass in the update (rollouts still share
+    prefills)."""
     logprob_chunk_size: int = 1024
     """Token positions per LM-head chunk when computing log-probs (memory: chunk x vocabulary x
     4 bytes)."""
@@ -84,6 +94,8 @@ class OptimizationConfig:
     def __post_init__(self) -> None:
         check_finite_floats(self)
         check_positive_ints(self, ("micro_batch_size", "logprob_chunk_size"))
+        if self.micro_batch_tokens is not None:
+            check_positive_ints(self, ("micro_batch_tokens",))
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate: expected > 0, got {self.learning_rate}")
         for name in ("weight_decay", "max_grad_norm", "warmup_steps", "lora_rank"):

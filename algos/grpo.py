@@ -11,8 +11,9 @@ advantage is its return measured against its group. One training step of :func:`
    (:func:`~textgym.algos.losses.group_advantages`; groups whose rewards are all equal carry no
    signal and are left out of the backward pass), then ``num_iterations`` optimizer steps with
    the clipped surrogate of the chosen ``loss_type`` (:func:`~textgym.algos.losses.policy_loss`),
-   gradients accumulated over micro-batches with a normaliser of the whole batch, so the update
-   does not depend on the micro-batch size.
+   gradients accumulated over micro-batches (``micro_batch_size`` right-padded sequences, or
+   rows of ``micro_batch_tokens`` packed tokens) with a normaliser of the whole batch, so the
+   update does not depend on how the batch is split.
 3. **Log, evaluate, save**: metrics (JSONL + TensorBoard, one progress line per step), an
    evaluation and a checkpoint every few steps.
 
@@ -41,7 +42,12 @@ import gymnasium as gym
 import torch
 
 import textgym  # noqa: F401  (registers the envs)
-from textgym.algos.batches import TokenBatch, make_token_batch, sequence_log_probs
+from textgym.algos.batches import (
+    TokenBatch,
+    make_token_batch,
+    micro_batch_rows,
+    sequence_log_probs,
+)
 from textgym.algos.checkpoints import (
     check_checkpoint_settings,
     checkpoint_to_resume,
@@ -189,7 +195,8 @@ class GRPOConfig(OptimizationConfig):
     share_prefix: bool = True
     """Run the prompt a group's rows share once, in the rollout's prefill and in the update's
     forward pass: the same samples and loss up to float rounding, fewer FLOPs; the update
-    ignores it under gradient checkpointing."""
+    ignores it under gradient checkpointing and with micro_batch_tokens (packed rows are the
+    alternative to the shared-prompt pass; the rollouts still share prefills)."""
     mask_truncated: bool = False
     """Give no loss to episodes with a completion cut by max_new_tokens (DAPO's overlong
     filtering); they still count in their group's statistics."""
@@ -560,13 +567,10 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
             pad_token_id=learner.pad_token_id,
         )
     normalizer = _normalizer(learner, batch)
-    size = config.micro_batch_size
-    micro = [
-        (
-            batch.select(slice(i, i + size)).to(learner.device),
-            advantages[keep][i : i + size].to(learner.device),
-        )
-        for i in range(0, len(kept), size)
+    kept_advantages = advantages[keep]  # [B_kept]
+    micro = [  # padded micro-batches of micro_batch_size, or packed rows of micro_batch_tokens
+        (batch.select(r).to(learner.device), kept_advantages[r].to(learner.device))
+        for r in micro_batch_rows(batch, config)
     ]
     old, ref = _fixed_log_probs(learner, micro)
     gap_in_step = sampled_elsewhere(learner) and config.num_iterations == 1
@@ -951,6 +955,7 @@ def _log_probs(
         chunk_size=config.logprob_chunk_size,
         with_entropy=with_entropy,
         share_prefix=config.share_prefix,
+        packed=config.micro_batch_tokens is not None,
     )
 
 

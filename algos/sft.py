@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from textgym.algos.batches import make_token_batch, sequence_log_probs
+from textgym.algos.batches import make_token_batch, micro_batch_rows, sequence_log_probs
 from textgym.algos.checkpoints import (
     check_checkpoint_settings,
     check_free_disk,
@@ -475,11 +475,14 @@ def sft_step(run: SFTRun, batch: list[tuple[list[int], list[int]]]) -> tuple[flo
         normalizer = max(all_reduce_sum([local], ctx)[0], 1.0)  # the whole step's, every rank
     run.optimizer.zero_grad(set_to_none=True)
     total = 0.0
-    for start in range(0, len(batch), config.micro_batch_size):
-        micro = tokens.select(slice(start, start + config.micro_batch_size)).to(run.device)
+    for row in micro_batch_rows(tokens, config):  # padded, or packed rows of tokens
+        micro = tokens.select(row).to(run.device)
         with autocast(run.device, config.bf16, cpu_bf16=config.cpu_bf16):
             logp, _ = sequence_log_probs(
-                run.model, micro, chunk_size=config.logprob_chunk_size
+                run.model,
+                micro,
+                chunk_size=config.logprob_chunk_size,
+                packed=config.micro_batch_tokens is not None,
             )  # [b, L-1]
         loss = -(logp * micro.loss_mask).sum() / normalizer
         loss.backward()
