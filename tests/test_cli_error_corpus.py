@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import textgym.cli._episodes
+import textgym.cli.batch_play
 from textgym.cli import main
 
 TTT = "textgym/TicTacToe-v0"
@@ -166,7 +166,7 @@ def workdir(tmp_path, monkeypatch):
     def played(*args, **kwargs):
         raise AssertionError("the error must be found before any episode is played")
 
-    monkeypatch.setattr(textgym.cli._episodes, "iter_rollout", played)
+    monkeypatch.setattr(textgym.cli.batch_play, "iter_rollout", played)
     monkeypatch.chdir(tmp_path)  # a trainer that got as far as training would write here
     return tmp_path
 

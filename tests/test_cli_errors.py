@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import textgym.cli
-import textgym.cli._episodes
+import textgym.cli.batch_play
 from textgym.cli import main
 
 TTT = "textgym/TicTacToe-v0"
@@ -406,7 +406,7 @@ def nothing_is_played(monkeypatch):
     def played(*args, **kwargs):
         raise AssertionError("the error must be found before any episode is played")
 
-    monkeypatch.setattr(textgym.cli._episodes, "iter_rollout", played)
+    monkeypatch.setattr(textgym.cli.batch_play, "iter_rollout", played)
 
 
 @pytest.mark.parametrize(("argv", "message"), CASES)

@@ -11,6 +11,7 @@ import signal
 import pytest
 
 import textgym.cli
+import textgym.cli.building
 from textgym.cli import main
 from textgym.rollout import Trajectory
 
@@ -38,7 +39,7 @@ def ctrl_c_at_turn(monkeypatch):
     """``ctrl_c_at_turn(n)``: the policy presses Ctrl-C on its n-th batched turn."""
 
     def arm(turn):
-        build = textgym.cli._common.build_policy
+        build = textgym.cli.building.build_policy
 
         def build_and_arm(name, kwargs):
             policy, calls = build(name, kwargs), []
@@ -55,7 +56,7 @@ def ctrl_c_at_turn(monkeypatch):
 
             return Interrupting()
 
-        monkeypatch.setattr(textgym.cli._common, "build_policy", build_and_arm)
+        monkeypatch.setattr(textgym.cli.building, "build_policy", build_and_arm)
 
     return arm
 
@@ -185,7 +186,7 @@ def test_ctrl_c_before_playing_is_one_line(capsys, monkeypatch):
     def interrupted(name, kwargs):
         raise KeyboardInterrupt  # e.g. while a model loads
 
-    monkeypatch.setattr(textgym.cli._common, "build_policy", interrupted)
+    monkeypatch.setattr(textgym.cli.building, "build_policy", interrupted)
     assert run(["eval", TTT, "--episodes", "2", "--no-progress"]) == 130
     assert one_line(capsys.readouterr().err) == "textgym: interrupted"
 

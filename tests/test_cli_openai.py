@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("openai", reason='needs the openai client: pip install "textgym[openai]"')
 
 import textgym.cli
+import textgym.cli.building
 from textgym.cli import main
 from textgym.envs.gsm8k.env import GSM8KEnv
 
@@ -172,13 +173,13 @@ def test_the_same_error_raised_by_the_env_is_a_bug_and_keeps_its_traceback(serve
 
 def test_the_flags_reach_the_policy_and_the_key_the_server(server, tmp_path, monkeypatch):
     seen = {}
-    build = textgym.cli._common.build_policy
+    build = textgym.cli.building.build_policy
 
     def spy(name, kwargs):
         seen.update(kwargs)
         return build(name, kwargs)
 
-    monkeypatch.setattr(textgym.cli._common, "build_policy", spy)
+    monkeypatch.setattr(textgym.cli.building, "build_policy", spy)
     server.failure = "none"  # never reached: two episodes only
     argv = [
         "eval",

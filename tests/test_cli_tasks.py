@@ -12,6 +12,7 @@ import gymnasium as gym
 import pytest
 
 import textgym.cli
+import textgym.cli.building
 from textgym.cli import main
 from textgym.policies import GoldPolicy
 from textgym.policies.base import Completion
@@ -206,7 +207,7 @@ class EveryFourthRight:
 
 def test_rollouts_per_task_reports_pass_at_k_and_mean_at_k(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(
-        textgym.cli._common, "build_policy", lambda name, kwargs: EveryFourthRight()
+        textgym.cli.building, "build_policy", lambda name, kwargs: EveryFourthRight()
     )
     summary, ids, rows = eval_run(
         tmp_path,

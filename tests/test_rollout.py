@@ -116,7 +116,7 @@ def test_iter_rollout_yields_each_episode_as_it_finishes():
 
 
 def test_iter_rollout_checks_arguments_when_called():
-    with pytest.raises(ValueError, match="batch_size >= 1"):
+    with pytest.raises(ValueError, match="batch_size to be an int >= 1"):
         iter_rollout(make, FirstLegalMove(), [0], batch_size=0)
     with pytest.raises(ValueError, match="one options mapping per seed"):
         iter_rollout(make, FirstLegalMove(), [0, 1], options=[{}])

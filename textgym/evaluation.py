@@ -2,9 +2,10 @@
 
 An evaluation is a pass over the tasks. :func:`plan_tasks` picks the tasks of a dataset env
 (all of them in order, the first ``limit``, or a list of ids), :class:`TaskWalk` gives each
-episode the ``reset`` options of its task (``k`` consecutive episodes per task), and
-:class:`TaskResults` gathers each task's rollouts into pass@k (:func:`pass_at_k`, the unbiased
-estimator of Chen et al., 2021) and mean@k. Success is :func:`task_score` reaching a threshold:
+episode the ``reset`` options of its task (``k`` consecutive episodes per task),
+:class:`GroupSeeds` gives those ``k`` episodes one seed, and :class:`TaskResults` gathers each
+task's rollouts into pass@k (:func:`pass_at_k`, the unbiased estimator of Chen et al., 2021)
+and mean@k. Success is :func:`task_score` reaching a threshold:
 the env's own grade of the task, never a shaping term. :class:`RunningSummary` /
 :func:`summarize` give the per-episode statistics.
 """
@@ -22,6 +23,7 @@ from textgym.rollout import Trajectory
 __all__ = [
     "OUTCOMES",
     "TASK_COMPONENTS",
+    "GroupSeeds",
     "RunningSummary",
     "TaskResults",
     "TaskWalk",
@@ -314,7 +316,45 @@ def plan_tasks(
     return tasks
 
 
-class TaskWalk(Sequence[dict[str, Any]]):
+class _PerEpisode(Sequence[Any]):
+    """A lazy sequence with one entry per episode (``episodes`` of them), each computed when
+    asked by :meth:`_at`: no list, however many episodes. Negative indices and slices work as
+    on a list."""
+
+    episodes: int
+
+    def _at(self, episode: int) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return self.episodes
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.episodes))]
+        if not -self.episodes <= index < self.episodes:
+            raise IndexError(f"episode {index} of {self.episodes}")
+        return self._at(index % self.episodes)
+
+
+class GroupSeeds(_PerEpisode):
+    """Episode ``e``'s seed, ``first + e // group_size``: the ``group_size`` consecutive
+    episodes of a group (a task's rollouts, a GRPO group) share one seed. A lazy sequence, one
+    entry per episode, for :func:`~textgym.rollout.iter_rollout`'s ``seeds``.
+
+    Example:
+        >>> list(GroupSeeds(first=10, episodes=5, group_size=2))
+        [10, 10, 11, 11, 12]
+    """
+
+    def __init__(self, first: int, episodes: int, group_size: int):
+        self.first, self.episodes, self.group_size = first, episodes, group_size
+
+    def _at(self, episode: int) -> int:
+        return self.first + episode // self.group_size
+
+
+class TaskWalk(_PerEpisode):
     """Episode ``e``'s ``reset`` options in a pass over ``tasks``, ``rollouts`` episodes each.
 
     Episode ``e`` plays task ``(e // rollouts) % len(tasks)``: the ``rollouts`` episodes of a
@@ -351,15 +391,8 @@ class TaskWalk(Sequence[dict[str, Any]]):
         """The position in ``tasks`` of the task episode ``episode`` plays."""
         return (episode // self.rollouts) % len(self.tasks)
 
-    def __len__(self) -> int:
-        return self.episodes
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.episodes))]
-        if not -self.episodes <= index < self.episodes:
-            raise IndexError(f"episode {index} of {self.episodes}")
-        return dict(self.tasks[self.task_of(index % self.episodes)][1])
+    def _at(self, episode: int) -> dict[str, Any]:
+        return dict(self.tasks[self.task_of(episode)][1])
 
 
 class TaskResults:

@@ -30,6 +30,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.checks import check_int
 from textgym.policies.base import Completion, Message, Policy, TokenPolicy, conversation_start
 
 __all__ = ["Trajectory", "WorkerEnv", "iter_rollout", "rollout"]
@@ -141,54 +142,27 @@ def rollout(
     policy: Policy,
     seeds: Sequence[int | None],
     *,
-    batch_size: int = 8,
-    options: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
     on_episode_end: Callable[[Trajectory], None] | None = None,
-    token_level: bool | None = None,
-    env_workers: bool = False,
-    on_turn: Callable[[int], None] | None = None,
+    **settings: Any,
 ) -> list[Trajectory]:
     """Play one episode per seed, up to ``batch_size`` at once; return them in seed order.
 
     Args:
-        make_env: Builds one env (e.g. ``lambda: gymnasium.make(env_id, **kwargs)``); called
-            ``min(batch_size, len(seeds))`` times, and each env is reused across episodes.
-        policy: Any :class:`~textgym.policies.Policy`.
-        seeds: One ``reset`` seed per episode. Equal seeds (and equal options) give a GRPO-style
-            group: the same task and the same opponent. Read one at a time as episodes start,
-            so a lazy sequence (e.g. a ``range``) of any length costs no memory up front.
-        batch_size: Largest number of live episodes (conversations per policy call), >= 1.
-        options: ``reset`` options: one mapping for every episode, or one per seed (e.g.
-            ``{"episode_index": g}`` for :class:`~textgym.wrappers.OpponentSkill`'s strata).
+        make_env, policy, seeds: As :func:`iter_rollout`.
         on_episode_end: Called with each trajectory as it finishes, in the order they finish
             (e.g. to advance a progress bar, :class:`textgym.progress.EpisodeProgress`).
-        token_level: Token-in / token-out (see the module docstring); ``None`` chooses it
-            whenever the policy is a :class:`~textgym.policies.base.TokenPolicy`.
-        env_workers: Step each env in its own worker process (see the module docstring).
-            ``make_env`` must then be picklable with cloudpickle (a lambda or closure is).
-        on_turn: Called after each batched turn with the number of actions it took (the live
-            episodes), before that turn's finished episodes are handed on: progress that moves
-            even while no episode finishes (a batch whose episodes all end on one turn).
+        **settings: :func:`iter_rollout`'s keyword arguments (``batch_size``, ``options``,
+            ``token_level``, ``env_workers``, ``on_turn``).
 
     Returns:
         ``len(seeds)`` trajectories, ``result[i]`` played with ``seeds[i]``.
 
     Raises:
-        ValueError: if ``batch_size < 1``, ``options`` is a sequence of the wrong length, the
-            policy returns the wrong number of completions, or ``token_level=True`` for a policy
-            that is not a ``TokenPolicy``.
+        ValueError: as :func:`iter_rollout`.
+        TypeError: for a keyword :func:`iter_rollout` does not take.
     """
     results: dict[int, Trajectory] = {}
-    episodes = iter_rollout(
-        make_env,
-        policy,
-        seeds,
-        batch_size=batch_size,
-        options=options,
-        token_level=token_level,
-        env_workers=env_workers,
-        on_turn=on_turn,
-    )
+    episodes = iter_rollout(make_env, policy, seeds, **settings)
     with contextlib.closing(episodes):
         for index, traj in episodes:
             results[index] = traj
@@ -216,15 +190,31 @@ def iter_rollout(
     (Ctrl-C) has every finished episode. Close the iterator (``contextlib.closing``) or exhaust
     it to close the envs.
 
-    Args: as :func:`rollout` (without ``on_episode_end``; ``on_turn`` is called before the
-    turn's finished episodes are yielded).
+    Args:
+        make_env: Builds one env (e.g. ``lambda: gymnasium.make(env_id, **kwargs)``); called
+            ``min(batch_size, len(seeds))`` times, and each env is reused across episodes.
+        policy: Any :class:`~textgym.policies.Policy`.
+        seeds: One ``reset`` seed per episode. Equal seeds (and equal options) give a GRPO-style
+            group: the same task and the same opponent. Read one at a time as episodes start,
+            so a lazy sequence (a ``range``, :class:`textgym.evaluation.GroupSeeds`) of any
+            length costs no memory up front.
+        batch_size: Largest number of live episodes (conversations per policy call), >= 1.
+        options: ``reset`` options: one mapping for every episode, or one per seed (e.g.
+            ``{"episode_index": g}`` for :class:`~textgym.wrappers.OpponentSkill`'s strata).
+        token_level: Token-in / token-out (see the module docstring); ``None`` chooses it
+            whenever the policy is a :class:`~textgym.policies.base.TokenPolicy`.
+        env_workers: Step each env in its own worker process (see the module docstring).
+            ``make_env`` must then be picklable with cloudpickle (a lambda or closure is).
+        on_turn: Called after each batched turn with the number of actions it took (the live
+            episodes), before that turn's finished episodes are yielded: progress that moves
+            even while no episode finishes (a batch whose episodes all end on one turn).
 
     Raises:
-        ValueError: as :func:`rollout`: the argument checks when called, the policy's wrong
-            number of completions while iterating.
+        ValueError: when called, if ``batch_size < 1``, ``options`` is a sequence of the wrong
+            length, or ``token_level=True`` for a policy that is not a ``TokenPolicy``; while
+            iterating, if the policy returns the wrong number of completions.
     """
-    if batch_size < 1:
-        raise ValueError(f"Expected batch_size >= 1, got {batch_size}")
+    check_int("batch_size", batch_size, low=1)
     if options is not None and not isinstance(options, (Mapping, Sequence)):
         options = list(options)  # any iterable of mappings, read once
     _check_options(options, len(seeds))
@@ -248,7 +238,9 @@ def _episodes(
     token_level: bool,
     on_turn: Callable[[int], None] | None = None,
 ) -> Iterator[tuple[int, Trajectory]]:
-    """The loop of :func:`iter_rollout` (arguments already checked)."""
+    """The loop of :func:`iter_rollout` (arguments already checked): up to ``batch_size`` live
+    episodes; each turn one batched policy call and one step per env; a finished episode is
+    yielded and its env starts the next seed."""
     # Nothing here grows with len(seeds): the next episode's index is a counter.
     count, next_index = len(seeds), 0
     envs: list[Any] = []
@@ -257,15 +249,8 @@ def _episodes(
     def start(env: Any) -> None:
         nonlocal next_index
         index, next_index = next_index, next_index + 1
-        obs, info = env.reset(seed=seeds[index], options=_episode_options(options, index))
-        spec_id = env.spec.id if env.spec is not None else None
-        traj = Trajectory(env_id=spec_id, seed=seeds[index], task_id=info.get("task_id"))
-        if info.get("tools"):
-            traj.tools = [dict(tool) for tool in info["tools"]]
-        traj.messages = conversation_start(obs, info)
-        if token_level:
-            traj.extend_tokens(policy.prompt_ids(traj.messages, info))  # type: ignore[attr-defined]
-        slots.append(_Slot(env, index, traj, info))
+        opts = _episode_options(options, index)
+        slots.append(_start_episode(env, index, seeds[index], opts, policy, token_level))
 
     try:
         for _ in range(min(batch_size, count)):
@@ -273,38 +258,68 @@ def _episodes(
             start(envs[-1])
         while slots:
             completions = _act(policy, slots, token_level)
-            still_live: list[_Slot] = []
-            finished_envs: list[Any] = []
             steps = _step_all([s.env for s in slots], [c.text for c in completions])
             if on_turn is not None:
                 on_turn(len(steps))
+            still_live, finished = [], []
             for slot, completion, step in zip(slots, completions, steps):
-                obs, reward, terminated, truncated, info = step
-                traj = slot.trajectory
-                done = bool(terminated or truncated)
-                if token_level:
-                    _record_tokens(policy, traj, completion, obs, slot.info, done)
-                traj.messages.append({"role": "assistant", "content": completion.text})
-                traj.messages.append({"role": "user", "content": obs})
-                traj.rewards.append(float(reward))
-                traj.reward_components.append(dict(info.get("reward_components", {})))
-                traj.invalid_actions.append(bool(info.get("invalid_action", False)))
-                traj.finish_reasons.append(completion.finish_reason)
-                slot.info = _with_episode_tools(info, slot.info)
-                if done:
-                    traj.terminated, traj.truncated = bool(terminated), bool(truncated)
-                    traj.outcome = info.get("outcome")
-                    yield slot.index, traj
-                    finished_envs.append(slot.env)
+                if _record_step(slot, completion, step, policy, token_level):
+                    finished.append(slot)
                 else:
                     still_live.append(slot)
             slots = still_live
-            for env in finished_envs:
+            for slot in finished:
+                yield slot.index, slot.trajectory
+            for slot in finished:  # their envs start the next seeds
                 if next_index < count:
-                    start(env)
+                    start(slot.env)
     finally:
         for env in envs:
             env.close()
+
+
+def _start_episode(
+    env: Any,
+    index: int,
+    seed: int | None,
+    options: dict[str, Any] | None,
+    policy: Policy,
+    token_level: bool,
+) -> _Slot:
+    """Reset ``env`` for episode ``index`` and open its trajectory (with the prompt's token
+    ids when ``token_level``)."""
+    obs, info = env.reset(seed=seed, options=options)
+    spec_id = env.spec.id if env.spec is not None else None
+    traj = Trajectory(env_id=spec_id, seed=seed, task_id=info.get("task_id"))
+    if info.get("tools"):
+        traj.tools = [dict(tool) for tool in info["tools"]]
+    traj.messages = conversation_start(obs, info)
+    if token_level:
+        traj.extend_tokens(policy.prompt_ids(traj.messages, info))  # type: ignore[attr-defined]
+    return _Slot(env, index, traj, info)
+
+
+def _record_step(
+    slot: _Slot, completion: Completion, step: tuple[Any, ...], policy: Policy, token_level: bool
+) -> bool:
+    """Add one turn (the completion and the env's step) to the slot's trajectory; return
+    whether the episode ended."""
+    obs, reward, terminated, truncated, info = step
+    traj = slot.trajectory
+    done = bool(terminated or truncated)
+    if token_level:
+        _record_tokens(policy, traj, completion, obs, slot.info, done)
+    traj.messages.append({"role": "assistant", "content": completion.text})
+    traj.messages.append({"role": "user", "content": obs})
+    traj.rewards.append(float(reward))
+    traj.reward_components.append(dict(info.get("reward_components", {})))
+    traj.invalid_actions.append(bool(info.get("invalid_action", False)))
+    traj.finish_reasons.append(completion.finish_reason)
+    slot.info = _with_episode_tools(info, slot.info)
+    if done:
+        traj.terminated, traj.truncated = bool(terminated), bool(truncated)
+        traj.outcome = info.get("outcome")
+    return done
 
 
 def _with_episode_tools(info: Mapping[str, Any], previous: Mapping[str, Any]) -> Mapping[str, Any]:

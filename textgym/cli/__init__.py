@@ -10,7 +10,7 @@
 - ``textgym compare RUN RUN ...``: compare eval, train and sft runs side by side.
 - ``textgym report RUN [RUN ...]``: one self-contained HTML page of eval, collect and train runs.
 
-One grammar for all of them (:mod:`textgym.cli._common`): each subcommand is one config
+One grammar for all of them (:mod:`textgym.cli.usage`): each subcommand is one config
 dataclass parsed with ``tyro``; the env id is the first positional argument; ``--env-kwargs``
 is a JSON object; lists are space-separated (``--wrappers a b``); booleans are
 ``--flag/--no-flag``; ``--help`` shows every option with its default. ENV_ID is any
@@ -37,7 +37,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from textgym.cli._common import UsageError, fail, parse_config, plain_text
+from textgym.cli.usage import UsageError, fail, parse_config, plain_text
 
 __all__ = ["SUBCOMMANDS", "main"]
 

@@ -1,7 +1,7 @@
 """The option groups that several subcommands share, as config dataclasses.
 
 Each field is one option (``--field-name``); its docstring is the option's help
-(:mod:`textgym.cli._common` describes the grammar). A subcommand's config inherits the groups
+(:mod:`textgym.cli.usage` describes the grammar). A subcommand's config inherits the groups
 it takes and calls their ``check`` methods from its ``__post_init__``.
 """
 
@@ -12,16 +12,18 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from textgym.cli._common import DEFAULT_MODEL
-
 __all__ = [
     "DEFAULT_EPISODES",
+    "DEFAULT_MODEL",
     "EnvOptions",
     "EpisodeOptions",
     "ModelOptions",
     "PolicyOptions",
     "split_list",
 ]
+
+#: The default model of every subcommand that loads one.
+DEFAULT_MODEL = "gemma-3-270m"
 
 #: Episodes on an env without a task list, or with ``--sample-tasks``.
 DEFAULT_EPISODES = 100

@@ -10,13 +10,15 @@ blocks the next one; the lock file is removed when the run ends.
 
 Under the lock, an output that already holds something is refused unless ``--overwrite`` (or
 ``--resume``, where a subcommand continues a run) says what to do with it, so no earlier result
-is replaced without a word.
+is replaced without a word. What goes into a JSON output is first made :func:`json_safe` (no
+NaN).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -24,10 +26,19 @@ import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
-from textgym.cli._common import UsageError
+from textgym.cli.usage import UsageError
 
-__all__ = ["DIR_LOCK", "claim_dir", "claim_file", "clear_run_dir", "lock_path", "run_entries"]
+__all__ = [
+    "DIR_LOCK",
+    "claim_dir",
+    "claim_file",
+    "clear_run_dir",
+    "json_safe",
+    "lock_path",
+    "run_entries",
+]
 
 #: The lock file inside a locked output directory.
 DIR_LOCK = ".textgym.lock"
@@ -35,6 +46,18 @@ DIR_LOCK = ".textgym.lock"
 #: A directory textgym wrote a run into holds one of these (train and sft: run.json; eval:
 #: summary.json or trajectories.jsonl).
 _RUN_MARKERS = ("run.json", "summary.json", "trajectories.jsonl")
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN floats as ``None`` (JSON has no NaN), through dicts and lists: what
+    a subcommand writes into its JSON outputs."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
 
 
 def lock_path(output: Path, *, directory: bool) -> Path:

@@ -19,8 +19,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from textgym.cli._common import UsageError, one_line
+from textgym.checks import one_line
 from textgym.cli._trainer import Report, run_trainer
+from textgym.cli.usage import UsageError
 
 __all__ = ["run_training"]
 

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textgym.cli import _common
-from textgym.cli._common import UsageError, json_safe, one_line, raised_in
-from textgym.cli._outputs import claim_dir
+from textgym.checks import one_line
+from textgym.cli._outputs import claim_dir, json_safe
+from textgym.cli.building import build_env
+from textgym.cli.usage import UsageError, raised_in
 
 __all__ = ["OutputOptions", "check_device", "run_trainer", "trainer_config"]
 
@@ -145,7 +146,7 @@ def run_trainer(
     config = _plain(config)
     env_id = getattr(config, "env_id", None)  # train has an env; sft has none
     if env_id is not None:  # build the env once, as train will
-        _, probe = _common.env_factory(env_id, dict(config.env_kwargs), list(config.wrappers))
+        _, probe = build_env(env_id, dict(config.env_kwargs), list(config.wrappers))
         probe.close()
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 claims the directory
         return _train(config, train, report)

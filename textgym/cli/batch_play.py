@@ -1,5 +1,6 @@
-"""What ``eval`` and ``collect`` share: checking the env and policy before anything is played,
-walking the tasks, playing the episodes in batches, and the run's summary.
+"""Playing a policy on an env's tasks in batches, as ``eval`` and ``collect`` do: checking the
+env and the policy before anything is played, walking the tasks, playing the episodes in
+batches, and the run's summary.
 
 Episodes finished are handed on in episode order as they finish; a Ctrl-C, or an endpoint that
 fails under ``--policy openai``, stops the play and keeps what was finished.
@@ -18,8 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from textgym.builder import POLICY_NAMES
-from textgym.cli import _common
-from textgym.cli._common import UsageError, one_line, raised_in
+from textgym.checks import one_line
 from textgym.cli._options import (
     DEFAULT_EPISODES,
     EnvOptions,
@@ -27,7 +27,10 @@ from textgym.cli._options import (
     PolicyOptions,
     split_list,
 )
+from textgym.cli.building import build_env
+from textgym.cli.usage import UsageError, raised_in
 from textgym.evaluation import (
+    GroupSeeds,
     RunningSummary,
     TaskResults,
     TaskWalk,
@@ -41,88 +44,27 @@ from textgym.results import hold_interrupts
 from textgym.rollout import Trajectory, iter_rollout
 
 __all__ = [
-    "PlayConfig",
+    "BatchPlayConfig",
     "Played",
     "Setup",
     "checked_output",
+    "endpoint_failure",
     "play",
-    "policy_kwargs",
     "print_summary",
+    "run_summary",
     "setup",
     "stopped",
-    "summarize",
 ]
 
 
 @dataclasses.dataclass(kw_only=True)
-class PlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
+class BatchPlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
     """The options of ``eval`` and ``collect``: env, policy, episodes."""
 
     def __post_init__(self) -> None:
         self.check_env()
         self.check_episodes()
         self.check_policy()
-
-
-def episode_policy(config: Any, stop: Sequence[str], random_action: Any = None) -> Any:
-    """The policy that ``eval`` and ``collect`` play with, built from their shared options;
-    ``random_action`` is the env's action grammar (:attr:`textgym.TextEnv.random_action`),
-    which ``--policy random`` draws from.
-
-    Raises:
-        UsageError: the policy cannot be built (see :func:`textgym.cli._common.build_policy`).
-    """
-    kwargs = policy_kwargs(
-        config.policy,
-        config,
-        stop,
-        seed=config.seed,
-        batch_size=config.rollout_batch_size,
-        reasoning=config.reasoning,
-        openai_options=config.openai_options(),
-    )
-    if config.policy == "random" and random_action is not None:
-        kwargs["sample_action"] = random_action
-    return _common.build_policy(config.policy, kwargs)
-
-
-def policy_kwargs(
-    name: str,
-    config: Any,
-    stop: Sequence[str],
-    *,
-    seed: int | None,
-    batch_size: int,
-    reasoning: bool = True,
-    openai_options: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The keyword arguments of ``make_policy(name, ...)`` from a config's
-    :class:`~textgym.cli._options.ModelOptions` fields and the env's stop strings."""
-    if name == "hf":
-        return {
-            "stop": list(stop),
-            "model": config.model,
-            "dtype": config.dtype,
-            "max_new_tokens": config.max_new_tokens,
-            "temperature": config.temperature,
-            "top_p": config.top_p,
-            "batch_size": batch_size,
-            "seed": seed,
-        }
-    if name == "openai":
-        return {
-            "base_url": split_list(config.base_url) or "http://127.0.0.1:8000/v1",
-            "model": config.served_model(),
-            "max_tokens": config.max_new_tokens,
-            "temperature": config.temperature,
-            "top_p": config.top_p,
-            "seed": seed,
-            "stop": list(stop),
-            **(openai_options or {}),
-        }
-    if name in ("random", "minimax"):
-        return {"seed": seed, "reasoning": reasoning}
-    return {"seed": seed}
 
 
 def endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
@@ -146,25 +88,6 @@ def endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
     return None
 
 
-class GroupSeeds(Sequence[int]):
-    """Episode ``i``'s seed, ``first + i // group_size`` (the ``--rollouts-per-task`` episodes
-    of a task share one seed, as a GRPO group does), computed when asked: no list of seeds,
-    however many episodes."""
-
-    def __init__(self, first: int, episodes: int, group_size: int):
-        self.first, self.episodes, self.group_size = first, episodes, group_size
-
-    def __len__(self) -> int:
-        return self.episodes
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.episodes))]
-        if not -self.episodes <= index < self.episodes:
-            raise IndexError(f"episode {index} of {self.episodes}")
-        return self.first + (index % self.episodes) // self.group_size
-
-
 @dataclasses.dataclass
 class Setup:
     """What ``eval`` and ``collect`` play, checked before anything is played."""
@@ -177,7 +100,7 @@ class Setup:
     random_action: Any = None  # the env's TextEnv.random_action, for --policy random
     expert_policy: str | None = None  # the env's TextEnv.expert_policy, for hints
 
-    def task_results(self, config: PlayConfig) -> TaskResults | None:
+    def task_results(self, config: BatchPlayConfig) -> TaskResults | None:
         """A fresh per-task tally of the walk (``None`` without one)."""
         if self.walk is None:
             return None
@@ -204,14 +127,14 @@ def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
     return base.random_action is not None or "legal_moves" in info or bool(info.get("tools"))
 
 
-def setup(config: PlayConfig) -> Setup:
+def setup(config: BatchPlayConfig) -> Setup:
     """Check the env and that the policy can play it; plan the episodes.
 
     Raises:
         UsageError: an env that cannot be made, a scripted policy that needs an ``info`` key
             the env does not give, or tasks that cannot be walked.
     """
-    make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
+    make_env, probe = build_env(config.env_id, config.env_kwargs, config.wrappers)
     try:
         base = probe.unwrapped
         stop = base.stop_strings
@@ -246,7 +169,7 @@ def setup(config: PlayConfig) -> Setup:
 
 
 def _task_walk(
-    config: PlayConfig, probe: gym.Env, env_task_ids: Sequence[str] | None
+    config: BatchPlayConfig, probe: gym.Env, env_task_ids: Sequence[str] | None
 ) -> TaskWalk | None:
     """The tasks ``eval``/``collect`` walk, or ``None`` when each reset draws its task.
 
@@ -255,7 +178,7 @@ def _task_walk(
     env without a list (EmailToolUse-v1) are checked by a ``reset`` each. On an env without a
     list (or with ``--sample-tasks``) the seeds are the tasks: with ``--rollouts-per-task K``
     or ``--limit N`` the walk plays K episodes of each of N seeds (default 100), task ``g``
-    reset with seed ``--seed + g`` (:class:`GroupSeeds`).
+    reset with seed ``--seed + g`` (:class:`~textgym.evaluation.GroupSeeds`).
 
     Raises:
         UsageError: for ``--episodes`` with ``--limit`` on a walk over seeds, or task ids the
@@ -321,7 +244,7 @@ class Played:
 
 
 def play(
-    config: PlayConfig,
+    config: BatchPlayConfig,
     plan: Setup,
     policy: Policy,
     description: str,
@@ -381,8 +304,8 @@ def play(
     return played
 
 
-def summarize(
-    config: PlayConfig,
+def run_summary(
+    config: BatchPlayConfig,
     plan: Setup,
     policy: Policy,
     running: RunningSummary,

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textgym.cli import _episodes
-from textgym.cli._common import UsageError
-from textgym.cli._episodes import PlayConfig
+from textgym.cli import batch_play, building
 from textgym.cli._outputs import claim_file
+from textgym.cli.batch_play import BatchPlayConfig
+from textgym.cli.usage import UsageError
 from textgym.evaluation import RunningSummary
 from textgym.results import open_jsonl
 from textgym.rollout import Trajectory
@@ -24,7 +24,7 @@ __all__ = ["CollectConfig", "run"]
 
 
 @dataclasses.dataclass(kw_only=True)
-class CollectConfig(PlayConfig):
+class CollectConfig(BatchPlayConfig):
     """Play episodes and write chat-format JSONL for SFT."""
 
     output: str
@@ -52,18 +52,18 @@ def run(config: CollectConfig) -> int:
         wanted = parse_filter(config.filter) if config.filter else (lambda _t: True)
     except ValueError as exc:
         raise UsageError(f"--filter: {exc}") from None
-    plan = _episodes.setup(config)
+    plan = batch_play.setup(config)
     with claim_file(Path(config.output), "--output", overwrite=config.overwrite) as out:
         return _run(config, plan, out, wanted)
 
 
 def _run(
-    config: CollectConfig, plan: _episodes.Setup, out: Path, wanted: Callable[[Any], bool]
+    config: CollectConfig, plan: batch_play.Setup, out: Path, wanted: Callable[[Any], bool]
 ) -> int:
     """:func:`run` once the output file is claimed (checked and locked)."""
     from textgym.collect import sft_record
 
-    policy = _episodes.episode_policy(config, plan.stop, plan.random_action)
+    policy = building.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
     with open_jsonl(out) as sink:
 
@@ -74,17 +74,17 @@ def _run(
             if tasks is not None:
                 tasks.add(plan.walk.task_of(index), traj)  # type: ignore[union-attr]
 
-        played = _episodes.play(config, plan, policy, "collect", keep)
-    summary = _episodes.summarize(config, plan, policy, running, tasks, played)
+        played = batch_play.play(config, plan, policy, "collect", keep)
+    summary = batch_play.run_summary(config, plan, policy, running, tasks, played)
     kept = f"kept {sink.count} of {summary['episodes']} episodes" + (
         f" (filter: {config.filter})" if config.filter else ""
     )
     if not played.complete:
-        return _episodes.stopped(
+        return batch_play.stopped(
             played,
             f"{summary['episodes']} of {plan.episodes} episodes; {kept}; "
             f"wrote {out} ({sink.count} whole records, valid JSONL)",
         )
-    _episodes.print_summary(summary)
+    batch_play.print_summary(summary)
     print(f"{kept}; wrote {out}")
     return 0

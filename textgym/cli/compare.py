@@ -22,7 +22,7 @@ from typing import Any
 import tyro
 
 from textgym.checks import is_number
-from textgym.cli._common import UsageError, fail
+from textgym.cli.usage import UsageError, fail
 
 __all__ = ["CompareConfig", "eval_rows", "run"]
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from textgym.cli import _common, _episodes
-from textgym.cli._episodes import PlayConfig
-from textgym.cli._outputs import claim_dir
+from textgym.cli import batch_play, building
+from textgym.cli._outputs import claim_dir, json_safe
+from textgym.cli.batch_play import BatchPlayConfig
 from textgym.evaluation import RunningSummary
 from textgym.models import MODEL_NAMES
 from textgym.results import hold_interrupts, open_jsonl, write_json
@@ -29,7 +29,7 @@ __all__ = ["EvalConfig", "run", "verdict"]
 
 
 @dataclasses.dataclass(kw_only=True)
-class EvalConfig(PlayConfig):
+class EvalConfig(BatchPlayConfig):
     """Play episodes with a policy and report statistics."""
 
     output_dir: str | None = None
@@ -55,7 +55,7 @@ def run(config: EvalConfig) -> int:
     The output directory is locked for the whole run, and one that is not empty is refused
     without ``--overwrite`` (:mod:`textgym.cli._outputs`).
     """
-    plan = _episodes.setup(config)
+    plan = batch_play.setup(config)
     if config.output_dir is None:
         return _run(config, plan, None)
     out = Path(config.output_dir)
@@ -63,9 +63,9 @@ def run(config: EvalConfig) -> int:
         return _run(config, plan, out_dir)
 
 
-def _run(config: EvalConfig, plan: _episodes.Setup, out_dir: Path | None) -> int:
+def _run(config: EvalConfig, plan: batch_play.Setup, out_dir: Path | None) -> int:
     """:func:`run` once the output directory (if any) is claimed."""
-    policy = _episodes.episode_policy(config, plan.stop, plan.random_action)
+    policy = building.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
     with contextlib.ExitStack() as stack:
         sink = None
@@ -82,16 +82,16 @@ def _run(config: EvalConfig, plan: _episodes.Setup, out_dir: Path | None) -> int
             if tasks is not None:
                 tasks.add(plan.walk.task_of(index), traj)  # type: ignore[union-attr]
 
-        played = _episodes.play(config, plan, policy, "eval", keep)
-    summary = _episodes.summarize(config, plan, policy, running, tasks, played)
+        played = batch_play.play(config, plan, policy, "eval", keep)
+    summary = batch_play.run_summary(config, plan, policy, running, tasks, played)
     files: list[Path] = []
     if out_dir is not None:
         with hold_interrupts():
             if tasks is not None:
                 with open_jsonl(out_dir / "per_task.jsonl") as rows:
                     for row in tasks.rows():
-                        rows.write(json.dumps(_common.json_safe(row), ensure_ascii=False))
-            write_json(out_dir / "summary.json", _common.json_safe(summary))
+                        rows.write(json.dumps(json_safe(row), ensure_ascii=False))
+            write_json(out_dir / "summary.json", json_safe(summary))
         files = [
             out_dir / name
             for name in ("summary.json", "trajectories.jsonl", "per_task.jsonl")
@@ -103,10 +103,10 @@ def _run(config: EvalConfig, plan: _episodes.Setup, out_dir: Path | None) -> int
             if out_dir is not None
             else "; nothing saved (no --output-dir)"
         )
-        return _episodes.stopped(
+        return batch_play.stopped(
             played, f"{summary['episodes']} of {plan.episodes} episodes{saved}"
         )
-    _episodes.print_summary(summary)
+    batch_play.print_summary(summary)
     print(verdict(summary, expert=plan.expert_policy))
     if out_dir is not None:
         print(f"wrote {_and(files)}")
@@ -123,7 +123,7 @@ def verdict(summary: dict[str, Any], expert: str | None = None) -> str:
     """One plain sentence on how the policy did, and for a built-in base model what to run next.
 
     Args:
-        summary: The run's summary (:func:`textgym.cli._episodes.summarize`).
+        summary: The run's summary (:func:`textgym.cli.batch_play.run_summary`).
         expert: The env's expert policy (:attr:`textgym.TextEnv.expert_policy`), which the
             hint names for collecting SFT data; ``None``: the hint names GRPO only.
     """

@@ -12,7 +12,8 @@ import gymnasium as gym
 
 import textgym
 from textgym.builder import load_entry_points
-from textgym.cli._common import UsageError, one_line
+from textgym.checks import one_line
+from textgym.cli.usage import UsageError
 
 __all__ = ["ListConfig", "run"]
 

@@ -15,10 +15,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from textgym.cli import _common
-from textgym.cli._common import UsageError
-from textgym.cli._episodes import policy_kwargs
+from textgym.cli import building
 from textgym.cli._options import EnvOptions, ModelOptions
+from textgym.cli.usage import UsageError, fail
 from textgym.policies import Policy
 
 __all__ = ["PlayConfig", "Tally", "readable_observation", "run", "tool_setup_text"]
@@ -85,7 +84,7 @@ def run(config: PlayConfig) -> int:
 
     if config.against is not None:
         return play_against(config)
-    make_env, probe = _common.env_factory(config.env_id, config.env_kwargs, config.wrappers)
+    make_env, probe = building.build_env(config.env_id, config.env_kwargs, config.wrappers)
     template = probe.unwrapped.action_template
     probe.close()
     policy = _ShowToolSetup(HumanPolicy(action_template=template))
@@ -352,15 +351,13 @@ def play_against(config: PlayConfig) -> int:
     try:
         pettingzoo_env = importlib.import_module("textgym.envs.tictactoe.pettingzoo_env")
     except ImportError as exc:
-        _common.fail(
-            f'textgym play --against needs PettingZoo ({exc}); pip install "textgym[multiagent]"'
-        )
+        fail(f'textgym play --against needs PettingZoo ({exc}); pip install "textgym[multiagent]"')
     from textgym.envs.tictactoe.env import TicTacToeEnv
     from textgym.policies.human import HumanPolicy
 
     stop = TicTacToeEnv.stop_strings  # the answer ends at </move>
-    kwargs = policy_kwargs(config.against, config, stop, seed=config.seed, batch_size=1)
-    model: Policy = _common.build_policy(config.against, kwargs)
+    kwargs = building.policy_kwargs(config.against, config, stop, seed=config.seed, batch_size=1)
+    model: Policy = building.build_policy(config.against, kwargs)
     if config.show_completions:
         model = _ShowCompletions(model, config.against)
     human = HumanPolicy(action_template=TicTacToeEnv.action_template)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import tyro
 
-from textgym.cli._common import UsageError
+from textgym.cli.usage import UsageError
 from textgym.report import DEFAULT_MAX_EPISODES, NotARunError, write_report
 from textgym.results import check_file
 

@@ -1,5 +1,5 @@
-"""What every ``textgym`` subcommand shares: the one-line usage error, the command-line grammar
-(a config dataclass per subcommand, parsed with ``tyro``), env and policy construction.
+"""How every ``textgym`` subcommand is used, and how a bad use is reported: the command-line
+grammar (a config dataclass per subcommand, parsed with ``tyro``) and the one-line usage error.
 
 The grammar: each field of a subcommand's config dataclass is an option ``--field-name``, with
 the field's docstring (reST markup removed) as its help and its default shown; booleans are
@@ -7,7 +7,8 @@ the field's docstring (reST markup removed) as its help and its default shown; b
 ``env_id`` is the first positional argument; a field named ``env_kwargs`` is read as a JSON
 object (``--env-kwargs '{"data_path": "x.jsonl"}'``). The config's own validation
 (``__post_init__`` raising ``ValueError``) and every parse error become one
-``textgym: error:`` line and exit code 2.
+``textgym: error:`` line and exit code 2. :func:`raised_in` tells an error the user can fix
+(an endpoint's, a check's) from a bug, by where it was raised.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import dataclasses
 import inspect
 import io
 import json
-import math
 import re
 import sys
 import textwrap
@@ -27,23 +27,16 @@ import typing
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, NoReturn
 
-import gymnasium as gym
+from textgym.checks import one_line
 
 __all__ = [
     "UsageError",
-    "build_policy",
-    "env_factory",
     "fail",
-    "json_safe",
-    "one_line",
     "parse_config",
     "parse_env_kwargs",
     "plain_text",
     "raised_in",
 ]
-
-#: The default model of every subcommand that loads one.
-DEFAULT_MODEL = "gemma-3-270m"
 
 
 class UsageError(Exception):
@@ -56,12 +49,6 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def one_line(exc: BaseException, limit: int = 500) -> str:
-    """An exception's message on one line, cut to ``limit`` characters."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def raised_in(exc: BaseException, *functions: Callable[..., Any]) -> bool:
     """Whether ``exc`` was raised inside one of ``functions`` (its traceback passes through one)."""
     codes = {getattr(f, "__code__", None) for f in functions}
@@ -71,17 +58,6 @@ def raised_in(exc: BaseException, *functions: Callable[..., Any]) -> bool:
             return True
         tb = tb.tb_next
     return False
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with NaN floats as ``None`` (JSON has no NaN), through dicts and lists."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [json_safe(v) for v in value]
-    return value
 
 
 # ----------------------------------------------------------------------------- the grammar
@@ -299,7 +275,7 @@ _UNION_ERROR = re.compile(
 )
 
 
-# ----------------------------------------------------------------------------- envs
+# ----------------------------------------------------------------------------- --env-kwargs
 
 
 def parse_env_kwargs(text: str) -> dict[str, Any]:
@@ -324,43 +300,3 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
             f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}"
         )
     return value
-
-
-def env_factory(
-    env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]
-) -> tuple[Callable[[], gym.Env], gym.Env]:
-    """Return a factory for the env and one env it built (to read the env contract from, then
-    close): :func:`textgym.builder.env_factory`, with its errors as usage errors.
-
-    Raises:
-        UsageError: for an unknown id or wrapper, an env that is not a ``textgym.TextEnv``, or
-            kwargs the env rejects.
-    """
-    from textgym.builder import EnvRecipe
-    from textgym.builder import env_factory as build
-
-    try:
-        return build(EnvRecipe(env_id, env_kwargs, tuple(wrappers)))
-    except ValueError as exc:
-        hint = "; separate wrappers with spaces" if any("," in w for w in wrappers) else ""
-        raise UsageError(one_line(exc) + hint) from None
-
-
-# ----------------------------------------------------------------------------- policies
-
-
-def build_policy(name: str, kwargs: dict[str, Any]) -> Any:
-    """``textgym.builder.make_policy(name, **kwargs)``.
-
-    Raises:
-        UsageError: the policy cannot be built from these arguments.
-        SystemExit: (code 2, one line) its optional dependencies are not installed.
-    """
-    from textgym.builder import make_policy
-
-    try:
-        return make_policy(name, **kwargs)
-    except ImportError as exc:
-        fail(f"policy {name!r} needs optional dependencies: {exc}")
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        raise UsageError(f"cannot build policy {name!r}: {exc}") from None
