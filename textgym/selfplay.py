@@ -11,10 +11,11 @@ Needs PettingZoo (``pip install "textgym[multiagent]"``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from textgym.checks import check_choice, check_int
 from textgym.policies.base import Policy, conversation_start
 from textgym.rollout import Trajectory
 
@@ -70,6 +71,9 @@ class SelfPlayGame:
         }
 
 
+_SEATS = ("player_0", "player_1")
+
+
 @dataclass
 class _Live:
     env: Any
@@ -96,6 +100,10 @@ def selfplay(
 ) -> list[SelfPlayGame]:
     """Play one game per seed, up to ``batch_size`` at once; return them in seed order.
 
+    Each turn: every live game runs until a seat must act (:func:`_advance`; a finished game
+    hands its env to the next seed), then one batched ``act`` call per distinct policy over the
+    games where it is to move (:func:`_play_turn`).
+
     Args:
         policies: One :class:`~textgym.policies.Policy` for both seats, or two for
             ``("player_0", "player_1")``.
@@ -114,113 +122,120 @@ def selfplay(
         ValueError: for a wrong number of policies, ``batch_size < 1``, an unknown
             ``first_player``, or a policy returning the wrong number of completions.
     """
-    seats = ("player_0", "player_1")
-    seat_policies = [policies, policies] if not isinstance(policies, Sequence) else list(policies)
-    if len(seat_policies) != 2:
-        raise ValueError(f"Expected one policy or two (one per seat), got {len(seat_policies)}")
-    by_seat = dict(zip(seats, seat_policies))
-    if batch_size < 1:
-        raise ValueError(f"Expected batch_size >= 1, got {batch_size}")
-    if first_player not in FIRST_PLAYER_MODES:
-        raise ValueError(f"Expected first_player in {FIRST_PLAYER_MODES}, got {first_player!r}")
+    by_seat = _seat_policies(policies)
+    check_int("batch_size", batch_size, low=1)
+    check_choice("first_player", first_player, FIRST_PLAYER_MODES)
     make_env = make_env or _default_env
-
     queue = list(range(len(seeds)))[::-1]
     results: list[SelfPlayGame | None] = [None] * len(seeds)
-    envs = [make_env() for _ in range(min(batch_size, len(seeds)))]
 
     def start(env: Any) -> _Live:
         index = queue.pop()
-        first = first_player if first_player != "alternate" else seats[index % 2]
-        env.reset(seed=seeds[index], options={"first_player": first})
-        marks = {seat: env.infos[seat]["agent_mark"] for seat in seats}
-        game = SelfPlayGame(
-            seed=seeds[index],
-            marks=marks,
-            policies={seat: by_seat[seat].name for seat in seats},
-        )
-        slot = _Live(env, index, game)
-        for seat in seats:
-            info = env.infos[seat]
-            slot.system_prompts[seat] = info.get("system_prompt", "")
-            game.trajectories[seat] = Trajectory(
-                env_id=ENV_NAME, seed=seeds[index], task_id=info.get("task_id")
-            )
+        first = first_player if first_player != "alternate" else _SEATS[index % 2]
+        return _start_game(env, index, seeds[index], first, by_seat)
+
+    def until_a_seat_acts(slot: _Live) -> _Live | None:
+        """The slot's game once a seat must act; finished games are handed on and their env
+        starts the next seed. ``None`` when the env is done (no seed left)."""
+        while not _advance(slot):
+            results[slot.index] = slot.game
+            if on_game_end is not None:
+                on_game_end(slot.game)
+            if not queue:
+                return None
+            slot = start(slot.env)
         return slot
 
-    def advance(slot: _Live) -> bool:
-        """Credit rewards and run finished seats' ``None`` steps; False once the game is over."""
-        env = slot.env
-        while env.agents:
-            seat = env.agent_selection
-            obs, reward, terminated, truncated, info = env.last()
-            traj = slot.game.trajectories[seat]
-            if seat in slot.started:
-                traj.rewards.append(float(reward))
-                traj.reward_components.append({"outcome": float(reward)})
-                traj.messages.append({"role": "user", "content": obs})
-            else:
-                traj.messages = conversation_start(
-                    obs, {**info, "system_prompt": slot.system_prompts[seat]}
-                )
-                slot.started.add(seat)
-            if not (terminated or truncated):
-                return True
-            traj.terminated, traj.truncated = bool(terminated), bool(truncated)
-            traj.outcome = info.get("outcome")
-            slot.game.outcomes[seat] = traj.outcome
-            slot.game.terminated, slot.game.truncated = bool(terminated), bool(truncated)
-            env.step(None)
-        return False
-
-    def finish(slot: _Live) -> None:
-        results[slot.index] = slot.game
-        if on_game_end is not None:
-            on_game_end(slot.game)
-
-    live = [start(env) for env in envs]
+    envs = [make_env() for _ in range(min(batch_size, len(seeds)))]
     try:
+        live = [start(env) for env in envs]
         while live:
-            still: list[_Live] = []
-            for slot in live:
-                while not advance(slot):
-                    finish(slot)
-                    if not queue:
-                        break
-                    slot = start(slot.env)
-                else:
-                    still.append(slot)
-            live = still
-            if not live:
-                break
-            # One batched call per distinct policy object over the games where it is to move.
-            groups: dict[int, list[_Live]] = {}
-            for slot in live:
-                groups.setdefault(id(by_seat[slot.env.agent_selection]), []).append(slot)
-            for group in groups.values():
-                policy = by_seat[group[0].env.agent_selection]
-                seats_to_move = [slot.env.agent_selection for slot in group]
-                completions = policy.act(
-                    [slot.game.trajectories[s].messages for slot, s in zip(group, seats_to_move)],
-                    [slot.env.infos[s] for slot, s in zip(group, seats_to_move)],
-                )
-                if len(completions) != len(group):
-                    raise ValueError(
-                        f"Policy {policy.name!r} returned {len(completions)} "
-                        f"completions for {len(group)} conversations"
-                    )
-                for slot, seat, completion in zip(group, seats_to_move, completions):
-                    slot.env.step(completion.text)
-                    traj = slot.game.trajectories[seat]
-                    traj.messages.append({"role": "assistant", "content": completion.text})
-                    traj.invalid_actions.append(
-                        bool(slot.env.infos[seat].get("invalid_action", False))
-                    )
-                    traj.finish_reasons.append(completion.finish_reason)
+            live = [s for slot in live if (s := until_a_seat_acts(slot)) is not None]
+            _play_turn(live, by_seat)
     finally:
         for env in envs:
             env.close()
     return [g for g in results if g is not None]
+
+
+def _seat_policies(policies: Policy | Sequence[Policy]) -> dict[str, Policy]:
+    """``{seat: policy}``: one policy in both seats, or one per seat."""
+    seat_policies = [policies, policies] if not isinstance(policies, Sequence) else list(policies)
+    if len(seat_policies) != 2:
+        raise ValueError(f"Expected one policy or two (one per seat), got {len(seat_policies)}")
+    return dict(zip(_SEATS, seat_policies))
+
+
+def _start_game(
+    env: Any, index: int, seed: int | None, first: str, by_seat: Mapping[str, Policy]
+) -> _Live:
+    """Reset ``env`` for game ``index`` with ``first`` playing X; open each seat's trajectory."""
+    env.reset(seed=seed, options={"first_player": first})
+    game = SelfPlayGame(
+        seed=seed,
+        marks={seat: env.infos[seat]["agent_mark"] for seat in _SEATS},
+        policies={seat: by_seat[seat].name for seat in _SEATS},
+    )
+    slot = _Live(env, index, game)
+    for seat in _SEATS:
+        info = env.infos[seat]
+        slot.system_prompts[seat] = info.get("system_prompt", "")
+        game.trajectories[seat] = Trajectory(
+            env_id=ENV_NAME, seed=seed, task_id=info.get("task_id")
+        )
+    return slot
+
+
+def _advance(slot: _Live) -> bool:
+    """Credit rewards and run finished seats' ``None`` steps; False once the game is over."""
+    env = slot.env
+    while env.agents:
+        seat = env.agent_selection
+        obs, reward, terminated, truncated, info = env.last()
+        traj = slot.game.trajectories[seat]
+        if seat in slot.started:
+            traj.rewards.append(float(reward))
+            traj.reward_components.append({"outcome": float(reward)})
+            traj.messages.append({"role": "user", "content": obs})
+        else:
+            traj.messages = conversation_start(
+                obs, {**info, "system_prompt": slot.system_prompts[seat]}
+            )
+            slot.started.add(seat)
+        if not (terminated or truncated):
+            return True
+        traj.terminated, traj.truncated = bool(terminated), bool(truncated)
+        traj.outcome = info.get("outcome")
+        slot.game.outcomes[seat] = traj.outcome
+        slot.game.terminated, slot.game.truncated = bool(terminated), bool(truncated)
+        env.step(None)
+    return False
+
+
+def _play_turn(live: Sequence[_Live], by_seat: Mapping[str, Policy]) -> None:
+    """One batched ``act`` call per distinct policy object over the games where it is to
+    move; each game's env steps with its completion."""
+    groups: dict[int, list[_Live]] = {}
+    for slot in live:
+        groups.setdefault(id(by_seat[slot.env.agent_selection]), []).append(slot)
+    for group in groups.values():
+        policy = by_seat[group[0].env.agent_selection]
+        seats_to_move = [slot.env.agent_selection for slot in group]
+        completions = policy.act(
+            [slot.game.trajectories[s].messages for slot, s in zip(group, seats_to_move)],
+            [slot.env.infos[s] for slot, s in zip(group, seats_to_move)],
+        )
+        if len(completions) != len(group):
+            raise ValueError(
+                f"Policy {policy.name!r} returned {len(completions)} "
+                f"completions for {len(group)} conversations"
+            )
+        for slot, seat, completion in zip(group, seats_to_move, completions):
+            slot.env.step(completion.text)
+            traj = slot.game.trajectories[seat]
+            traj.messages.append({"role": "assistant", "content": completion.text})
+            traj.invalid_actions.append(bool(slot.env.infos[seat].get("invalid_action", False)))
+            traj.finish_reasons.append(completion.finish_reason)
 
 
 def _tally(outcomes: Sequence[str | None]) -> dict[str, float]:
@@ -239,7 +254,7 @@ def selfplay_summary(games: Sequence[SelfPlayGame]) -> dict[str, Any]:
         tally is ``{"games", "win", "draw", "loss", "truncated"}`` counts plus ``*_rate``
         fractions, from that seat's or mark's point of view.
     """
-    seats = ("player_0", "player_1")
+    seats = _SEATS
     per_seat = {s: _tally([g.outcomes.get(s) for g in games]) for s in seats}
     per_mark = {
         m: _tally([g.outcomes.get(s) for g in games for s in seats if g.marks[s] == m])
