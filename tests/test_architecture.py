@@ -123,3 +123,101 @@ def test_no_test_imports_a_private_name():
         f"tests import private names: {offenders}; test through the public API, or make the "
         "thing public when it is a real unit"
     )
+
+
+# ----------------------------------------------------------------------------- one name, one meaning
+
+#: The folders of the one package (``docs/architecture.md``).
+PACKAGE_FOLDERS = ("textgym", "envs", "wrappers", "algos")
+
+#: Public names that several modules define on purpose: a contract each module of a kind fulfils
+#: with its own object. Any module may define these.
+SHARED_BY_CONTRACT = {
+    # Each subcommand module of textgym.cli is found through textgym.cli.SUBCOMMANDS and read
+    # as ``module.Config`` (its options) and ``module.run(config)``.
+    "Config": "textgym.cli subcommand",
+    "run": "textgym.cli subcommand",
+    # Each trainer module's entry point: textgym.algos.grpo.train, textgym.algos.sft.train.
+    "train": "trainer",
+    # Per env: its own system prompt, data-path variable, parser and format reward term.
+    "SYSTEM_PROMPT": "env",
+    "PATH_ENV_VAR": "env",
+    "is_well_formed": "env",
+    "format_reward": "env",
+}
+
+#: Clashes still to resolve (issue 26 item 3, "one name, one meaning"), each pinned to the
+#: modules that define the name today, so that no further module joins them. When a clash is
+#: resolved its entry must go (the test says so).
+SHARED_PENDING = {
+    # One meaning, three definitions: the chat message type. tokens.py and toolformat.py are
+    # to import textgym.policies.base.Message.
+    "Message": {"textgym/policies/base.py", "textgym/tokens.py", "textgym/toolformat.py"},
+    # One instant, two types (a datetime and a string): the tool envs' "now".
+    "NOW": {"envs/email_tool_use/generator.py", "envs/workplace/domains.py"},
+    # Two meanings: email address domains (generator) and the workplace's table domains.
+    "DOMAINS": {"envs/email_tool_use/generator.py", "envs/workplace/dataset.py"},
+}
+
+
+def public_definitions(source: str) -> list[str]:
+    """The public names ``source`` defines at module level, in order: functions, classes and
+    assigned names that do not start with ``_`` (also inside a module-level ``if`` or ``try``).
+    Imported names are not definitions.
+
+    Example:
+        >>> public_definitions("import os\\nX = 1\\n_y = 2\\ndef f(): pass\\nclass _C: pass\\n")
+        ['X', 'f']
+    """
+    names: list[str] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.append(node.name)
+            elif isinstance(node, ast.Assign):
+                names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.append(node.target.id)
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for part in (node.body, *(h.body for h in node.handlers), node.orelse):
+                    visit(part)
+
+    visit(ast.parse(source).body)
+    return [name for name in names if not name.startswith("_")]
+
+
+def package_definitions() -> dict[str, set[str]]:
+    """``{public name: the package files (relative paths) that define it}``."""
+    where: dict[str, set[str]] = {}
+    for folder in PACKAGE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for name in public_definitions(path.read_text(encoding="utf-8")):
+                where.setdefault(name, set()).add(path.relative_to(ROOT).as_posix())
+    return where
+
+
+def test_no_two_modules_define_one_public_name():
+    where = package_definitions()
+    clashes = {
+        name: sorted(files)
+        for name, files in where.items()
+        if len(files) > 1 and name not in SHARED_BY_CONTRACT and files != SHARED_PENDING.get(name)
+    }
+    assert not clashes, (
+        f"one public name, several definitions: {clashes}; give each its own name, or define "
+        "it once and import it (a per-module contract such as an env's SYSTEM_PROMPT goes "
+        "into SHARED_BY_CONTRACT, with why)"
+    )
+
+
+def test_pending_clashes_are_still_clashes():
+    where = package_definitions()
+    resolved = [name for name, files in SHARED_PENDING.items() if where.get(name) != files]
+    assert not resolved, (
+        f"{resolved} no longer clash as SHARED_PENDING says (resolved, or moved): remove or "
+        "update their entries in tests/test_architecture.py"
+    )

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from textgym.report.page import render_page
-from textgym.report.runs import NotARunError, Run, SharedTexts, load_run
+from textgym.report.runs import Interner, NotARunError, Run, load_run
 
 __all__ = [
     "DEFAULT_MAX_EPISODES",
@@ -73,7 +73,7 @@ def build_report(
     if max_episodes < 0:
         raise ValueError(f"Expected max_episodes >= 0, got {max_episodes}")
     paths = [Path(p) for p in run_paths]
-    shared = SharedTexts()
+    shared = Interner()
     runs = [
         load_run(path, name=name, max_episodes=max_episodes, interner=shared)
         for path, name in zip(paths, _names(paths))

@@ -22,7 +22,7 @@ from importlib import resources
 from typing import Any
 
 from textgym.checks import is_number
-from textgym.report.runs import Run, SharedTexts
+from textgym.report.runs import Interner, Run
 
 __all__ = ["chart_specs", "render_page", "script_json", "summary_rows"]
 
@@ -323,7 +323,7 @@ _MARKER = re.compile(r"<!--textgym:(\w+)-->")
 
 
 def render_page(
-    runs: Sequence[Run], shared: SharedTexts, *, max_episodes: int, title: str | None = None
+    runs: Sequence[Run], shared: Interner, *, max_episodes: int, title: str | None = None
 ) -> str:
     """The whole HTML page for ``runs`` (read with one ``shared`` store of texts).
 

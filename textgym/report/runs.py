@@ -33,9 +33,9 @@ from textgym.report.segments import message_segments, pretty_json, structured_se
 from textgym.rollout import Trajectory
 
 __all__ = [
+    "Interner",
     "NotARunError",
     "Run",
-    "SharedTexts",
     "episode_outcome",
     "load_run",
     "read_jsonl_lenient",
@@ -139,7 +139,7 @@ def episode_outcome(
     return "unknown"
 
 
-class SharedTexts:
+class Interner:
     """Each distinct system prompt and tool list, stored once for a whole report; an episode
     holds the index of its own in :attr:`values`."""
 
@@ -168,7 +168,7 @@ def _episode(
     index: int,
     messages: Sequence[Mapping[str, Any]],
     steps: list[dict[str, Any]] | None,
-    interner: SharedTexts,
+    interner: Interner,
 ) -> dict[str, Any]:
     """The page's form of one episode (see :func:`load_run`)."""
     totals = {str(k): v for k, v in (record.get("totals") or {}).items() if _finite(v) is not None}
@@ -235,7 +235,7 @@ def _trajectory(record: Mapping[str, Any]) -> Trajectory:
     return trajectory
 
 
-def _trajectory_episode(traj: Trajectory, index: int, interner: SharedTexts) -> dict[str, Any]:
+def _trajectory_episode(traj: Trajectory, index: int, interner: Interner) -> dict[str, Any]:
     steps = [
         {
             "reward": _finite(reward),
@@ -263,7 +263,7 @@ def _trajectory_episode(traj: Trajectory, index: int, interner: SharedTexts) -> 
     return _episode(record, index=index, messages=traj.messages, steps=steps, interner=interner)
 
 
-def _load_trajectories(path: Path, run: Run, max_episodes: int, interner: SharedTexts) -> Any:
+def _load_trajectories(path: Path, run: Run, max_episodes: int, interner: Interner) -> Any:
     """Read ``trajectories.jsonl``: embed the first ``max_episodes``, summarize all."""
     running = RunningSummary()
     for number, record in read_jsonl_lenient(path, run):
@@ -279,7 +279,7 @@ def _load_trajectories(path: Path, run: Run, max_episodes: int, interner: Shared
     return running
 
 
-def _load_collect(path: Path, run: Run, max_episodes: int, interner: SharedTexts) -> None:
+def _load_collect(path: Path, run: Run, max_episodes: int, interner: Interner) -> None:
     """Read a ``textgym collect`` file: embed the first ``max_episodes``, summarize all."""
     rows: list[dict[str, Any]] = []  # per episode: return, totals, outcome, steps, invalid
     for number, record in read_jsonl_lenient(path, run):
@@ -374,7 +374,7 @@ def load_run(
     *,
     name: str | None = None,
     max_episodes: int = 2000,
-    interner: SharedTexts | None = None,
+    interner: Interner | None = None,
 ) -> Run:
     """Read one run (see the module docstring) for the report.
 
@@ -399,7 +399,7 @@ def load_run(
     path = Path(path)
     kind = _run_kind(path)
     run = Run(name=name or path.name or str(path), path=str(path), kind=kind)
-    interner = interner if interner is not None else SharedTexts()
+    interner = interner if interner is not None else Interner()
     if kind == "collect":
         _load_collect(path, run, max_episodes, interner)
         return run
