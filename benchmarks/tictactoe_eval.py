@@ -56,12 +56,12 @@ from textgym.envs.tictactoe.analysis import (
     outcome_probabilities,
 )
 from textgym.envs.tictactoe.env import OPPONENTS
+from textgym.evaluation import OUTCOMES
 from textgym.policies import RandomPolicy
 from textgym.rollout import Trajectory, rollout
 
 ENV_ID = "textgym/TicTacToe-v0"
 MARKS = ("X", "O")
-OUTCOMES = ("win", "draw", "loss")
 
 #: Row name -> (opponent style, random_move_prob as an exact decimal string).
 ROWS: dict[str, tuple[str, str]] = {
@@ -82,7 +82,7 @@ def rate(hits: int, n: int) -> dict[str, float]:
     return {"rate": p, "stderr": math.sqrt(p * (1 - p) / n) if n else math.nan}
 
 
-def summarize(games: list[Trajectory]) -> dict[str, Any]:
+def game_rates(games: list[Trajectory]) -> dict[str, Any]:
     """W/D/L and invalid-move rates of finished games, each with its standard error, and the
     number of distinct games (message sequences): a deterministic policy against an opponent
     with few candidate moves replays the same few games, and its standard errors then describe
@@ -133,7 +133,7 @@ def build_policies(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def evaluate(
+def play_rows(
     args: argparse.Namespace, on_row: Callable[[dict[str, Any]], None] | None = None
 ) -> dict[str, Any]:
     """Play every (decoding, row, mark) and return ``{decoding: {row: {mark: result}}}``.
@@ -165,7 +165,7 @@ def evaluate(
                 if hasattr(policy, "clear_cache"):
                     policy.clear_cache()
                 result = {
-                    **summarize(games),
+                    **game_rates(games),
                     "exact": exact_references(mark, style, prob),
                     "seconds": time.perf_counter() - start,
                 }
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             partial = {**record, "results": results, "complete": False}
             Path(args.output).write_text(json.dumps(partial, indent=2) + "\n")
 
-    record["results"] = evaluate(args, save_partial)
+    record["results"] = play_rows(args, save_partial)
     record["complete"] = True
     record["seconds"] = time.perf_counter() - start
     if args.output:

@@ -45,8 +45,8 @@ def option_entries(text):
 def test_the_top_level_help_lists_every_subcommand(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for name, (_, summary) in SUBCOMMANDS.items():
-        assert re.search(rf"^  {name} +{re.escape(summary)}$", out, re.M), name
+    for name, subcommand in SUBCOMMANDS.items():
+        assert re.search(rf"^  {name} +{re.escape(subcommand.summary)}$", out, re.M), name
 
 
 def test_the_package_docstring_names_every_subcommand():

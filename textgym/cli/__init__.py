@@ -36,29 +36,42 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from textgym.cli.usage import UsageError, fail, parse_config, plain_text
 
-__all__ = ["SUBCOMMANDS", "main"]
+__all__ = ["SUBCOMMANDS", "Subcommand", "main"]
 
-#: Subcommand -> (module of ``textgym.cli`` with its ``Config`` and ``run``, one-line summary).
-SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "list": ("listing", "list the registered environments"),
-    "eval": ("evaluate", "play episodes with a policy and report statistics"),
-    "collect": ("collect", "play episodes and write chat-format JSONL for SFT"),
-    "play": ("play", "play an environment yourself in the terminal"),
-    "sft": ("sft", "supervised fine-tuning on collected chat JSONL"),
-    "train": ("train", "GRPO training of an LLM policy on an env"),
-    "compare": ("compare", "compare eval, train and sft runs: a table side by side, plots"),
-    "report": ("report", "write one self-contained HTML report of eval, collect and train runs"),
+
+class Subcommand(NamedTuple):
+    """One subcommand: the module of ``textgym.cli`` that holds its ``Config`` (the options, a
+    dataclass) and ``run(config)``, the one line ``textgym --help`` shows for it, and the
+    extras its module needs beyond the core install (``pip install "textgym[extras]"``)."""
+
+    module: str
+    summary: str
+    extras: str | None = None
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {
+    "list": Subcommand("listing", "list the registered environments"),
+    "eval": Subcommand("evaluate", "play episodes with a policy and report statistics"),
+    "collect": Subcommand("collect", "play episodes and write chat-format JSONL for SFT"),
+    "play": Subcommand("play", "play an environment yourself in the terminal"),
+    "sft": Subcommand("sft", "supervised fine-tuning on collected chat JSONL", "llm,train"),
+    "train": Subcommand("train", "GRPO training of an LLM policy on an env", "llm,train"),
+    "compare": Subcommand(
+        "compare", "compare eval, train and sft runs: a table side by side, plots"
+    ),
+    "report": Subcommand(
+        "report", "write one self-contained HTML report of eval, collect and train runs"
+    ),
 }
-#: The extras a subcommand's module needs beyond the core install.
-_EXTRAS = {"sft": "llm,train", "train": "llm,train"}
 
 
 def _usage() -> str:
     width = max(len(name) for name in SUBCOMMANDS)
-    rows = "\n".join(f"  {name:<{width}}  {summary}" for name, (_, summary) in SUBCOMMANDS.items())
+    rows = "\n".join(f"  {name:<{width}}  {sub.summary}" for name, sub in SUBCOMMANDS.items())
     return (
         "usage: textgym [-h] [--version] SUBCOMMAND [OPTIONS]\n\n"
         "Gymnasium text environments for RL with verifiable rewards: evaluate, collect, play "
@@ -84,13 +97,13 @@ def _run(argv: list[str]) -> int:
             f"unknown subcommand {argv[0]!r}; expected one of {', '.join(SUBCOMMANDS)}"
         )
     name = argv[0]
-    module_name = SUBCOMMANDS[name][0]
+    subcommand = SUBCOMMANDS[name]
     try:
-        module = importlib.import_module(f"textgym.cli.{module_name}")
+        module = importlib.import_module(f"textgym.cli.{subcommand.module}")
     except ImportError as exc:
-        if name not in _EXTRAS:
+        if subcommand.extras is None:
             raise
-        fail(f'textgym {name} needs extras ({exc}); pip install "textgym[{_EXTRAS[name]}]"')
+        fail(f'textgym {name} needs extras ({exc}); pip install "textgym[{subcommand.extras}]"')
     config = parse_config(module.Config, argv[1:], f"textgym {name}", plain_text(module.__doc__))
     return module.run(config)
 
