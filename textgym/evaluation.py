@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from textgym.checks import check_int
+from textgym.checks import check_int, check_number
 from textgym.rollout import Trajectory
 
 __all__ = [
@@ -379,13 +379,11 @@ class TaskWalk(_PerEpisode):
     ):
         if not tasks:
             raise ValueError("Expected at least one task to walk, got none")
-        if rollouts < 1:
-            raise ValueError(f"Expected rollouts >= 1 per task, got {rollouts}")
         self.tasks = list(tasks)
-        self.rollouts = rollouts
-        self.episodes = len(self.tasks) * rollouts if episodes is None else episodes
-        if self.episodes < 1:
-            raise ValueError(f"Expected episodes >= 1, got {self.episodes}")
+        self.rollouts = check_int("rollouts", rollouts, low=1, hint="per task")
+        self.episodes = check_int(
+            "episodes", len(self.tasks) * rollouts if episodes is None else episodes, low=1
+        )
 
     def task_of(self, episode: int) -> int:
         """The position in ``tasks`` of the task episode ``episode`` plays."""
@@ -405,13 +403,9 @@ class TaskResults:
     """
 
     def __init__(self, task_ids: Sequence[str], k: int = 1, success_threshold: float = 1.0):
-        if k < 1:
-            raise ValueError(f"Expected k >= 1, got {k}")
-        if not math.isfinite(success_threshold):
-            raise ValueError(f"Expected a finite success threshold, got {success_threshold}")
         self.task_ids = list(task_ids)
-        self.k = k
-        self.success_threshold = float(success_threshold)
+        self.k = check_int("k", k, low=1)
+        self.success_threshold = check_number("success_threshold", success_threshold)
         self.score_names: set[str] = set()
         self._returns: list[list[float]] = [[] for _ in self.task_ids]
         self._successes: list[list[bool]] = [[] for _ in self.task_ids]

@@ -16,6 +16,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from textgym.checks import check_int
 from textgym.report.page import render_page
 from textgym.report.runs import Interner, NotARunError, Run, load_run
 
@@ -70,8 +71,7 @@ def build_report(
     """
     if not run_paths:
         raise ValueError("Expected at least one run directory or collect file, got none")
-    if max_episodes < 0:
-        raise ValueError(f"Expected max_episodes >= 0, got {max_episodes}")
+    check_int("max_episodes", max_episodes, low=0)
     paths = [Path(p) for p in run_paths]
     shared = Interner()
     runs = [
