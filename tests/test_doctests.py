@@ -19,6 +19,8 @@ import textgym
 # Modules whose imports need an extra that this installation may lack.
 OPTIONAL = {
     "textgym.policies.openai_compat": "openai",
+    "textgym.policies.openai_http": "openai",
+    "textgym.policies.openai_messages": "openai",
     "textgym.envs.tictactoe.pettingzoo_env": "pettingzoo",
 }
 

@@ -25,6 +25,11 @@ the server and what was wrong (:class:`InvalidResponseError`). The completion te
 by :class:`~textgym.policies.base.Completion` (a lone surrogate becomes U+FFFD).
 
 A local server for offline use (see ``DESIGN.md``)::
+The HTTP side (the bounded client, retries, one-line errors) is
+:mod:`textgym.policies.openai_http`; the shape of requests and answers (tool calls, stop strings,
+checking a response) is :mod:`textgym.policies.openai_messages`. Their public names are
+importable from here too.
+
 
     pip install "textgym[server]"
     python -m llama_cpp.server --model gemma-3-270m-q4_k_m.gguf --host 127.0.0.1 --port 8000
@@ -33,27 +38,34 @@ A local server for offline use (see ``DESIGN.md``)::
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import importlib
-import json
 import os
 import random
-import re
-import reprlib
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from textgym.checks import check_int, check_sampling
 from textgym.policies.base import Completion, Message
+from textgym.policies.openai_http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    MODELS_ERRORS,
+    REQUEST_ERRORS,
+    TRANSIENT_ERRORS,
+    InvalidResponseError,
+    create_completion,
+    endpoint_urls,
+    is_transient,
+    make_client,
+    reworded,
+    run_sync,
+    with_retries,
+)
+from textgym.policies.openai_messages import (
+    completion_from_response,
+    model_ids,
+    render_tool_calls,
+    restore_stop,
+)
 from textgym.toolformat import chat_tools, to_chat_messages
-
-try:
-    import openai
-except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        f'OpenAIPolicy needs the openai client ({error}); pip install "textgym[openai]"'
-    ) from error
 
 __all__ = [
     "TRANSIENT_ERRORS",
@@ -66,236 +78,6 @@ __all__ = [
     "to_chat_messages",
     "with_retries",
 ]
-
-T = TypeVar("T")
-
-#: Errors worth retrying: rate limits (429), timeouts, dropped connections and 5xx answers.
-#: ``APITimeoutError`` is a subclass of ``APIConnectionError``.
-TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    openai.RateLimitError,
-    openai.APIConnectionError,
-    openai.InternalServerError,
-)
-
-#: Default of ``max_response_bytes``: far above any chat completion of a few thousand tokens
-#: (each token is a few bytes, at most 6 per character once JSON-escaped), far below memory.
-DEFAULT_MAX_RESPONSE_BYTES = 16 * 2**20
-
-_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
-_CLOSING_TAG = re.compile(r"</([A-Za-z_][\w.-]*)>")
-_SERVER_HINT = (
-    "start an OpenAI-compatible server there (offline: python -m llama_cpp.server "
-    "--model <file.gguf> --host 127.0.0.1 --port <port>) or fix base_url (--base-url)"
-)
-
-
-class InvalidResponseError(openai.OpenAIError, ValueError):
-    """A server answered 200 with something that is not a usable chat completion.
-
-    Raised for a body that is not JSON or not a chat completion (no ``choices``, a choice or
-    message that is not an object, content that is not a string, a tool call without a function
-    name), and for a body over the policy's ``max_response_bytes``. It is an
-    ``openai.OpenAIError`` (the client passes it through unwrapped) and a ``ValueError``.
-    """
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether a request that failed with ``error`` may succeed if sent again.
-
-    True for rate limits (429), timeouts (the client's, and :class:`TimeoutError` from an attempt
-    that outlived its deadline), connection errors, 5xx status errors and malformed answers
-    (:class:`InvalidResponseError`: a server under load may cut a body short); False for every
-    other error (bad request, authentication, not found, ...).
-    """
-    if isinstance(error, (*TRANSIENT_ERRORS, TimeoutError, InvalidResponseError)):
-        return True
-    status = getattr(error, "status_code", None)
-    return isinstance(error, openai.APIStatusError) and isinstance(status, int) and status >= 500
-
-
-async def with_retries(
-    call: Callable[[], Awaitable[T]],
-    *,
-    max_retries: int,
-    backoff_s: float = 0.5,
-    max_backoff_s: float = 30.0,
-    rng: random.Random | None = None,
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep,
-) -> T:
-    """Await ``call()``, retrying transient failures (:func:`is_transient`) with backoff.
-
-    Retry ``k`` (1-based) waits ``min(max_backoff_s, backoff_s * 2 ** (k - 1))`` seconds scaled
-    by a jitter factor drawn uniformly from [0.5, 1] (so many clients hitting one rate limit do
-    not retry in lockstep). Non-transient errors propagate at once.
-
-    Args:
-        call: Makes one attempt; called up to ``max_retries + 1`` times.
-        max_retries: Retries after the first attempt, >= 0.
-        backoff_s: Wait before the first retry (before jitter), >= 0.
-        max_backoff_s: Longest wait between two attempts.
-        rng: Source of the jitter; a fresh unseeded ``random.Random`` by default.
-        sleep: The awaitable sleep (tests pass a fake one).
-
-    Returns:
-        What the first successful attempt returned.
-
-    Raises:
-        The last attempt's error when every attempt failed, or the first non-transient error.
-    """
-    rng = rng if rng is not None else random.Random()
-    attempt = 0
-    while True:
-        try:
-            return await call()
-        except Exception as error:
-            if attempt >= max_retries or not is_transient(error):
-                raise
-            attempt += 1
-            delay = min(max_backoff_s, backoff_s * 2 ** (attempt - 1))
-            await sleep(delay * rng.uniform(0.5, 1.0))
-
-
-def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
-    """Write a response's structured ``tool_calls`` as ``<tool_call>{...}</tool_call>`` blocks.
-
-    Each call becomes ``{"name": ..., "arguments": {...}}`` with the arguments parsed from the
-    call's JSON string; arguments that are not valid JSON are kept as the raw string, so the env
-    reports the malformed call instead of the policy hiding it. ``</`` inside the JSON is written
-    ``<\\/`` (a legal JSON escape), so a value holding ``</tool_call>`` cannot end its block early.
-    Blocks are joined by newlines; no calls give ``""``.
-
-    Args:
-        tool_calls: ``message.tool_calls`` of a chat completion (objects with
-            ``.function.name`` and ``.function.arguments``, or the equivalent dicts).
-
-    Raises:
-        InvalidResponseError: a call without a function or without a string function name.
-    """
-    blocks = []
-    for call in tool_calls or ():
-        function = _field(call, "function")
-        name = _field(function, "name")
-        if not isinstance(name, str):
-            raise InvalidResponseError(
-                f"a tool call has no function name (function={_preview(function, 80)})"
-            )
-        raw = _field(function, "arguments")
-        arguments: Any = raw
-        if isinstance(raw, str):
-            try:
-                arguments = json.loads(raw) if raw.strip() else {}
-            except (ValueError, RecursionError):
-                arguments = raw
-        elif raw is None:
-            arguments = {}
-        body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
-        blocks.append(_CALL_OPEN + body.replace("</", "<\\/") + _CALL_CLOSE)
-    return "\n".join(blocks)
-
-
-def _preview(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` cut to ``limit`` characters, nesting cut at 6 levels (:mod:`reprlib`):
-    a server's deeply nested answer cannot make the message itself fail."""
-    shown = reprlib.Repr()  # keyword arguments only from Python 3.12
-    shown.maxlevel, shown.maxstring, shown.maxother = 6, limit, limit
-    try:
-        text = shown.repr(value)
-    except (RecursionError, ValueError, TypeError):
-        text = f"<{type(value).__name__}>"
-    return text[:limit]
-
-
-def _field(value: Any, name: str) -> Any:
-    """``value[name]`` of a mapping or ``value.name`` of an object; ``None`` when absent."""
-    if isinstance(value, Mapping):
-        return value.get(name)
-    return getattr(value, name, None)
-
-
-def restore_stop(text: str, stop: Sequence[str]) -> str:
-    """Put back the stop string that ended ``text``, where it can be told which one it was.
-
-    OpenAI-compatible servers drop the stop string from the completion, whereas textgym's envs
-    expect it (``<move>4</move>`` with stop ``</move>``; :class:`~textgym.policies.hf.HFPolicy`
-    keeps it). A stop string that is a closing tag ``</tag>`` is appended when ``text`` has an
-    unclosed ``<tag>`` (the first such stop string wins); other stop strings cannot be told from
-    an end of turn and are not restored.
-    """
-    for s in stop:
-        match = _CLOSING_TAG.fullmatch(s)
-        if match and text.rfind(f"<{match.group(1)}>") > text.rfind(s):
-            return text + s
-    return text
-
-
-def _normalize_url(url: Any) -> str:
-    """``http://host:port`` -> ``http://host:port/v1``; URLs with a path are kept as given."""
-    if not isinstance(url, str) or not url.strip():
-        raise ValueError(
-            f"Expected base_url to be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
-        )
-    url = url.strip().rstrip("/")
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(
-            f"Expected base_url to be an http(s) URL such as http://127.0.0.1:8000/v1, got {url!r}"
-        )
-    return url if parts.path else url + "/v1"
-
-
-#: The HTTP library the openai client is built on (``httpx``, or ``httpx2`` in new releases).
-_http = importlib.import_module(openai.DefaultAsyncHttpxClient.__mro__[1].__module__.split(".")[0])
-
-
-class _CappedHttpClient(openai.DefaultAsyncHttpxClient):  # type: ignore[misc,valid-type]
-    """The openai client's default HTTP client, reading at most ``max_bytes`` of each body.
-
-    A body is read (and decompressed) chunk by chunk; one over the cap stops the read and
-    raises :class:`InvalidResponseError`, which the openai client passes through unwrapped.
-    """
-
-    def __init__(self, max_bytes: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._max_bytes = max_bytes
-
-    async def send(self, request: Any, *, stream: bool = False, **kwargs: Any) -> Any:
-        response = await super().send(request, stream=True, **kwargs)
-        if stream:  # streamed bodies are read by the caller (textgym never asks for them)
-            return response
-        body = bytearray()
-        try:
-            async for chunk in response.aiter_bytes():
-                body += chunk
-                if len(body) > self._max_bytes:
-                    raise InvalidResponseError(
-                        f"the response body is over max_response_bytes={self._max_bytes}"
-                    )
-        finally:
-            await response.aclose()
-        skip = {"content-encoding", "content-length", "transfer-encoding"}  # body is decoded
-        headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in skip]
-        return _http.Response(
-            response.status_code,
-            headers=headers,
-            content=bytes(body),
-            request=request,
-            extensions=response.extensions,
-            history=response.history,
-        )
-
-
-def _run(coroutine: Awaitable[T]) -> T:
-    """Run ``coroutine`` to completion from synchronous code.
-
-    Uses ``asyncio.run``; when this thread already runs an event loop (a notebook, an async
-    trainer), the coroutine runs on a private loop in a helper thread instead.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)  # type: ignore[arg-type]
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="textgym-openai") as pool:
-        return pool.submit(asyncio.run, coroutine).result()  # type: ignore[arg-type]
 
 
 class OpenAIPolicy:
@@ -384,13 +166,7 @@ class OpenAIPolicy:
             ConnectionError: an endpoint cannot be reached or does not answer like an
                 OpenAI-compatible API.
         """
-        urls = [base_url] if isinstance(base_url, str) else list(base_url)
-        urls = [
-            part for url in urls for part in (url.split(",") if isinstance(url, str) else [url])
-        ]
-        if not urls:
-            raise ValueError("Expected at least one base_url, got none")
-        self.base_urls = [_normalize_url(url) for url in urls]
+        self.base_urls = endpoint_urls(base_url)
         check_int("max_tokens", max_tokens, low=1)
         check_sampling(temperature, top_p)
         check_int("max_concurrency", max_concurrency, low=1)
@@ -436,59 +212,29 @@ class OpenAIPolicy:
 
     def _client(self, url: str, timeout_s: float) -> Any:
         """An ``AsyncOpenAI`` client for ``url`` that reads at most ``max_response_bytes``."""
-        return openai.AsyncOpenAI(
-            base_url=url,
-            api_key=self.api_key,
-            timeout=timeout_s,
-            max_retries=0,
-            http_client=_CappedHttpClient(self.max_response_bytes),
+        return make_client(
+            url, api_key=self.api_key, timeout_s=timeout_s, max_bytes=self.max_response_bytes
         )
 
     def _list_models(self, url: str) -> list[str]:
-        """The model ids listed by ``url``'s ``/models``; one-line errors naming the fix."""
+        """The model ids listed by ``url``'s ``/models``; one-line errors naming the fix
+        (:data:`~textgym.policies.openai_http.MODELS_ERRORS`)."""
         timeout_s = min(self.timeout_s, 30.0)
 
         async def listed() -> list[str]:
             client = self._client(url, timeout_s)
-            try:
-                return await asyncio.wait_for(
-                    _model_ids(client), timeout_s
-                )  # the whole answer, however slowly it trickles
+            try:  # the whole answer, however slowly it trickles
+                return await asyncio.wait_for(model_ids(client), timeout_s)
             finally:
                 await client.close()
 
         try:
-            return _run(listed())
-        except TimeoutError:
-            raise ConnectionError(
-                f"{url}/models did not answer within {timeout_s:g} s; check that the server is "
-                f"up and not overloaded, or raise timeout_s"
-            ) from None
-        except openai.APIConnectionError as error:
-            raise ConnectionError(
-                f"Cannot reach an OpenAI-compatible server at {url} ({error}); {_SERVER_HINT}"
-            ) from None
-        except openai.AuthenticationError as error:
-            raise ConnectionError(
-                f"{url} refused the API key (HTTP {error.status_code}); pass api_key or set "
-                f"OPENAI_API_KEY"
-            ) from None
-        except openai.APIStatusError as error:
-            raise ConnectionError(
-                f"{url}/models answered HTTP {error.status_code}, not like an OpenAI-compatible "
-                f"API; check base_url (it usually ends in /v1) or pass check=False"
-            ) from None
-        except RecursionError:
-            raise ConnectionError(
-                f"{url}/models answered JSON nested too deeply to read; check that base_url is "
-                "an OpenAI-compatible server"
-            ) from None
-        except (openai.OpenAIError, ValueError, TypeError, AttributeError, KeyError) as error:
-            # e.g. a body that is not a model list
-            raise ConnectionError(
-                f"{url}/models did not return a model list ({type(error).__name__}: "
-                f"{str(error)[:200]}); check base_url (it usually ends in /v1) or pass check=False"
-            ) from None
+            return run_sync(listed())
+        except Exception as error:
+            new = reworded(error, MODELS_ERRORS, url=url, timeout_s=timeout_s)
+            if new is None:
+                raise
+            raise new from new.__cause__
 
     def check(self) -> None:
         """Query every endpoint's ``/v1/models`` and make sure it serves :attr:`model`.
@@ -536,41 +282,16 @@ class OpenAIPolicy:
         return request
 
     def parse_response(self, response: Any) -> Completion:
-        """Turn a chat-completions response into a :class:`Completion`.
+        """Turn a chat-completions response into a :class:`Completion`
+        (:func:`~textgym.policies.openai_messages.completion_from_response`), counting the
+        completion tokens the server reports in :attr:`tokens_generated`.
 
         Raises:
             InvalidResponseError: the response does not have the shape of a chat completion.
         """
-        choices = _field(response, "choices")
-        if not isinstance(choices, (list, tuple)) or not choices:
-            raise InvalidResponseError(f"the response has no choices: {_preview(response)}")
-        choice = choices[0]
-        message = _field(choice, "message")
-        if isinstance(choice, (str, bytes)) or message is None or isinstance(message, str):
-            raise InvalidResponseError(
-                f"the first choice has no message object: {_preview(choice)}"
-            )
-        content = _field(message, "content")
-        if content is not None and not isinstance(content, str):
-            raise InvalidResponseError(
-                f"the message content is a {type(content).__name__}, not a string or null"
-            )
-        tool_calls = _field(message, "tool_calls")
-        if tool_calls is not None and not isinstance(tool_calls, (list, tuple)):
-            raise InvalidResponseError(
-                f"the message's tool_calls is a {type(tool_calls).__name__}, not a list"
-            )
-        text = content or ""
-        calls = render_tool_calls(tool_calls)
-        finish_reason = "length" if _field(choice, "finish_reason") == "length" else "stop"
-        if calls:
-            text = f"{text}\n{calls}" if text else calls
-        elif finish_reason == "stop" and self.stop:
-            text = restore_stop(text, self.stop)
-        completion_tokens = _field(_field(response, "usage"), "completion_tokens")
-        if isinstance(completion_tokens, int) and not isinstance(completion_tokens, bool):
-            self.tokens_generated += completion_tokens
-        return Completion(text=text, finish_reason=finish_reason)
+        completion, completion_tokens = completion_from_response(response, self.stop)
+        self.tokens_generated += completion_tokens
+        return completion
 
     async def aact(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
@@ -585,73 +306,14 @@ class OpenAIPolicy:
             self.check()
         clients = {url: self._client(url, self.timeout_s) for url in self.base_urls}
         semaphore = asyncio.Semaphore(self.max_concurrency)
-        attempts = self.max_retries + 1
-
-        async def attempt(request: dict[str, Any], url: str) -> Completion:
-            """One request, bounded as a whole by ``timeout_s``, parsed and validated."""
-            try:
-                response = await asyncio.wait_for(
-                    clients[url].chat.completions.create(**request), self.timeout_s
-                )
-            except (json.JSONDecodeError, openai.APIResponseValidationError) as error:
-                raise InvalidResponseError(
-                    f"the body is not a chat completion ({error})"
-                ) from error
-            except UnicodeDecodeError as error:  # a 200 body that is not UTF-8 (nor -16/-32)
-                raise InvalidResponseError(
-                    f"the body is not UTF-8 text ({error.reason} at byte {error.start})"
-                ) from None
-            except RecursionError:  # JSON nested deeper than Python's parser recurses
-                raise InvalidResponseError(
-                    "the body is JSON nested too deeply to read (no chat completion is)"
-                ) from None
-            except (AttributeError, TypeError, KeyError) as error:  # the client choked on it
-                raise InvalidResponseError(
-                    f"the body is not a chat completion ({type(error).__name__}: {error})"
-                ) from error
-            return self.parse_response(response)
 
         async def one(request: dict[str, Any], url: str) -> Completion:
             async with semaphore:
-                try:
-                    return await with_retries(
-                        lambda: attempt(request, url),
-                        max_retries=self.max_retries,
-                        backoff_s=self.backoff_s,
-                        rng=self._rng,
-                    )
-                except TimeoutError:
-                    raise TimeoutError(
-                        f"Request to {url} failed after {attempts} attempt(s), the last one cut "
-                        f"off at timeout_s={self.timeout_s:g} s; check that the server is up and "
-                        f"not overloaded, or raise timeout_s"
-                    ) from None
-                except InvalidResponseError as error:
-                    what = " ".join(str(error).split())[:300]  # one line, however it was built
-                    raise InvalidResponseError(
-                        f"{url} did not answer with a valid chat completion in {attempts} "
-                        f"attempt(s): {what}; check that base_url is an OpenAI-compatible server"
-                    ) from None
-                except openai.APIConnectionError as error:
-                    raise ConnectionError(
-                        f"Request to {url} failed after {self.max_retries + 1} attempt(s) "
-                        f"({error}); check that the server is up or raise timeout_s"
-                    ) from error
-                except openai.NotFoundError as error:
-                    raise ValueError(
-                        f"{url} answered 404 for model {self.model!r} ({error.message}); "
-                        f"check base_url and model"
-                    ) from error
+                return await self._send(clients[url], url, request)
 
-        # Endpoints round-robin and request seeds count over the policy's lifetime, both in
-        # conversation order, so a run is reproducible whatever order the answers come in.
-        requests, urls = [], []
-        for messages, info in zip(conversations, infos):
-            requests.append(self.request_body(messages, info, self._requests_made))
-            self._requests_made += 1
-            urls.append(self.base_urls[self._next_endpoint % len(self.base_urls)])
-            self._next_endpoint += 1
-        tasks = [asyncio.ensure_future(one(r, u)) for r, u in zip(requests, urls)]
+        tasks = [
+            asyncio.ensure_future(one(r, u)) for r, u in self._next_requests(conversations, infos)
+        ]
         try:
             return list(await asyncio.gather(*tasks))
         finally:
@@ -660,6 +322,48 @@ class OpenAIPolicy:
             await asyncio.gather(*tasks, return_exceptions=True)
             for client in clients.values():
                 await client.close()
+
+    def _next_requests(
+        self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[dict[str, Any], str]]:
+        """``(request body, endpoint)`` per conversation. Endpoints round-robin and request seeds
+        count over the policy's lifetime, both in conversation order, so a run is reproducible
+        whatever order the answers come in."""
+        requests = []
+        for messages, info in zip(conversations, infos):
+            request = self.request_body(messages, info, self._requests_made)
+            self._requests_made += 1
+            requests.append((request, self.base_urls[self._next_endpoint % len(self.base_urls)]))
+            self._next_endpoint += 1
+        return requests
+
+    async def _send(self, client: Any, url: str, request: dict[str, Any]) -> Completion:
+        """One request, sent again after transient failures (:func:`with_retries`); a failure
+        of every attempt reworded in one line
+        (:data:`~textgym.policies.openai_http.REQUEST_ERRORS`)."""
+        try:
+            return await with_retries(
+                lambda: self._attempt(client, request),
+                max_retries=self.max_retries,
+                backoff_s=self.backoff_s,
+                rng=self._rng,
+            )
+        except Exception as error:
+            new = reworded(
+                error,
+                REQUEST_ERRORS,
+                url=url,
+                attempts=self.max_retries + 1,
+                timeout_s=self.timeout_s,
+                model=self.model,
+            )
+            if new is None:
+                raise
+            raise new from new.__cause__
+
+    async def _attempt(self, client: Any, request: dict[str, Any]) -> Completion:
+        """One attempt, bounded as a whole by ``timeout_s``, its answer parsed and checked."""
+        return self.parse_response(await create_completion(client, request, self.timeout_s))
 
     def act(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
@@ -676,19 +380,8 @@ class OpenAIPolicy:
         """
         if not conversations:
             return []
-        return _run(self.aact(conversations, infos))
+        return run_sync(self.aact(conversations, infos))
 
     def __repr__(self) -> str:
         urls = self.base_urls[0] if len(self.base_urls) == 1 else self.base_urls
         return f"OpenAIPolicy(base_url={urls!r}, model={self.model!r})"
-
-
-async def _model_ids(client: Any) -> list[str]:
-    """Every model id of ``client.models.list()``, all pages."""
-    ids = []
-    async for model in client.models.list():
-        model_id = _field(model, "id")
-        if not isinstance(model_id, str):
-            raise InvalidResponseError(f"a listed model has no string id: {_preview(model, 100)}")
-        ids.append(model_id)
-    return ids
