@@ -1,11 +1,13 @@
 """Tool semantics on the bundled sample workplace: search bounds parsed as dates and times, and
 the classes of issue 15, item 17 decided against NeMo Gym's workplace_assistant."""
 
+import inspect
+
 import pytest
 
 from textgym.envs.workplace.dataset import load_workplace
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, SandboxTemplate
-from textgym.envs.workplace.tools import call_tool
+from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS, WRITE_TOOLS, call_tool
 
 TEMPLATE = load_workplace().template
 
@@ -278,3 +280,40 @@ def test_average_session_duration_is_a_read_that_changes_nothing():
 def test_errors_agents_act_on_keep_the_references_first_sentence(tool, arguments, first_sentence):
     result, ok = call_tool(TEMPLATE.new(), tool, arguments)
     assert not ok and result.startswith(first_sentence)
+
+
+def test_every_tool_takes_exactly_its_schema_parameters_in_order():
+    """The record tools are built from a table (``records.py``): their signatures must still be
+    what the data loader checks a schema file against, in the schema's order."""
+    for schema in TOOL_SCHEMAS:
+        fn, writes = TOOLS[schema["name"]]
+        params = list(inspect.signature(fn).parameters)
+        assert fn.__name__ == schema["name"] and fn.__doc__
+        assert params == ["sb", *schema["parameters"]["properties"]]
+        assert writes == (schema["name"] in WRITE_TOOLS)
+
+
+@pytest.mark.parametrize("tool", ["calendar_update_event", "email_send_email"])
+def test_an_unknown_argument_is_a_type_error_naming_the_tool(tool):
+    """A built tool refuses an argument its schema lacks as a ``def`` would (a bug, not a result)."""
+    with pytest.raises(TypeError, match=rf"^{tool}\(\) got an unexpected keyword argument 'x'$"):
+        call_tool(TEMPLATE.new(), tool, {"x": "1"})
+
+
+def test_record_tools_check_every_value_before_writing():
+    """create_task checks the assignee, list and board (in field order) before inserting."""
+    sb = TEMPLATE.new()
+    before = sb.snapshot()
+    arguments = {
+        "task_name": "t",
+        "assigned_to_email": sb.rows("project_tasks")[0]["assigned_to_email"].upper(),
+        "list_name": "Backlog",
+        "due_date": "2023-12-01",
+        "board": "nope",
+    }
+    result, ok = call_tool(sb, "project_management_create_task", arguments)
+    assert not ok and result.startswith("Invalid board 'nope'") and sb.snapshot() == before
+    task_id, ok = call_tool(sb, "project_management_create_task", {**arguments, "board": "Design"})
+    assert ok and sb.find("project_tasks", "task_id", task_id)["assigned_to_email"] == (
+        arguments["assigned_to_email"].lower()
+    )
