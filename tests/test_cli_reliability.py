@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from textgym.cli import main
-from textgym.cli._outputs import claim_dir, claim_file, lock_path
+from textgym.cli.outputs import claim_dir, claim_file, lock_path
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.evaluation import mean_stderr, summarize
 from textgym.rollout import Trajectory

@@ -4,7 +4,7 @@ What can be checked before training starts is, and is reported as a usage error:
 own validation (at parse time), the device, the env, wrappers and kwargs (``train``), the output
 directory, and the errors of loading the model or reading the data.
 
-The output directory follows the rule of every subcommand (:mod:`textgym.cli._outputs`): it is
+The output directory follows the rule of every subcommand (:mod:`textgym.cli.outputs`): it is
 locked while the run writes, and one that is not empty is refused unless ``--resume``
 continues its run (``train``) or ``--overwrite`` replaces it (the earlier run's files are
 deleted first). A run that fails after it started on a reward that is NaN, infinite or beyond
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from textgym.checks import one_line
-from textgym.cli._outputs import claim_dir, json_safe
 from textgym.cli.building import build_env
+from textgym.cli.outputs import claim_dir, json_safe
 from textgym.cli.usage import UsageError, raised_in
 
 __all__ = ["OutputOptions", "check_device", "run_trainer", "trainer_config"]

@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from textgym.cli import batch_play, building
-from textgym.cli._outputs import claim_file
 from textgym.cli.batch_play import BatchPlayConfig
+from textgym.cli.outputs import claim_file
 from textgym.cli.usage import UsageError
 from textgym.evaluation import RunningSummary
 from textgym.results import open_jsonl
@@ -44,7 +44,7 @@ def run(config: CollectConfig) -> int:
     """Play; append each episode the filter keeps to the JSONL file as it finishes.
 
     The file is locked for the whole run, and one that is not empty is refused without
-    ``--overwrite`` (:mod:`textgym.cli._outputs`).
+    ``--overwrite`` (:mod:`textgym.cli.outputs`).
     """
     from textgym.collect import parse_filter
 

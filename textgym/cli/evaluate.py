@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from textgym.cli import batch_play, building
-from textgym.cli._outputs import claim_dir, json_safe
 from textgym.cli.batch_play import BatchPlayConfig
+from textgym.cli.outputs import claim_dir, json_safe
 from textgym.evaluation import RunningSummary
 from textgym.models import MODEL_NAMES
 from textgym.results import hold_interrupts, open_jsonl, write_json
@@ -53,7 +53,7 @@ def run(config: EvalConfig) -> int:
     """Play, print the summary; with ``--output-dir``, save each episode as it finishes.
 
     The output directory is locked for the whole run, and one that is not empty is refused
-    without ``--overwrite`` (:mod:`textgym.cli._outputs`).
+    without ``--overwrite`` (:mod:`textgym.cli.outputs`).
     """
     plan = batch_play.setup(config)
     if config.output_dir is None:

@@ -11,7 +11,7 @@ from textgym.cli._trainer import trainer_config
 
 __all__ = ["Config", "run"]
 
-Config = trainer_config(sft.SFTConfig)  # with --overwrite (textgym.cli._outputs)
+Config = trainer_config(sft.SFTConfig)  # with --overwrite (textgym.cli.outputs)
 
 
 def run(config: sft.SFTConfig) -> int:

@@ -10,7 +10,7 @@ from textgym.cli._trainer import trainer_config
 
 __all__ = ["Config", "run"]
 
-Config = trainer_config(grpo.GRPOConfig)  # with --overwrite (textgym.cli._outputs)
+Config = trainer_config(grpo.GRPOConfig)  # with --overwrite (textgym.cli.outputs)
 
 
 def run(config: grpo.GRPOConfig) -> int:
