@@ -1,0 +1,224 @@
+"""GRPO update time per optimizer step: padded micro-batches against packed rows.
+
+What is compared: :func:`textgym.algos.grpo.update` (forward and backward over the batch, one
+AdamW step) on the same batch of tic-tac-toe trajectories, in the same process, with
+
+* ``padded_shared``: right-padded micro-batches of ``--micro-batch-size`` sequences, each
+  group's shared prompt run once (``share_prefix``, the default);
+* ``padded``: the same without prefix sharing (each row's prompt run on its own);
+* ``packed_N``: rows of at most N tokens for each N of ``--micro-batch-tokens``, sequences
+  concatenated without padding (``micro_batch_tokens``; prefix sharing does not apply). With
+  sdpa the row's block-diagonal mask is dense, so attention costs the row's length squared
+  (against each sequence's length squared padded): small budgets cost less attention, large
+  ones fewer passes.
+
+The modes share one model and optimizer and run in rotating order, ``--alternations`` times,
+after one untimed warm-up update each; only their ratio within an alternation is meaningful on
+a machine that other jobs load (the 1-minute load average is recorded before each update). The
+learning rate is 1e-9 so that the weights stay practically equal and the modes' losses can be
+compared (they must agree to float rounding), while every update does the full work.
+
+The batch: ``--groups`` tic-tac-toe tasks (the default full prompt, a random opponent) x
+``--group-size`` episodes played by :class:`~textgym.policies.scripted.RandomPolicy`
+(``<think>I pick a random free cell.</think><move>N</move>``), tokenized with the model's chat
+template as a token-level rollout would (:func:`textgym.algos.sft.conversation_tokens`), so the
+lengths vary with the number of turns. Each episode's return gets ``0.01 x`` its index in the
+group, so no group has equal returns and every sequence is in the backward pass.
+
+Usage::
+
+    python benchmarks/update_packing.py                                  # tiny, ~1 minute
+    python benchmarks/update_packing.py --model gemma-3-270m --lora-rank 16 0
+    python benchmarks/update_packing.py --model gemma-3-270m --device cuda --groups 32 \
+        --micro-batch-size 32 --micro-batch-tokens 4096 16384 --output results/x.json
+
+On CUDA the update's one host read per optimizer step ends each timed call, so no extra
+synchronisation is needed; the attention kernel is the model's (sdpa unless FlashAttention 2 is
+installed and chosen, which runs packed rows as variable-length sequences).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import time
+from typing import Any
+
+import gymnasium as gym
+import torch
+from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result
+
+import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.algos.batches import make_token_batch, micro_batch_rows
+from textgym.algos.grpo import GRPOConfig, make_learner, update
+from textgym.algos.sft import conversation_tokens
+from textgym.policies.scripted import RandomPolicy
+from textgym.rollout import Trajectory, rollout
+from textgym.tokens import ChatTokenizer
+
+PADDED_MODES = ("padded_shared", "padded")
+
+
+def _trajectories(tokenizer: Any, groups: int, group_size: int, seed: int) -> list[Trajectory]:
+    """``groups x group_size`` random-policy tic-tac-toe episodes as token-level trajectories."""
+    make = lambda: gym.make("textgym/TicTacToe-v0", opponent="random")  # noqa: E731
+    seeds = [seed * 10**6 + g for g in range(groups) for _ in range(group_size)]
+    played = rollout(make, RandomPolicy(seed=seed), seeds, batch_size=len(seeds))
+    chat, out = ChatTokenizer(tokenizer), []
+    for i, traj in enumerate(played):
+        ids, mask = conversation_tokens(chat, traj.messages)
+        rewards = list(traj.rewards)
+        rewards[-1] += 0.01 * (i % group_size)  # no group with equal returns
+        out.append(
+            dataclasses.replace(
+                traj,
+                token_ids=ids,
+                loss_mask=mask,
+                token_logprobs=[-0.5 * m for m in mask],
+                rewards=rewards,
+                finish_reasons=["stop"] * len(traj.finish_reasons),
+            )
+        )
+    return out
+
+
+def _layout(config: GRPOConfig, trajs: list[Trajectory]) -> dict[str, Any]:
+    """Positions the forward passes of each layout run: padded (micro-batches x width) and
+    packed (the rows' real tokens), and the number of passes."""
+    batch = make_token_batch(
+        [t.token_ids for t in trajs],
+        [t.loss_mask for t in trajs],
+        [t.token_logprobs for t in trajs],
+    )
+    lengths = batch.attention_mask.sum(dim=1)  # [B] long
+    padded = micro_batch_rows(batch, dataclasses.replace(config, micro_batch_tokens=None))
+    packed = micro_batch_rows(batch, config)
+    return {
+        "sequence_positions": {
+            "min": int(lengths.min()),
+            "mean": float(lengths.float().mean()),
+            "max": int(lengths.max()),
+            "total": int(lengths.sum()),
+        },
+        "padded_micro_batches": len(padded),
+        "padded_positions": sum(len(r) * int(lengths[r].max()) for r in padded),
+        "packed_rows": len(packed),
+        "packed_row_positions": [int(lengths[r].sum()) for r in packed],
+    }
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    base = GRPOConfig(
+        model=args.model,
+        output_dir="/tmp/update_packing_unused",
+        groups_per_step=args.groups,
+        group_size=args.group_size,
+        micro_batch_size=args.micro_batch_size,
+        lora_rank=args.lora_rank,
+        learning_rate=1e-9,
+        device=args.device,
+        cpu_bf16=args.cpu_bf16,
+        tensorboard=False,
+        progress=False,
+    )
+    configs = {"padded_shared": base, "padded": dataclasses.replace(base, share_prefix=False)}
+    for tokens in args.micro_batch_tokens:
+        configs[f"packed_{tokens}"] = dataclasses.replace(base, micro_batch_tokens=tokens)
+    args.modes = [m for m in args.modes if m in configs] + [m for m in configs if "packed" in m]
+    learner = make_learner(base, max_turns=5)
+    learners = {m: dataclasses.replace(learner, config=configs[m]) for m in args.modes}
+    trajs = _trajectories(learner.tokenizer, args.groups, args.group_size, args.seed)
+    for mode in args.modes:  # warm-up: allocator, first-call costs
+        began = time.perf_counter()
+        update(learners[mode], trajs)
+        print(f"  warm-up {mode}: {time.perf_counter() - began:.2f} s", flush=True)
+    times: dict[str, list[float]] = {m: [] for m in args.modes}
+    losses: dict[str, list[float]] = {m: [] for m in args.modes}
+    loads: list[float] = []
+    for round_ in range(args.alternations):
+        order = args.modes[round_ % len(args.modes) :] + args.modes[: round_ % len(args.modes)]
+        for mode in order:
+            loads.append(os.getloadavg()[0])
+            began = time.perf_counter()
+            metrics = update(learners[mode], trajs)
+            times[mode].append(time.perf_counter() - began)
+            losses[mode].append(metrics["loss"])
+        print(
+            f"  round {round_ + 1}: " + ", ".join(f"{m} {times[m][-1]:.2f} s" for m in order),
+            flush=True,
+        )
+    reference = "padded_shared" if "padded_shared" in args.modes else args.modes[0]
+    summary = {
+        mode: {
+            "update_s": times[mode],
+            "median_s": statistics.median(times[mode]),
+            "loss": losses[mode],
+            "median_ratio_to_" + reference: statistics.median(
+                t / r for t, r in zip(times[mode], times[reference])
+            ),
+        }
+        for mode in args.modes
+    }
+    return {
+        "model": args.model,
+        "training": f"LoRA rank {args.lora_rank}" if args.lora_rank else "full fine-tuning",
+        "sequences": len(trajs),
+        "layout": {m: _layout(configs[m], trajs) for m in configs if "packed" in m},
+        "modes": summary,
+        "load_avg_1m_before_each_update": loads,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--groups", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--micro-batch-size", type=int, default=16)
+    parser.add_argument("--micro-batch-tokens", type=int, nargs="+", default=[2048, 4096])
+    parser.add_argument("--lora-rank", type=int, nargs="+", default=[0])
+    parser.add_argument("--modes", nargs="+", choices=PADDED_MODES, default=list(PADDED_MODES))
+    parser.add_argument("--alternations", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast there)")
+    parser.add_argument("--cpu-bf16", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "update_packing_cpu.json")
+    )
+    parser.add_argument("--append", action="store_true", help="add to the runs already in it")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    record: dict[str, Any] = {
+        "benchmark": "update_packing",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "versions": {p: dist_version(p) for p in ("torch", "transformers", "peft")},
+        "machine": machine_info(),
+        "threads": args.threads,
+        "settings": {k: v for k, v in vars(args).items() if k not in ("output", "append")},
+        "runs": [],
+    }
+    if args.append and os.path.exists(args.output):
+        with open(args.output) as handle:
+            previous = json.load(handle)
+        record["runs"] = previous.get("runs", [])
+        record["earlier"] = previous.get("earlier", []) + [
+            {k: previous.get(k) for k in ("commit", "machine", "settings", "versions")}
+        ]
+    for rank in args.lora_rank:
+        print(f"{args.model}, lora_rank {rank}:")
+        run = _measure(argparse.Namespace(**{**vars(args), "lora_rank": rank}))
+        run["load_avg_1m_at_end"] = os.getloadavg()[0]
+        record["runs"].append(run)
+        for mode, result in run["modes"].items():
+            ratio = next(v for k, v in result.items() if k.startswith("median_ratio"))
+            print(f"  {mode:14s} median {result['median_s']:.2f} s  ratio {ratio:.3f}")
+    write_result(args.output, record)
+
+
+if __name__ == "__main__":
+    main()
