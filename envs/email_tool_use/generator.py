@@ -9,7 +9,8 @@ delete all emails about a subject, search then act, and a conditional request wh
 is false, which makes no change). The gold calls are computed against the mailbox as the
 earlier requests leave it. ``distractors`` adds that many older emails from each person a
 request is about, on other subjects, so that "the last email from X" must be looked up.
-All names, subjects and texts are written for textgym.
+All names, subjects and texts are written for textgym; they live in :mod:`~.words`, the
+requests' wordings as :data:`~.words.PHRASINGS`.
 """
 
 from __future__ import annotations
@@ -22,79 +23,20 @@ from typing import Any
 import numpy as np
 
 from textgym.checks import check_int
+from textgym.envs.email_tool_use.words import (
+    CLOSERS,
+    FIRST,
+    LAST,
+    NOTES,
+    OPENERS,
+    PHRASINGS,
+    REPLIES,
+    SUBJECTS,
+    TOPICS,
+)
 
 __all__ = ["FAMILIES", "EmailTask", "generate_task"]
 
-FIRST = (
-    "maya",
-    "tomas",
-    "priya",
-    "jonah",
-    "aiko",
-    "bruno",
-    "chiara",
-    "dev",
-    "elena",
-    "farid",
-    "greta",
-    "hiro",
-    "ines",
-    "jamal",
-    "kaia",
-    "lars",
-    "mina",
-    "nikolai",
-    "olu",
-    "paz",
-    "quentin",
-    "rosa",
-    "soren",
-    "talia",
-    "umar",
-    "vera",
-    "wen",
-    "ximena",
-    "yusuf",
-    "zara",
-    "anton",
-    "bea",
-    "cyrus",
-    "dalia",
-    "emil",
-    "fenna",
-)
-LAST = (
-    "okafor",
-    "lindqvist",
-    "raman",
-    "weiss",
-    "tanaka",
-    "costa",
-    "ferri",
-    "malhotra",
-    "petrova",
-    "haddad",
-    "berg",
-    "sato",
-    "moreau",
-    "reed",
-    "novak",
-    "holm",
-    "park",
-    "volkov",
-    "adeyemi",
-    "ruiz",
-    "dubois",
-    "silva",
-    "nygaard",
-    "levi",
-    "qureshi",
-    "ionescu",
-    "zhou",
-    "herrera",
-    "demir",
-    "osei",
-)
 DOMAINS = (
     "atlas.com",
     "brightmill.com",
@@ -102,80 +44,6 @@ DOMAINS = (
     "harborline.com",
     "kestrel.co",
     "northpeak.com",
-)
-TOPICS = (
-    "quarterly budget",
-    "offsite planning",
-    "server migration",
-    "hiring plan",
-    "customer survey",
-    "design review",
-    "security audit",
-    "holiday schedule",
-    "vendor contract",
-    "launch checklist",
-    "training session",
-    "office move",
-    "pricing update",
-    "support backlog",
-    "data retention",
-    "team lunch",
-    "press release",
-    "api deprecation",
-    "onboarding guide",
-    "sales forecast",
-    "release notes",
-    "expense reports",
-    "board meeting",
-    "mobile roadmap",
-    "partner webinar",
-    "code freeze",
-    "brand refresh",
-    "incident review",
-    "travel policy",
-    "annual review",
-    "recruiting fair",
-    "cloud costs",
-    "accessibility fixes",
-    "usability study",
-    "invoice dispute",
-    "sprint retro",
-    "hackathon",
-    "lease renewal",
-    "tax filing",
-    "beta feedback",
-)
-SUBJECTS = (
-    "Update on {t}",
-    "Question about {t}",
-    "{T} notes",
-    "Reminder: {t}",
-    "Draft for the {t}",
-    "Follow-up on {t}",
-    "{T}: next steps",
-)
-OPENERS = (
-    "I wanted to share where we are with the {t}.",
-    "Could you take a look at the {t} before Friday?",
-    "Quick note on the {t}: a few details changed.",
-    "Here is my summary of the {t} discussion.",
-    "Do you have time this week to talk about the {t}?",
-)
-CLOSERS = ("Thanks", "Best", "Cheers", "Regards")
-REPLIES = (
-    "Thanks, I will look at it today.",
-    "Sounds good to me.",
-    "Let's discuss it on Monday.",
-    "Got it, thank you!",
-    "I agree, please go ahead.",
-    "Can you send me more details?",
-)
-NOTES = (
-    "Please review the attached plan.",
-    "The meeting moved to 3pm.",
-    "We are on track for the deadline.",
-    "I need your sign-off by Friday.",
-    "Numbers are in the shared folder.",
 )
 
 NOW = datetime(2023, 11, 30, 23, 59, 0)
@@ -221,8 +89,20 @@ class _World:
     def pick(self, items: list[Any]) -> Any:
         return items[int(self.rng.integers(len(items)))]
 
+    def phrase(self, family: str, **fields: str) -> tuple[str, str]:
+        """One of the family's :data:`~.words.PHRASINGS`, drawn (only when there is a choice)
+        and filled in: ``(f"{family}/{k}", text)``."""
+        texts = PHRASINGS[family]
+        k = int(self.rng.integers(len(texts))) if len(texts) > 1 else 0
+        return f"{family}/{k}", texts[k].format(**fields)
+
     def first(self, address: str) -> str:
         return address.split(".")[0].capitalize()
+
+    def names(self, people: list[str]) -> str:
+        """First names as a request lists them: "Ana", "Ana and Bo", "Ana, Bo and Cy"."""
+        head = ", ".join(self.first(p) for p in people[:-1])
+        return f"{head} and {self.first(people[-1])}" if head else self.first(people[-1])
 
     def fresh_person(self) -> str | None:
         free = [p for p in self.people if p not in self.used]
@@ -298,20 +178,22 @@ def _quote(w: _World) -> str:
     return w.pick(list(REPLIES))
 
 
-def _send(w: _World) -> tuple[str, str] | None:
-    person = w.fresh_person()
-    if person is None:
-        return None
+def _about_fresh_person(family: Callable[[_World, str], tuple[str, str] | None]) -> Family:
+    """A family whose request is about one person not yet in the task (none left: no request)."""
+
+    def draw(w: _World) -> tuple[str, str] | None:
+        person = w.fresh_person()
+        return None if person is None else family(w, person)
+
+    return draw
+
+
+@_about_fresh_person
+def _send(w: _World, person: str) -> tuple[str, str] | None:
     topic = w.fresh_topic()
     subject, body = topic.capitalize(), w.pick(list(NOTES))
     w.calls.append(("email_send_email", {"recipient": person, "subject": subject, "body": body}))
-    k = int(w.rng.integers(3))
-    text = (
-        f"send an email to {w.first(person)} with the subject '{subject}' saying '{body}'",
-        f"email {w.first(person)} about '{subject}' (use that as the subject) and write '{body}'",
-        f"write to {w.first(person)}: subject '{subject}', body '{body}'",
-    )[k]
-    return f"send/{k}", text
+    return w.phrase("send", name=w.first(person), subject=subject, body=body)
 
 
 def _send_many(w: _World) -> tuple[str, str] | None:
@@ -322,28 +204,14 @@ def _send_many(w: _World) -> tuple[str, str] | None:
     subject, body = topic.capitalize(), w.pick(list(NOTES))
     for p in people:
         w.calls.append(("email_send_email", {"recipient": p, "subject": subject, "body": body}))
-    names = ", ".join(w.first(p) for p in people[:-1]) + f" and {w.first(people[-1])}"
-    k = int(w.rng.integers(2))
-    text = (
-        f"send {names} each an email with the subject '{subject}' saying '{body}', in that order",
-        f"email {names} (one email each, in that order): subject '{subject}', body '{body}'",
-    )[k]
-    return f"send_many/{k}", text
+    return w.phrase("send_many", names=w.names(people), subject=subject, body=body)
 
 
-def _reply_last(w: _World) -> tuple[str, str] | None:
-    person = w.fresh_person()
-    if person is None:
-        return None
+@_about_fresh_person
+def _reply_last(w: _World, person: str) -> tuple[str, str] | None:
     target, body = w.target_from(person), _quote(w)
     w.calls.append(("email_reply_email", {"email_id": target, "body": body}))
-    k = int(w.rng.integers(3))
-    text = (
-        f"reply to the last email from {w.first(person)} saying '{body}'",
-        f"answer {w.first(person)}'s most recent email with '{body}'",
-        f"reply '{body}' to my latest email from {w.first(person)}",
-    )[k]
-    return f"reply_last/{k}", text
+    return w.phrase("reply_last", name=w.first(person), body=body)
 
 
 def _reply_about(w: _World) -> tuple[str, str] | None:
@@ -353,12 +221,7 @@ def _reply_about(w: _World) -> tuple[str, str] | None:
     topic, (target,) = found
     body = _quote(w)
     w.calls.append(("email_reply_email", {"email_id": target, "body": body}))
-    k = int(w.rng.integers(2))
-    text = (
-        f"reply to the email about the {topic} saying '{body}'",
-        f"answer the {topic} email with '{body}'",
-    )[k]
-    return f"reply_about/{k}", text
+    return w.phrase("reply_about", topic=topic, body=body)
 
 
 def _forward_last(w: _World) -> tuple[str, str] | None:
@@ -371,42 +234,26 @@ def _forward_last(w: _World) -> tuple[str, str] | None:
     target = w.target_from(sender)
     for r in receivers:
         w.calls.append(("email_forward_email", {"email_id": target, "recipient": r}))
-    names = ", ".join(w.first(p) for p in receivers[:-1])
-    names = f"{names} and {w.first(receivers[-1])}" if names else w.first(receivers[-1])
-    k = int(w.rng.integers(2))
-    text = (
-        f"forward the last email from {w.first(sender)} to {names}",
-        f"send {w.first(sender)}'s most recent email on to {names}",
-    )[k]
-    return f"forward_last/{k}/{len(receivers)}", text
+    template, text = w.phrase("forward_last", sender=w.first(sender), names=w.names(receivers))
+    return f"{template}/{len(receivers)}", text
 
 
-def _forward_about(w: _World) -> tuple[str, str] | None:
-    receiver = w.fresh_person()
-    if receiver is None:
-        return None
+@_about_fresh_person
+def _forward_about(w: _World, receiver: str) -> tuple[str, str] | None:
     found = w.about(1)
     if found is None:
         return None
     topic, (target,) = found
     w.calls.append(("email_forward_email", {"email_id": target, "recipient": receiver}))
-    return "forward_about/0", f"forward the email about the {topic} to {w.first(receiver)}"
+    return w.phrase("forward_about", topic=topic, name=w.first(receiver))
 
 
-def _delete_last(w: _World) -> tuple[str, str] | None:
-    person = w.fresh_person()
-    if person is None:
-        return None
+@_about_fresh_person
+def _delete_last(w: _World, person: str) -> tuple[str, str] | None:
     target = w.target_from(person)
     w.calls.append(("email_delete_email", {"email_id": target}))
     target.deleted = True
-    k = int(w.rng.integers(3))
-    text = (
-        f"delete my last email from {w.first(person)}",
-        f"remove the most recent email {w.first(person)} sent me",
-        f"trash {w.first(person)}'s latest email",
-    )[k]
-    return f"delete_last/{k}", text
+    return w.phrase("delete_last", name=w.first(person))
 
 
 def _delete_about(w: _World) -> tuple[str, str] | None:
@@ -417,9 +264,7 @@ def _delete_about(w: _World) -> tuple[str, str] | None:
     for t in sorted(targets, key=lambda e: e.sent, reverse=True):
         w.calls.append(("email_delete_email", {"email_id": t}))
         t.deleted = True
-    k = int(w.rng.integers(2))
-    text = (f"delete all emails about the {topic}", f"get rid of every email on the {topic}")[k]
-    return f"delete_about/{k}", text
+    return w.phrase("delete_about", topic=topic)
 
 
 def _search_then_forward(w: _World) -> tuple[str, str] | None:
@@ -432,21 +277,15 @@ def _search_then_forward(w: _World) -> tuple[str, str] | None:
         w.add_email(sender, w.other_topic(), w.random_time())
     w.calls.append(("email_search_emails", {"query": topic}))
     w.calls.append(("email_forward_email", {"email_id": target, "recipient": receiver}))
-    return (
-        "search_forward/0",
-        f"find the email {w.first(sender)} sent me that mentions the {topic} "
-        f"and forward it to {w.first(receiver)}",
-    )
+    return w.phrase("search_forward", sender=w.first(sender), topic=topic, name=w.first(receiver))
 
 
-def _noop_condition(w: _World) -> tuple[str, str] | None:
-    person = w.fresh_person()
-    if person is None:
-        return None
+@_about_fresh_person
+def _noop_condition(w: _World, person: str) -> tuple[str, str] | None:
     topic = w.fresh_topic()  # never used in the mailbox, so the condition is false
     for _ in range(w.distractors):
         w.add_email(person, w.other_topic(), w.random_time())
-    return "noop/0", f"if {w.first(person)} emailed me about the {topic}, delete that email"
+    return w.phrase("noop", name=w.first(person), topic=topic)
 
 
 #: Request families, drawn uniformly.
