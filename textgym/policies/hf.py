@@ -13,6 +13,7 @@ instead: the reference the tests compare against, and the baseline of
 from __future__ import annotations
 
 import ctypes
+import functools
 import random
 import sys
 from collections.abc import Mapping, Sequence
@@ -23,37 +24,18 @@ from textgym.checks import check_int, check_sampling
 from textgym.models import ensure_chat_template, load_model, stop_token_ids
 from textgym.policies.base import Completion, Message
 from textgym.policies.decoding import PrefixCache, SlotDecoder, decode, process_logits
-from textgym.policies.kv_slots import cache_kwarg
+from textgym.policies.hf_generate import generate_batch, shared_prefill
+from textgym.policies.stop_strings import cut_at_stop, stop_string_list, stop_token_end
 from textgym.tokens import ChatTokenizer
 
 try:
     import torch
-    from transformers import StoppingCriteria, StoppingCriteriaList
 except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
         f'HFPolicy needs torch and transformers ({error}); pip install "textgym[llm]"'
     ) from error
 
 __all__ = ["HFPolicy", "cut_at_stop"]
-
-
-def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
-    """Cut ``text`` right after the stop string that ends first, keeping the stop string.
-
-    The stop string that *ends* first wins, because that is where generation would have halted
-    (``"abcd"`` with stops ``["abc", "b"]`` gives ``"ab"``).
-
-    Args:
-        text: Decoded completion text.
-        stop: Stop strings (non-empty).
-
-    Returns:
-        ``(text, found)``: the cut text and whether a stop string occurred.
-    """
-    ends = [index + len(s) for s in stop if (index := text.find(s)) >= 0]
-    if not ends:
-        return text, False
-    return text[: min(ends)], True
 
 
 def _return_free_heap() -> None:
@@ -78,26 +60,6 @@ def _load_libc() -> Any:
 
 
 _LIBC = _load_libc()
-
-
-class _StopOnText(StoppingCriteria):
-    """Stop a row once its decoded completion contains a stop string.
-
-    Decodes every row's whole completion at each step (O(T^2) decoding, negligible beside the
-    forward pass for T <= a few thousand) so that stop strings split across tokens are found.
-    """
-
-    def __init__(self, tokenizer: Any, stop: Sequence[str], prompt_length: int) -> None:
-        self.tokenizer = tokenizer
-        self.stop = list(stop)
-        self.prompt_length = prompt_length
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        texts = self.tokenizer.batch_decode(
-            input_ids[:, self.prompt_length :], skip_special_tokens=True
-        )
-        hits = [cut_at_stop(text, self.stop)[1] for text in texts]
-        return torch.tensor(hits, dtype=torch.bool, device=input_ids.device)
 
 
 class HFPolicy:
@@ -137,6 +99,8 @@ class HFPolicy:
         name: ``"hf"``.
         tokens_generated: Completion tokens returned so far, over all calls (for tokens/s).
         eos_token_ids: Token ids that end a completion.
+        pad_token_id: Id fed in padded positions (the tokenizer's pad token, else the first
+            end token).
     """
 
     name = "hf"
@@ -198,14 +162,7 @@ class HFPolicy:
         self.share_prefill = bool(share_prefill)
         self.decoder = decoder
         self.prefix_cache = PrefixCache(prefix_cache_tokens)
-        if isinstance(stop, str):
-            raise ValueError(
-                f"Expected stop to be a list of strings, got the string {stop!r}; "
-                f"use stop=[{stop!r}]"
-            )
-        stop = list(stop or [])
-        if not all(isinstance(s, str) and s for s in stop):
-            raise ValueError(f"Expected stop strings to be non-empty strings, got {stop!r}")
+        stop = stop_string_list(stop)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"Expected seed to be an int or None, got {seed!r}")
 
@@ -227,7 +184,7 @@ class HFPolicy:
         self.chat_tokenizer = ChatTokenizer(tokenizer)
         self.eos_token_ids = stop_token_ids(tokenizer, model)
         pad = tokenizer.pad_token_id
-        self._pad_token_id = pad if pad is not None else (self.eos_token_ids or [0])[0]
+        self.pad_token_id = pad if pad is not None else (self.eos_token_ids or [0])[0]
         self._seeds = random.Random(seed) if seed is not None else None
 
     @classmethod
@@ -360,17 +317,14 @@ class HFPolicy:
             generator.manual_seed(self._seeds.getrandbits(63))
         process = None
         if self.do_sample:
-            temperature, top_k, top_p = self.temperature, self.top_k, self.top_p
-
-            def process(logits: torch.Tensor) -> torch.Tensor:
-                return process_logits(logits, temperature=temperature, top_k=top_k, top_p=top_p)
-
+            settings = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p}
+            process = functools.partial(process_logits, **settings)
         rows = decode(
             self.model,
             prompts,
             max_new_tokens=self.max_new_tokens,
             end_ids=self.eos_token_ids,
-            pad_id=self._pad_token_id,
+            pad_id=self.pad_token_id,
             process=process,
             generator=generator,
             is_stopped=self._hits_stop if self.stop else None,
@@ -397,96 +351,24 @@ class HFPolicy:
         return cut_at_stop(self._decode(ids), self.stop)[1]
 
     def _generate(self, prompts: list[list[int]]) -> list[Completion]:
-        """One ``model.generate`` call over a micro-batch (``decoder="transformers"``)."""
-        device = self.model.device
-        width = max(len(ids) for ids in prompts)
-        input_ids = torch.tensor(
-            [[self._pad_token_id] * (width - len(ids)) + ids for ids in prompts],
-            dtype=torch.long,
-            device=device,
-        )  # [B, P] left-padded
-        attention_mask = torch.tensor(
-            [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts],
-            dtype=torch.long,
-            device=device,
-        )  # [B, P]
-        kwargs: dict[str, Any] = {
-            "max_new_tokens": self.max_new_tokens,
-            "do_sample": self.do_sample,
-            "eos_token_id": self.eos_token_ids or None,
-            "pad_token_id": self._pad_token_id,
-            "use_cache": True,
-            "output_scores": True,
-            "return_dict_in_generate": True,
-        }
-        if self.do_sample:
-            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
-        if self.stop:
-            kwargs["stopping_criteria"] = StoppingCriteriaList(
-                [_StopOnText(self.tokenizer, self.stop, width)]
-            )
-        if self.share_prefill:
-            cache = self.shared_prefill(input_ids, attention_mask)
-            if cache is not None:  # the keyword this transformers takes (no FutureWarning)
-                kwargs[cache_kwarg(self.model)] = cache
-
-        with torch.random.fork_rng(
-            devices=self._rng_devices(device), enabled=self._seeds is not None
-        ):
-            if self._seeds is not None:
-                torch.manual_seed(self._seeds.getrandbits(63))
-            output = self.model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, **kwargs
-            )
-
-        generated = output.sequences[:, width:]  # [B, S], S = steps run
-        logprobs = torch.stack(
-            [
-                torch.log_softmax(step.float(), dim=-1)
-                .gather(1, generated[:, t : t + 1])
-                .squeeze(1)
-                for t, step in enumerate(output.scores)
-            ],
-            dim=1,
-        )  # [B, S] float32
+        """One ``model.generate`` call over a micro-batch (``decoder="transformers"``,
+        :func:`textgym.policies.hf_generate.generate_batch`)."""
+        seed = self._seeds.getrandbits(63) if self._seeds is not None else None
+        generated, logprobs = generate_batch(self, prompts, seed)
         return [
             self._completion(ids, row_ids, row_logprobs)
-            for ids, row_ids, row_logprobs in zip(
-                prompts, generated.tolist(), logprobs.tolist(), strict=True
-            )
+            for ids, row_ids, row_logprobs in zip(prompts, generated, logprobs, strict=True)
         ]
 
-    @torch.no_grad()
     def shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
-        """A KV cache of all prompt tokens but the last, each distinct prompt run once.
-
-        ``generate`` then feeds only the last prompt token, so every row samples from the same
-        distribution as without the cache (up to float rounding). Returns ``None`` when no
-        two rows are equal, a prompt has one token, or the model's cache cannot be gathered by
-        row (then ``generate`` prefills as usual).
+        """A KV cache of all prompt tokens but the last, each distinct prompt run once, or
+        ``None`` (:func:`textgym.policies.hf_generate.shared_prefill`).
 
         Args:
             input_ids: ``[B, P]`` long, left-padded prompts.
             attention_mask: ``[B, P]`` long.
         """
-        width = input_ids.shape[1]
-        if width < 2 or not hasattr(self.model, "get_decoder"):
-            return None
-        keyed = torch.cat([input_ids, attention_mask], dim=1)  # [B, 2P]: the mask tells pads apart
-        unique, rows = torch.unique(keyed, dim=0, return_inverse=True)  # [U, 2P], [B]
-        if unique.shape[0] == input_ids.shape[0]:
-            return None
-        ids, mask = unique[:, : width - 1], unique[:, width : 2 * width - 1]  # [U, P-1] each
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)  # as generate derives them from the mask
-        cache = (
-            self.model.get_decoder()(
-                input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=True
-            )
-        ).past_key_values  # the decoder only: no [U, P-1, V] logits
-        if cache is None or not hasattr(cache, "batch_select_indices"):
-            return None
-        cache.batch_select_indices(rows)  # [U, ...] -> [B, ...]
-        return cache
+        return shared_prefill(self.model, input_ids, attention_mask)
 
     def _completion(
         self, prompt_ids: list[int], ids: list[int], logprobs: list[float]
@@ -498,16 +380,9 @@ class HFPolicy:
             if token in eos:
                 end, finish = position + 1, "stop"
                 break
-        if self.stop and cut_at_stop(self._decode(ids[:end]), self.stop)[1]:
-            # Shortest prefix whose text holds a stop string; prefix texts only grow, so bisect.
-            low, high = 1, end
-            while low < high:
-                middle = (low + high) // 2
-                if cut_at_stop(self._decode(ids[:middle]), self.stop)[1]:
-                    high = middle
-                else:
-                    low = middle + 1
-            end, finish = low, "stop"
+        cut = stop_token_end(ids, end, self._decode, self.stop) if self.stop else None
+        if cut is not None:
+            end, finish = cut, "stop"
         text = self._decode(ids[:end])
         if self.stop:
             text = cut_at_stop(text, self.stop)[0]
@@ -521,10 +396,3 @@ class HFPolicy:
 
     def _decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
-
-    @staticmethod
-    def _rng_devices(device: torch.device) -> list[int]:
-        """CUDA devices whose RNG a seeded call forks (none on the CPU)."""
-        if device.type == "cuda":
-            return [device.index if device.index is not None else torch.cuda.current_device()]
-        return []
