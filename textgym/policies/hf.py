@@ -20,8 +20,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from textgym.chat_templates import ensure_chat_template, stop_token_ids
 from textgym.checks import check_int, check_sampling
-from textgym.models import ensure_chat_template, load_model, stop_token_ids
+from textgym.models import load_model
 from textgym.policies.base import Completion, Message
 from textgym.policies.decoding import PrefixCache, SlotDecoder, decode, process_logits
 from textgym.policies.hf_generate import generate_batch, shared_prefill
