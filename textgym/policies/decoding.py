@@ -14,10 +14,10 @@ per token, a Python loop over rows, the cache copied whenever a row finished). N
   graph (:class:`~textgym.policies.kv_slots.StepGraphs`), and the attention runs on PyTorch's
   memory-efficient SDPA kernel, never the cuDNN one that re-plans per shape.
 * **A prefix cache across turns.** An episode's conversation only grows, so the keys and values of
-  its earlier tokens stay valid. :class:`~textgym.policies.prefix_cache.PrefixCache` keeps, per finished sequence, a copy of its
-  slot keyed by its token ids; the next call whose prompt extends those ids loads it and
-  prefills only the new tokens. Identical prompts in one call (a GRPO group's first turn) are
-  prefilled once and their slot copied.
+  its earlier tokens stay valid. :class:`~textgym.policies.prefix_cache.PrefixCache` keeps, per
+  finished sequence, a copy of its slot keyed by its token ids; the next call whose prompt
+  extends those ids loads it and prefills only the new tokens. Identical prompts in one call (a
+  GRPO group's first turn) are prefilled once and their slot copied.
 * **Sampling and end detection on the device.** The next token, its log-probability under the
   processed distribution (temperature, top-k, top-p) and whether it ends the row (an end token,
   or a token sequence known to complete a stop string) are computed on the device; the host
