@@ -162,7 +162,7 @@ def test_reset_selects_by_seed_index_or_id(data_dir):
     first = [env.reset(seed=s)[1]["task_id"] for s in range(20)]
     assert first == [env.reset(seed=s)[1]["task_id"] for s in range(20)] and len(set(first)) == 3
     assert env.reset(options={"task_id": "gsm8k-test-00002"})[0] == ROWS[2]["question"]
-    with pytest.raises(ValueError, match=r"in \[0, 3\)"):
+    with pytest.raises(ValueError, match=r"in \[0, 2\] \(3 tasks\)"):
         env.reset(options={"task_index": -1})
     with pytest.raises(ValueError, match="Unknown reset options"):
         env.reset(options={"split": "train"})

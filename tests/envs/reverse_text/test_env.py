@@ -154,7 +154,7 @@ def test_reset_selects_by_seed_index_or_id():
     assert env.reset(options={"task_index": 2})[1]["task_id"] == "text-00002"
     assert env.reset(options={"task_id": "text-00001"})[0].endswith("Short one.")
     for options, message in [
-        ({"task_index": 4}, r"in \[0, 4\)"),
+        ({"task_index": 4}, r"in \[0, 3\] \(4 tasks\)"),
         ({"task_index": True}, "task_index"),
         ({"task_id": "nope"}, "Unknown options\\['task_id'\\]"),
         ({"task_index": 0, "task_id": "text-00000"}, "not both"),
