@@ -194,11 +194,10 @@ class ReverseTextEnv(SingleTurnEnv):
         by default.
 
     Episode End:
-        Every step terminates (``terminated=True``): the task has a single turn, and a
-        completion without a readable tag pair is graded 0 (``invalid_action`` True) rather
-        than retried. The id is registered without a step limit, since no episode can last
-        longer; ``truncated`` is always False. ``step`` after the answer raises
-        ``RuntimeError`` until ``reset``.
+        As in every :class:`~textgym.envs.single_turn.SingleTurnEnv`, the single step terminates
+        (``terminated=True``), ``truncated`` is always False (the id has no step limit) and a
+        further ``step`` raises ``RuntimeError`` until ``reset``. A completion without a
+        readable tag pair is graded 0 (``invalid_action`` True) rather than retried.
 
     Information:
         ``reward_components`` values are the terms of the step reward and sum to it.

@@ -160,10 +160,12 @@ class FullText:
     """The ``"full"`` prompt style: the rules, a drawn board, and the news as sentences."""
 
     name = "full"
+    #: The system prompt, the rules and the answer format, for ``{mark}`` against ``{other}``.
+    rules = SYSTEM_PROMPT
 
     def system_prompt(self, mark: str) -> str:
-        """The rules and the answer format for the player of ``mark``."""
-        return SYSTEM_PROMPT.format(mark=mark, other=B.other(mark))
+        """:attr:`rules` for the player of ``mark``."""
+        return self.rules.format(mark=mark, other=B.other(mark))
 
     def observation(
         self,
@@ -206,10 +208,7 @@ class CompactText(FullText):
     tokens, for small models with a byte-level tokenizer (every character is a token)."""
 
     name = "compact"
-
-    def system_prompt(self, mark: str) -> str:
-        """The one-line rule and answer format for the player of ``mark``."""
-        return COMPACT_SYSTEM_PROMPT.format(mark=mark, other=B.other(mark))
+    rules = COMPACT_SYSTEM_PROMPT  # the one-line rule and answer format
 
     def observation(
         self,
