@@ -464,7 +464,7 @@ def customer_relationship_manager_add_customer(
     interest (only update_customer checks them); the two emails are lowercased as there.
     """
     require("Customer name, assignee or status", customer_name, assigned_to_email, status)
-    given = dict(locals())
+    given = dict(locals())  # the arguments by name
     row = {k: "" if given[k] is None else CUSTOMER.stored(k, given[k]) for k in CUSTOMER.fields[1:]}
     row["customer_id"] = f"{next_id(sb, CUSTOMER.table, CUSTOMER.id_field):08d}"
     sb.insert(CUSTOMER.table, row)

@@ -3,7 +3,7 @@
 WorkBench (Styles et al. 2024; NeMo Gym's ``workplace_assistant`` port) gives email, calendar,
 project management and CRM the same tools over records kept by id: get one field, delete,
 update one field, create. They differ only in their table, names and value checks, so each
-domain is one :class:`Record` row (the rows are in :mod:`~.tools`) and :func:`get_tool`,
+domain is one :class:`Record` row (the rows are in :mod:`~.domains`) and :func:`get_tool`,
 :func:`delete_tool`, :func:`update_tool` and :func:`create_tool` build the tool and its schema
 from it. Every tool is a :class:`Tool`: the function, whether it writes, its OpenAI schema.
 """
