@@ -1,0 +1,350 @@
+"""The tic-tac-toe recipe study (issue 23): one GRPO arm per command, then one table of all arms.
+
+Each arm changes one knob of a shared base recipe (the CPU LoRA pipeline's GRPO settings,
+``tictactoe_pipeline.py``) and starts from the same model, so arms differ only in that knob
+and in sampling noise. ``python benchmarks/tictactoe_recipe.py --list`` names them:
+
+- opponent curriculum: the ``random_move_prob`` range (``control`` keeps the committed mastery
+  phase's ``[0, 0.25]``; ``curriculum_0_1`` spans a fully random to the optimal opponent,
+  stratified over each step's groups);
+- reward shaping: ``win_speed`` adds :class:`textgym.wrappers.WinSpeedBonus` (a faster-win
+  bonus, as the minimax's own scoring);
+- opponent styles: ``styles`` trains against a mix of rule-based and optimal players
+  (``TicTacToe-v0``'s ``opponent`` list);
+- sampling temperature, group size and batch size, loss type (``cispo``, ``gspo``; the base
+  is ``dapo``), LoRA vs full fine-tuning, and the agent's mark.
+
+``run ARM`` trains (resuming an interrupted run in ``--work-dir/ARM``), evaluates the last
+checkpoint greedily with ``tictactoe_eval.py`` (both marks separately; ``--eval-games`` per
+row and mark) and writes ``benchmarks/results/recipe/ARM.json``: the settings, the training
+curve from ``metrics.jsonl``, the evaluation rows, the training time and the machine.
+``table`` reads every arm's JSON and writes the comparison (rates with binomial standard
+errors) to ``docs/mastery_study.md`` between its ``recipe-table`` markers, and the curves to
+``benchmarks/results/recipe/curves.png``.
+
+Examples::
+
+    python benchmarks/tictactoe_recipe.py --list
+    python benchmarks/tictactoe_recipe.py run curriculum_0_1 --steps 40 --eval-games 200
+    python benchmarks/tictactoe_recipe.py table
+    python benchmarks/tictactoe_recipe.py run win_speed --smoke   # tiny model, CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tictactoe_eval  # sibling script: the evaluation the claim needs
+from _provenance import REPO_ROOT, git, machine_info, write_result
+
+from textgym.algos import grpo
+from textgym.algos.checkpoints import latest_checkpoint
+
+RESULTS = REPO_ROOT / "benchmarks" / "results" / "recipe"
+TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"
+#: The committed CPU mastery adapter (SFT, then two GRPO phases; README): every arm's start.
+MASTERY = "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/mastery"
+#: Evaluation rows: the two ends of the training range and two players it never trained with.
+EVAL_ROWS = ("random", "optimal", "fork", "greedy_center")
+#: Opponent styles of the ``styles`` arm: the minimax plus the out-of-distribution players of
+#: ``tictactoe_eval.py`` except ``minimax_any`` (kept out of training to stay a held-out one).
+TRAIN_STYLES = ("minimax", "fork", "greedy_center", "greedy_edge", "minimax_last")
+
+#: The base recipe: the CPU LoRA pipeline's GRPO phase (tictactoe_pipeline.py's README command).
+BASE: dict[str, Any] = {
+    "env_kwargs": {"prompt_style": "compact", "agent_mark": "random"},
+    "opponent_random_move_prob": (0.0, 1.0),
+    "learning_rate": 3e-5,
+    "lora_rank": 16,
+    "cpu_bf16": True,
+    "groups_per_step": 4,
+    "group_size": 8,
+    "micro_batch_size": 8,
+    "rollout_batch_size": 64,
+    "max_new_tokens": 16,
+    "temperature": 1.0,
+    "loss_type": "dapo",
+    "eval_every": 10,
+    "eval_episodes": 32,
+}
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One knob of the study: ``changes`` are ``GRPOConfig`` fields over :data:`BASE`
+    (``env_kwargs`` merged key by key)."""
+
+    knob: str
+    what: str
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+ARMS: dict[str, Arm] = {
+    "control": Arm(
+        "curriculum",
+        "the committed mastery phase continued: p in [0, 0.25]",
+        {"opponent_random_move_prob": (0.0, 0.25)},
+    ),
+    "curriculum_0_1": Arm("curriculum", "p in [0, 1]: fully random to optimal, stratified"),
+    "curriculum_random": Arm(
+        "curriculum",
+        "only fully random opponents (p = 1)",
+        {"opponent_random_move_prob": (1.0, 1.0)},
+    ),
+    "win_speed": Arm(
+        "shaping",
+        "curriculum_0_1 + faster-win bonus (0.05 per empty cell left on a win)",
+        {"wrappers": ("invalid_action_penalty", "win_speed_bonus")},
+    ),
+    "styles": Arm(
+        "opponents",
+        "curriculum_0_1 against a mix: " + ", ".join(TRAIN_STYLES),
+        {"env_kwargs": {"opponent": list(TRAIN_STYLES)}},
+    ),
+    "temperature_0.7": Arm(
+        "temperature", "curriculum_0_1 sampled at T = 0.7", {"temperature": 0.7}
+    ),
+    "group_16": Arm(
+        "group size",
+        "curriculum_0_1, 2 groups of 16 (same 32 episodes a step)",
+        {"groups_per_step": 2, "group_size": 16},
+    ),
+    "batch_64": Arm("batch size", "curriculum_0_1, 8 groups of 8", {"groups_per_step": 8}),
+    "cispo": Arm("loss", "curriculum_0_1 with the CISPO loss", {"loss_type": "cispo"}),
+    "gspo": Arm("loss", "curriculum_0_1 with the GSPO loss", {"loss_type": "gspo"}),
+    "full_ft": Arm(
+        "LoRA vs full",
+        "curriculum_0_1, full fine-tuning at lr 5e-6",
+        {"lora_rank": 0, "learning_rate": 5e-6},
+    ),
+    "mark_X": Arm("marks", "curriculum_0_1 playing only X", {"env_kwargs": {"agent_mark": "X"}}),
+    "mark_O": Arm("marks", "curriculum_0_1 playing only O", {"env_kwargs": {"agent_mark": "O"}}),
+}
+
+
+def arm_config(name: str, args: argparse.Namespace) -> grpo.GRPOConfig:
+    """The ``GRPOConfig`` of arm ``name``: :data:`BASE`, the arm's changes, then the command's
+    model, steps, seed and output folder.
+
+    Raises:
+        KeyError: an unknown arm.
+    """
+    settings = {**BASE, **ARMS[name].changes}
+    settings["env_kwargs"] = {**BASE["env_kwargs"], **ARMS[name].changes.get("env_kwargs", {})}
+    out = Path(args.work_dir) / name
+    if args.smoke:  # the tiny model: small batches, no bf16; LoRA only where the arm has it
+        settings.update(cpu_bf16=False, eval_every=0, eval_episodes=4, rollout_batch_size=16)
+        settings.update(
+            groups_per_step=2, micro_batch_size=8, lora_rank=min(settings["lora_rank"], 8)
+        )
+    return grpo.GRPOConfig(
+        model=args.init,
+        output_dir=str(out),
+        steps=args.steps,
+        seed=args.seed,
+        save_every=max(1, args.steps // 4),
+        resume=latest_checkpoint(out) is not None,
+        progress=not args.smoke,
+        tensorboard=False,
+        **settings,
+    )
+
+
+def read_curve(metrics: Path) -> list[dict[str, Any]]:
+    """The training curve: per step, reward and outcome rates; at evaluations, the eval rates."""
+    keep = ("reward_mean", "win_rate", "draw_rate", "loss_rate", "invalid_rate", "step_time_s")
+    curve = []
+    for line in metrics.read_text().splitlines():
+        row = json.loads(line)
+        picked = {
+            k: v for k, v in row.items() if k in keep or k.startswith(("random/", "optimal/"))
+        }
+        curve.append({"step": row["step"], "stage": row.get("stage"), **picked})
+    return curve
+
+
+def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Train arm ``name``, evaluate its last checkpoint, write and return its record."""
+    config = arm_config(name, args)
+    load = [os.getloadavg()[0]]
+    start = time.perf_counter()
+    grpo.train(config)
+    train_s = time.perf_counter() - start
+    load.append(os.getloadavg()[0])
+    checkpoint = latest_checkpoint(Path(config.output_dir))
+    eval_json = Path(config.output_dir) / "eval.json"
+    eval_argv = [
+        "--model",
+        str(checkpoint),
+        "--decoding",
+        "greedy",
+        "--games",
+        str(args.eval_games),
+    ]
+    eval_argv += ["--rows", *EVAL_ROWS, "--seed", str(args.seed), "--output", str(eval_json)]
+    eval_argv += ["--max-new-tokens", str(config.max_new_tokens)]
+    if not args.smoke:
+        eval_argv += ["--dtype", "bfloat16"]
+    tictactoe_eval.main(eval_argv)
+    evaluation = json.loads(eval_json.read_text())
+    record = {
+        "benchmark": "tictactoe_recipe",
+        "arm": name,
+        "knob": ARMS[name].knob,
+        "what": ARMS[name].what,
+        "init": args.init,
+        "steps": args.steps,
+        "episodes_per_step": config.groups_per_step * config.group_size,
+        "config": {k: v for k, v in vars(config).items() if not k.startswith("_")},
+        "train_seconds": train_s,
+        "load_avg_1m_before_after": load,
+        "curve": read_curve(Path(config.output_dir) / "metrics.jsonl"),
+        "eval": evaluation["results"],
+        "eval_games_per_row_and_mark": args.eval_games,
+        "commit": git("rev-parse", "HEAD"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": machine_info(),
+        "smoke": args.smoke,
+    }
+    write_result(Path(args.results) / f"{name}.json", record)
+    return record
+
+
+def _both_marks(rows: dict[str, Any], outcome: str) -> tuple[float, float]:
+    """Rate of ``outcome`` over both marks' games (equal counts), with its binomial stderr."""
+    hits = sum(rows[m][outcome]["rate"] * rows[m]["games"] for m in rows)
+    games = sum(rows[m]["games"] for m in rows)
+    p = hits / games
+    return p, math.sqrt(p * (1 - p) / games)
+
+
+def _cell(rows: dict[str, Any]) -> str:
+    win, draw, loss = (_both_marks(rows, o) for o in ("win", "draw", "loss"))
+    return f"{100 * win[0]:.0f} / {100 * draw[0]:.0f} / {100 * loss[0]:.0f} (±{100 * loss[1]:.1f})"
+
+
+def markdown_table(records: list[dict[str, Any]]) -> str:
+    """One row per arm: W / D / L % (both marks) per evaluation row, with the loss stderr."""
+    head = "| arm | knob | steps | train min | " + " | ".join(EVAL_ROWS) + " | invalid % |"
+    lines = [head, "|" + "---|" * (5 + len(EVAL_ROWS))]
+    for r in records:
+        greedy = r["eval"]["greedy"]
+        cells = [_cell(greedy[row]) if row in greedy else "-" for row in EVAL_ROWS]
+        actions = sum(greedy[row][m]["actions"] for row in greedy for m in greedy[row])
+        invalid = sum(
+            greedy[row][m]["invalid_action"]["rate"] * greedy[row][m]["actions"]
+            for row in greedy
+            for m in greedy[row]
+        )
+        lines.append(
+            f"| {r['arm']} | {r['knob']} | {r['steps']} | {r['train_seconds'] / 60:.0f} | "
+            + " | ".join(cells)
+            + f" | {100 * invalid / max(actions, 1):.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_table(args: argparse.Namespace) -> str:
+    """Rewrite the table in :data:`TABLE_DOC` and the curves plot from the arms' JSON."""
+    records = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
+    records = [r for r in records if r.get("benchmark") == "tictactoe_recipe" and not r["smoke"]]
+    table = markdown_table(records)
+    doc = TABLE_DOC.read_text() if TABLE_DOC.exists() else ""
+    begin, end = "<!-- recipe-table -->", "<!-- /recipe-table -->"
+    if begin in doc and end in doc:
+        doc = doc[: doc.index(begin) + len(begin)] + "\n" + table + "\n" + doc[doc.index(end) :]
+        TABLE_DOC.write_text(doc)
+    plot_curves(records, Path(args.results) / "curves.png")
+    print(table)
+    return table
+
+
+def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
+    """Training reward per step (moving average of 5) and the in-run eval rates per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not records:
+        return
+    fig, (ax_r, ax_w, ax_d) = plt.subplots(1, 3, figsize=(15, 4))
+    for r in records:
+        train = [c for c in r["curve"] if c["stage"] == "train"]
+        reward = [c["reward_mean"] for c in train]
+        smooth = [
+            sum(reward[max(0, i - 4) : i + 1]) / len(reward[max(0, i - 4) : i + 1])
+            for i in range(len(reward))
+        ]
+        ax_r.plot([c["step"] for c in train], smooth, label=r["arm"])
+        evals = [c for c in r["curve"] if c["stage"] == "eval"]
+        ax_w.plot(
+            [c["step"] for c in evals],
+            [c["random/win_rate"] for c in evals],
+            marker="o",
+            label=r["arm"],
+        )
+        ax_d.plot(
+            [c["step"] for c in evals],
+            [1 - c["optimal/loss_rate"] for c in evals],
+            marker="o",
+            label=r["arm"],
+        )
+    ax_r.set(title="training reward (mean of 5 steps)", xlabel="step")
+    ax_w.set(title="wins vs random (in-run greedy eval)", xlabel="step")
+    ax_d.set(title="non-losses vs optimal (in-run greedy eval)", xlabel="step")
+    ax_r.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("command", nargs="?", choices=["run", "table"], default=None)
+    parser.add_argument("arm", nargs="?", default=None, help="with run: one of --list")
+    parser.add_argument("--list", action="store_true", help="print the arms and exit")
+    parser.add_argument("--init", default=MASTERY, help="model every arm starts from")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--work-dir", default="runs/recipe")
+    parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps (CI)")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.init = "tiny" if args.init == MASTERY else args.init
+        args.steps, args.eval_games = min(args.steps, 2), min(args.eval_games, 4)
+    if not args.list and args.command is None:
+        parser.error("expected a command: run ARM, table, or --list")
+    if args.command == "run" and args.arm not in ARMS:
+        parser.error(f"expected an arm in {', '.join(ARMS)}, got {args.arm!r}")
+    if args.steps < 1 or args.eval_games < 1:
+        parser.error("expected --steps >= 1 and --eval-games >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for name, arm in ARMS.items():
+            print(f"{name:18} {arm.knob:13} {arm.what}")
+        return 0
+    if args.command == "table":
+        write_table(args)
+        return 0
+    run_arm(args.arm, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

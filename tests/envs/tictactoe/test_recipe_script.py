@@ -1,0 +1,85 @@
+"""``benchmarks/tictactoe_recipe.py``: an arm's config is the base recipe plus its one knob; a
+smoke arm trains, evaluates and writes its record; the table reads records."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPT = REPO / "benchmarks" / "tictactoe_recipe.py"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import tictactoe_recipe as recipe  # noqa: E402  (a script beside the benchmarks, not a package)
+
+
+def args(*argv: str):
+    return recipe.parse_args(["run", *argv])
+
+
+@pytest.mark.parametrize("name", list(recipe.ARMS))
+def test_each_arm_is_the_base_recipe_with_its_own_changes(name, tmp_path):
+    config = recipe.arm_config(name, args(name, "--work-dir", str(tmp_path)))
+    changes = recipe.ARMS[name].changes
+    for key, value in recipe.BASE.items():
+        got = getattr(config, key)
+        if key == "env_kwargs":
+            assert got == {**value, **changes.get(key, {})}
+        else:
+            assert got == changes.get(key, value), (name, key)
+    for key in set(changes) - set(recipe.BASE):
+        assert getattr(config, key) == changes[key], (name, key)
+    assert config.model == recipe.MASTERY and config.steps == 40
+    assert config.output_dir == str(tmp_path / name)
+
+
+def test_arms_that_change_the_env_keep_the_base_env_settings(tmp_path):
+    styles = recipe.arm_config("styles", args("styles", "--work-dir", str(tmp_path)))
+    assert styles.env_kwargs == {
+        "prompt_style": "compact",
+        "agent_mark": "random",
+        "opponent": list(recipe.TRAIN_STYLES),
+    }
+    assert "minimax_any" not in recipe.TRAIN_STYLES  # held out for evaluation
+
+
+def test_unknown_arm_is_refused_in_one_line():
+    completed = subprocess.run(
+        [sys.executable, str(SCRIPT), "run", "nobody"], capture_output=True, text=True
+    )
+    assert completed.returncode == 2 and "expected an arm in control" in completed.stderr
+
+
+def test_smoke_arm_writes_a_record_the_table_reads(tmp_path):
+    results = tmp_path / "results"
+    completed = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT),
+            "run",
+            "win_speed",
+            "--smoke",
+            "--work-dir",
+            str(tmp_path / "runs"),
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO / "benchmarks",
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    record = json.loads((results / "win_speed.json").read_text())
+    assert record["arm"] == "win_speed" and record["smoke"] is True and record["steps"] == 2
+    assert record["config"]["wrappers"] == ["invalid_action_penalty", "win_speed_bonus"]
+    assert [c["step"] for c in record["curve"] if c["stage"] == "train"] == [1, 2]
+    greedy = record["eval"]["greedy"]
+    assert list(greedy) == list(recipe.EVAL_ROWS)
+    assert all(greedy[row][m]["games"] == 4 for row in greedy for m in ("X", "O"))
+    table = recipe.markdown_table([record])
+    assert table.count("\n") == 2 and "| win_speed | shaping | 2 |" in table
