@@ -176,9 +176,10 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
     config = arm_config(name, args)
     load = [os.getloadavg()[0]]
     start = time.perf_counter()
-    grpo.train(config)
-    train_s = time.perf_counter() - start
+    grpo.train(config)  # resumes (or only returns) when the folder holds a checkpoint
+    wall_s = time.perf_counter() - start
     load.append(os.getloadavg()[0])
+    curve = read_curve(Path(config.output_dir) / "metrics.jsonl")
     checkpoint = latest_checkpoint(Path(config.output_dir))
     eval_json = Path(config.output_dir) / "eval.json"
     eval_argv = [
@@ -204,9 +205,12 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "steps": args.steps,
         "episodes_per_step": config.groups_per_step * config.group_size,
         "config": {k: v for k, v in vars(config).items() if not k.startswith("_")},
-        "train_seconds": train_s,
+        # The GRPO steps' own time (rollout + update), summed from metrics.jsonl: right for a
+        # run resumed over several invocations, and without the in-run evaluations.
+        "train_seconds": sum(c["step_time_s"] for c in curve if c["stage"] == "train"),
+        "wall_seconds_this_invocation": wall_s,
         "load_avg_1m_before_after": load,
-        "curve": read_curve(Path(config.output_dir) / "metrics.jsonl"),
+        "curve": curve,
         "eval": evaluation["results"],
         "eval_games_per_row_and_mark": args.eval_games,
         "commit": git("rev-parse", "HEAD"),
