@@ -147,18 +147,12 @@ SHARED_BY_CONTRACT = {
     "format_reward": "env",
 }
 
-#: Clashes still to resolve (issue 26 item 3, "one name, one meaning"), each pinned to the
-#: modules that define the name today, so that no further module joins them. When a clash is
-#: resolved its entry must go (the test says so).
-SHARED_PENDING = {
-    # One meaning, three definitions: the chat message type. tokens.py and toolformat.py are
-    # to import textgym.policies.base.Message.
-    "Message": {"textgym/policies/base.py", "textgym/tokens.py", "textgym/toolformat.py"},
-    # One instant, two types (a datetime and a string): the tool envs' "now".
-    "NOW": {"envs/email_tool_use/generator.py", "envs/workplace/domains.py"},
-    # Two meanings: email address domains (generator) and the workplace's table domains.
-    "DOMAINS": {"envs/email_tool_use/generator.py", "envs/workplace/dataset.py"},
-}
+#: Clashes still to resolve, each pinned to the modules that define the name today, so that no
+#: further module joins them; when a clash is resolved its entry must go (the test says so).
+#: Empty since issue 26 item 3: ``Message`` is defined once (``textgym.policies.base``), the
+#: tool envs share the workplace's ``NOW``, and the email generator's address domains are
+#: ``COMPANY_DOMAINS``.
+SHARED_PENDING: dict[str, set[str]] = {}
 
 
 def public_definitions(source: str) -> list[str]:

@@ -59,9 +59,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["ChatTokenizer", "TemplateError"]
+from textgym.policies.base import Message
 
-Message = dict[str, Any]
+__all__ = ["ChatTokenizer", "TemplateError"]
 
 # A string no chat template changes and no tokenizer treats specially.
 _SENTINEL = "\u2063textgym-sentinel\u2063"

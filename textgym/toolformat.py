@@ -18,11 +18,10 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textgym.policies.base import Message
 from textgym.toolcalls import parse_tool_calls
 
 __all__ = ["chat_tools", "from_chat_messages", "to_chat_messages"]
-
-Message = Mapping[str, Any]
 
 
 def chat_tools(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ import numpy as np
 from textgym.checks import check_int
 from textgym.envs.email_tool_use.words import (
     CLOSERS,
+    COMPANY_DOMAINS,
     FIRST,
     LAST,
     NOTES,
@@ -34,19 +35,13 @@ from textgym.envs.email_tool_use.words import (
     SUBJECTS,
     TOPICS,
 )
+from textgym.envs.workplace.domains import NOW
 
 __all__ = ["FAMILIES", "EmailTask", "generate_task"]
 
-DOMAINS = (
-    "atlas.com",
-    "brightmill.com",
-    "corvid.io",
-    "harborline.com",
-    "kestrel.co",
-    "northpeak.com",
-)
-
-NOW = datetime(2023, 11, 30, 23, 59, 0)
+#: The workplace's frozen clock (:data:`textgym.envs.workplace.domains.NOW`), which the email
+#: tools share, as a datetime: every generated email is sent before it.
+_NOW = datetime.fromisoformat(NOW)
 
 
 @dataclass
@@ -133,7 +128,7 @@ class _World:
         self.emails.append(email)
         return email
 
-    def random_time(self, before: datetime = NOW, days: int = 60) -> datetime:
+    def random_time(self, before: datetime = _NOW, days: int = 60) -> datetime:
         return before - timedelta(seconds=int(self.rng.integers(600, days * 86400)))
 
     def latest_from(self, person: str) -> _Email | None:
@@ -320,7 +315,7 @@ def generate_task(
     check_int("inbox_size", inbox_size, low=0, high=200)
     check_int("distractors", distractors, low=0, high=10)
     check_int("num_steps", num_steps, low=1, high=4)
-    company = DOMAINS[int(rng.integers(len(DOMAINS)))]
+    company = COMPANY_DOMAINS[int(rng.integers(len(COMPANY_DOMAINS)))]
     n_people = int(rng.integers(18, 25))  # 4 requests use at most 16 people
     firsts = rng.choice(len(FIRST), size=n_people, replace=False)
     lasts = rng.choice(len(LAST), size=n_people, replace=True)

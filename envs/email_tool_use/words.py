@@ -8,6 +8,7 @@ from __future__ import annotations
 
 __all__ = [
     "CLOSERS",
+    "COMPANY_DOMAINS",
     "FIRST",
     "LAST",
     "NOTES",
@@ -17,6 +18,16 @@ __all__ = [
     "SUBJECTS",
     "TOPICS",
 ]
+
+#: The company's email domain (one per task: every address of its directory ends in it).
+COMPANY_DOMAINS = (
+    "atlas.com",
+    "brightmill.com",
+    "corvid.io",
+    "harborline.com",
+    "kestrel.co",
+    "northpeak.com",
+)
 
 FIRST = (
     "maya",
