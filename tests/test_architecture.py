@@ -84,7 +84,7 @@ def test_private_import_finder_sees_each_form():
     source = (
         "from textgym.algos.sft import _Run, train\n"
         "from textgym.cli._options import split_list\n"
-        "import textgym.cli._summaries\n"
+        "import textgym.cli._stops\n"
         "from textgym.cli import __main__\n"
         "from textgym.algos import grpo\n"
         "from numpy import _private\n"
@@ -94,31 +94,16 @@ def test_private_import_finder_sees_each_form():
     assert private_imports(source) == [
         "textgym.algos.sft._Run",
         "textgym.cli._options",
-        "textgym.cli._summaries",
+        "textgym.cli._stops",
         "textgym.algos.grpo._check_world_size",
     ]
-
-
-#: The command line's private module still imported by a test (the trainers' closing tables, in
-#: tests/algos/test_progress_summaries.py). Issue 26 item 3 renamed the vague ones (``_common``
-#: is now ``textgym.cli.usage`` and ``textgym.cli.building``, ``_episodes``
-#: ``textgym.cli.batch_play``) and made ``_outputs`` public (``textgym.cli.outputs``); this one is
-#: to become public or leave the test. Nothing else is exempt: no private function, class or
-#: attribute of any module.
-CLI_MODULES_PENDING = frozenset({"textgym.cli._summaries"})
 
 
 def test_no_test_imports_a_private_name():
     offenders = {
         str(path.relative_to(ROOT)): names
         for path in sorted(TESTS.rglob("*.py"))
-        if (
-            names := [
-                name
-                for name in private_imports(path.read_text(encoding="utf-8"))
-                if name not in CLI_MODULES_PENDING
-            ]
-        )
+        if (names := private_imports(path.read_text(encoding="utf-8")))
     }
     assert not offenders, (
         f"tests import private names: {offenders}; test through the public API, or make the "

@@ -21,7 +21,7 @@ from textgym.algos.metrics import (  # noqa: E402
     training_summary,
 )
 from textgym.cli import main  # noqa: E402
-from textgym.cli._summaries import eval_table_rows, print_train_summary  # noqa: E402
+from textgym.cli.training_tables import eval_table_rows, print_train_summary  # noqa: E402
 
 TINY_TRAIN = [
     "--model",

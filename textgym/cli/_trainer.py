@@ -129,7 +129,7 @@ def run_trainer(
     config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None = None
 ) -> int:
     """Check what can be checked, run ``train(config)`` and print its summary: ``report``
-    (:mod:`textgym.cli._summaries`), or the result as JSON without one.
+    (:mod:`textgym.cli.training_tables`), or the result as JSON without one.
 
     Returns:
         0 when the run finished; 1 when it stopped on a runtime failure of the data or the

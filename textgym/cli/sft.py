@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from textgym.algos import sft
 from textgym.cli._stops import run_training
-from textgym.cli._summaries import print_sft_summary
 from textgym.cli._trainer import trainer_config
+from textgym.cli.training_tables import print_sft_summary
 
 __all__ = ["Config", "run"]
 
