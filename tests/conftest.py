@@ -35,39 +35,9 @@ def memory_cap():
 
 @pytest.fixture
 def distinct_characters_env() -> str:
-    """The id of a registered one-turn env whose reward is the number of distinct characters in
-    the reply over 8 (``textgym_test/DistinctCharacters-v0``).
+    """The id of a registered one-turn env whose reward differs within a group, so that every
+    step of a test run updates the weights (:class:`tests._runs.DistinctCharacters`)."""
+    pytest.importorskip("gymnasium")
+    from ._runs import register_distinct_characters
 
-    Untrained models (the tiny one, base Gemma) never write the tags of the real tasks, so
-    every group of theirs has equal rewards and GRPO skips the update; this reward differs
-    within a group, so every step of a test run updates the weights.
-    """
-    gym = pytest.importorskip("gymnasium")
-    env_id = "textgym_test/DistinctCharacters-v0"
-    if env_id not in gym.registry:
-        gym.register(env_id, entry_point=_distinct_characters_class(), max_episode_steps=1)
-    return env_id
-
-
-def _distinct_characters_class():
-    from textgym.core import TextEnv
-    from textgym.spaces import UnicodeText
-
-    class DistinctCharacters(TextEnv):
-        def __init__(self, render_mode: str | None = None):
-            self._init_render(render_mode)
-            self.observation_space = UnicodeText(256)
-            self.action_space = UnicodeText(4096)
-
-        def reset(self, *, seed=None, options=None):
-            super().reset(seed=seed)
-            info = {"system_prompt": "Answer.", "tools": [], "task_id": "distinct"}
-            return self._emit(f"Say {int(self.np_random.integers(100))}."), info
-
-        def step(self, action):
-            self._check_action(action)
-            reward = len(set(action)) / 8
-            info = {"reward_components": {"distinct": reward}, "invalid_action": False}
-            return self._emit("done"), reward, True, False, info
-
-    return DistinctCharacters
+    return register_distinct_characters()

@@ -9,15 +9,7 @@ import pytest
 from textgym.cli import main
 from textgym.cli.compare import eval_rows
 
-
-def table(text: str) -> dict[str, list[str]]:
-    """``{metric: one cell per run}`` of the printed table."""
-    rows = {}
-    for line in text.splitlines():
-        if line.count("│") >= 3:
-            cells = [c.strip() for c in line.split("│")[1:-1]]
-            rows[cells[0]] = cells[1:]
-    return rows
+from ._runs import table
 
 
 def eval_run(path, policy, episodes=8):

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ._runs import train_argv
+
 TTT = "textgym/TicTacToe-v0"
 CLI = [sys.executable, "-c", "import sys; from textgym.cli import main; sys.exit(main())"]
 
@@ -94,37 +96,16 @@ def test_train_killed_during_its_saves_resumes_to_the_end(tmp_path):
     first one appeared): ``--resume`` starts from the last complete checkpoint (a half-written
     one is never taken), runs to the end, and the metrics hold each step once."""
     run = tmp_path / "run"
-    argv = [
-        "train",
-        "--model",
-        "tiny",
-        "--env-kwargs",
-        '{"prompt_style": "compact"}',
-        "--groups-per-step",
-        "2",
-        "--group-size",
-        "2",
-        "--rollout-batch-size",
-        "4",
-        "--micro-batch-size",
-        "4",
-        "--max-new-tokens",
-        "4",
-        "--eval-every",
-        "0",
-        "--eval-episodes",
-        "2",
-        "--device",
-        "cpu",
-        "--no-tensorboard",
-        "--no-progress",
-        "--save-every",
-        "1",
-        "--steps",
-        "4",
-        "--output-dir",
-        str(run),
-    ]
+    argv = train_argv(
+        group_size=2,
+        rollout_batch_size=4,
+        micro_batch_size=4,
+        max_new_tokens=4,
+        progress=False,
+        save_every=1,
+        steps=4,
+        output_dir=run,
+    )
     _kill_at_random(argv, seed=3, watch=run / "checkpoint-1" / "trainer_state.pt")
     assert not (run / "checkpoint-4").exists(), "the kill should land mid-run"
     resumed = subprocess.run([*CLI, *argv, "--resume"], capture_output=True, text=True, timeout=300)

@@ -36,38 +36,13 @@ from textgym.cli import main  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.results import default_file_mode, write_json  # noqa: E402
 
+from .._runs import train_argv  # noqa: E402
 from .test_grpo import small  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
 #: ``small()``'s settings as ``textgym train`` options (the resume check compares them).
-TRAIN_ARGS = [
-    "train",
-    "--model",
-    "tiny",
-    "--env-kwargs",
-    '{"prompt_style": "compact"}',
-    "--groups-per-step",
-    "2",
-    "--group-size",
-    "4",
-    "--rollout-batch-size",
-    "8",
-    "--micro-batch-size",
-    "8",
-    "--max-new-tokens",
-    "8",
-    "--learning-rate",
-    "1e-3",
-    "--eval-every",
-    "0",
-    "--eval-episodes",
-    "2",
-    "--device",
-    "cpu",
-    "--no-tensorboard",
-    "--no-progress",
-]
+TRAIN_ARGS = train_argv(learning_rate="1e-3", progress=False)
 RECORD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
 
 

@@ -1,7 +1,8 @@
 """Data-parallel GRPO and SFT on 2 CPU processes (gloo) compute what one process computes.
 
 One ``torchrun --standalone --nproc-per-node 2`` launch (the OS picks the rendezvous port) runs
-this file as its worker script (:func:`worker`): every rank joins the process group through
+this module (``python -m tests.algos.test_distributed`` from the repository root) as its worker
+(:func:`worker`): every rank joins the process group through
 :func:`textgym.algos.distributed.init_distributed`, exactly as ``textgym train`` under torchrun
 does, and runs
 
@@ -47,43 +48,21 @@ from textgym.algos.distributed import (  # noqa: E402
     shutdown_distributed,
 )
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
-from textgym.core import TextEnv  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
-from textgym.spaces import UnicodeText  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402
+
+from .._runs import register_distinct_characters  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
+ROOT = Path(__file__).resolve().parents[2]
 WORLD = 2
 GROUP = 4
 
 
-class DistinctCharacters(TextEnv):
-    """One turn; the reward is the number of distinct characters in the reply over 8 (differs
-    within a group even for the untrained tiny model, so every step learns)."""
-
-    def __init__(self, render_mode: str | None = None):
-        self._init_render(render_mode)
-        self.observation_space = UnicodeText(256)
-        self.action_space = UnicodeText(4096)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        info = {"system_prompt": "Answer.", "tools": [], "task_id": "distinct"}
-        return self._emit(f"Say {int(self.np_random.integers(100))}."), info
-
-    def step(self, action):
-        self._check_action(action)
-        reward = len(set(action)) / 8
-        info = {"reward_components": {"distinct": reward}, "invalid_action": False}
-        return self._emit("done"), reward, True, False, info
-
-
-ENV_ID = "textgym_test/DistinctCharactersDP-v0"
-if ENV_ID not in gym.registry:
-    gym.register(ENV_ID, entry_point=DistinctCharacters, max_episode_steps=1)
+ENV_ID = register_distinct_characters()
 
 #: One GRPO update per case: config overrides, and which groups get all-equal rewards.
 UPDATE_CASES: dict[str, tuple[dict, tuple[int, ...]]] = {
@@ -245,10 +224,13 @@ def launched(tmp_path_factory):
     (directory / "inputs.pkl").write_bytes(pickle.dumps(inputs))
     lines = [json.dumps({"messages": messages}) for messages in CONVERSATIONS]
     (directory / "conversations.jsonl").write_text("\n".join(lines) + "\n")
+    # This module, run with -m from the repository root: its import of tests/_runs.py works
+    # in the workers too.
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    command += [f"--nproc-per-node={WORLD}", __file__, str(directory)]
+    command += [f"--nproc-per-node={WORLD}", "-m", "tests.algos.test_distributed"]
+    command.append(str(directory))
     env = os.environ | {"OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONFAULTHANDLER": "1"}
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     return inputs, pickle.loads((directory / "results.pkl").read_bytes()), directory
 

@@ -23,41 +23,7 @@ from textgym.algos.metrics import (  # noqa: E402
 from textgym.cli import main  # noqa: E402
 from textgym.cli.training_tables import eval_table_rows, print_train_summary  # noqa: E402
 
-TINY_TRAIN = [
-    "--model",
-    "tiny",
-    "--env-kwargs",
-    '{"prompt_style": "compact"}',
-    "--steps",
-    "1",
-    "--groups-per-step",
-    "2",
-    "--group-size",
-    "4",
-    "--rollout-batch-size",
-    "8",
-    "--micro-batch-size",
-    "8",
-    "--max-new-tokens",
-    "8",
-    "--eval-every",
-    "0",
-    "--eval-episodes",
-    "2",
-    "--device",
-    "cpu",
-    "--no-tensorboard",
-]
-
-
-def table(text: str) -> dict[str, list[str]]:
-    """``{first cell: other cells}`` of the rich tables in ``text``."""
-    rows = {}
-    for line in text.splitlines():
-        if line.count("│") >= 3:
-            cells = [c.strip() for c in line.split("│")[1:-1]]
-            rows[cells[0]] = cells[1:]
-    return rows
+from .._runs import table, train_argv  # noqa: E402
 
 
 def test_a_skipped_update_says_why():
@@ -118,7 +84,7 @@ def test_train_shows_evaluation_progress_and_ends_with_tables(tmp_path, capsys, 
     monkeypatch.setattr(textgym.progress, "QUIET_S", 0.0)
     monkeypatch.setenv("COLUMNS", "200")  # rich's tables one row per line
     out = tmp_path / "run"
-    assert main(["train", *TINY_TRAIN, "--output-dir", str(out)]) == 0
+    assert main(train_argv(steps=1, output_dir=out)) == 0
     captured = capsys.readouterr()
     err = captured.err.splitlines()
     before = [line for line in err if line.startswith("evaluation before training")]
