@@ -16,6 +16,8 @@ from textgym.cli import main
 
 TTT = "textgym/TicTacToe-v0"
 FAST = ["--episodes", "2", "--no-progress"]
+#: ``eval`` of GSM8K's bundled sample by its gold answers.
+GSM8K_GOLD = ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress"]
 DEEP = '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}"
 TRAIN = ["--output-dir", "{tmp}/run", "--device", "cpu"]
 needs_training = pytest.mark.skipif(
@@ -60,15 +62,7 @@ CASES = [
     ),
     # 13. env, data and kwargs
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            *FAST,
-            "--env-kwargs",
-            '{"data_path": "{tmp}/missing.jsonl"}',
-        ],
+        [*GSM8K_GOLD, "--episodes", "2", "--env-kwargs", '{"data_path": "{tmp}/missing.jsonl"}'],
         "Expected a data file at",
         id="missing-data-path",
     ),
@@ -78,7 +72,7 @@ CASES = [
         id="deeply-nested-env-kwargs",
     ),
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--wrappers", "format_reward"],
+        [*GSM8K_GOLD, "--episodes", "2", "--wrappers", "format_reward"],
         "already pays a 'format' reward component",
         id="format-reward-on-gsm8k",
     ),
@@ -107,7 +101,7 @@ CASES = [
         id="minimax-on-gsm8k",
     ),
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", *FAST, "--seed", "-1"],
+        [*GSM8K_GOLD, "--episodes", "2", "--seed", "-1"],
         "--seed must be >= 0",
         id="negative-seed-with-gold",
     ),
@@ -125,68 +119,35 @@ CASES = [
         id="episodes-and-limit-of-seeds",
     ),
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "19"],
+        [*GSM8K_GOLD, "--limit", "19"],
         "--limit 19 is more than the 18 tasks textgym/GSM8K-v0 holds; use at most 18, or "
         "leave --limit out to play them all",
         id="limit-beyond-the-tasks",
     ),
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--limit",
-            "3",
-            "--task-ids",
-            "gsm8k-sample-00001",
-            "gsm8k-sample-00002",
-        ],
+        [*GSM8K_GOLD, "--limit", "3", "--task-ids", "gsm8k-sample-00001", "gsm8k-sample-00002"],
         "--limit 3 is more than the 2 tasks --task-ids lists",
         id="limit-beyond-the-ids",
     ),
+    pytest.param([*GSM8K_GOLD, "--limit", "0"], "--limit must be >= 1, got 0", id="limit-zero"),
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--limit", "0"],
-        "--limit must be >= 1, got 0",
-        id="limit-zero",
-    ),
-    pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--task-ids",
-            "gsm8k-sample-00001",
-            "gsm8k-test-00001",
-        ],
+        [*GSM8K_GOLD, "--task-ids", "gsm8k-sample-00001", "gsm8k-test-00001"],
         "--task-ids: Unknown task id 'gsm8k-test-00001' "
         "(1 of 2 unknown); expected ids of the env's 18 tasks, e.g. 'gsm8k-sample-00000'",
         id="unknown-task-id",
     ),
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--task-ids",
-            "gsm8k-sample-00001",
-            "gsm8k-sample-00001",
-        ],
+        [*GSM8K_GOLD, "--task-ids", "gsm8k-sample-00001", "gsm8k-sample-00001"],
         "listed twice",
         id="task-id-twice",
     ),
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids", ","],
+        [*GSM8K_GOLD, "--task-ids", ","],
         "Expected at least one task id",
         id="no-task-ids",
     ),
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--task-ids"],
+        [*GSM8K_GOLD, "--task-ids"],
         "Expected at least one task id",
         id="task-ids-without-values",
     ),
@@ -210,37 +171,18 @@ CASES = [
         id="task-ids-on-tictactoe",
     ),
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--sample-tasks",
-            "--task-ids",
-            "gsm8k-sample-0000",
-        ],
+        [*GSM8K_GOLD, "--sample-tasks", "--task-ids", "gsm8k-sample-0000"],
         "--sample-tasks draws each seed's task at random; it cannot be combined with --task-ids",
         id="sample-tasks-and-task-ids",
     ),
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--episodes",
-            "8",
-            "--rollouts-per-task",
-            "4",
-        ],
+        [*GSM8K_GOLD, "--episodes", "8", "--rollouts-per-task", "4"],
         "--episodes and --rollouts-per-task 4 both set",
         id="episodes-and-rollouts",
     ),
     # issue 25: one concept, one flag
     pytest.param(
-        ["eval", "textgym/GSM8K-v0", "--policy", "gold", "--no-progress", "--group-size", "4"],
+        [*GSM8K_GOLD, "--group-size", "4"],
         "--group-size is now --rollouts-per-task: use --rollouts-per-task 4",
         id="eval-group-size-removed",
     ),
@@ -250,15 +192,7 @@ CASES = [
         id="collect-group-size-removed",
     ),
     pytest.param(
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            "--no-progress",
-            "--success-threshold",
-            "nan",
-        ],
+        [*GSM8K_GOLD, "--success-threshold", "nan"],
         "--success-threshold must be a finite number",
         id="nan-success-threshold",
     ),
@@ -436,15 +370,7 @@ def test_unreachable_hub_dataset(capsys, monkeypatch, nothing_is_played):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     assert_one_usage_error(
         capsys,
-        [
-            "eval",
-            "textgym/GSM8K-v0",
-            "--policy",
-            "gold",
-            *FAST,
-            "--env-kwargs",
-            '{"dataset": "nobody/nothing"}',
-        ],
+        [*GSM8K_GOLD, "--episodes", "2", "--env-kwargs", '{"dataset": "nobody/nothing"}'],
         "Couldn't reach 'nobody/nothing'",
     )
 
