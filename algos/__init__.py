@@ -15,9 +15,17 @@ transformers, peft, tyro):
 - :mod:`textgym.algos.model_loading`: devices and the trained model (LoRA, gradient
   checkpointing).
 - :mod:`textgym.algos.batches`: token batches, log-probs and the shared-prefix forward.
-- :mod:`textgym.algos.checkpoints`: the checkpoint layout, atomic bounded saves, checked resumes.
-- :mod:`textgym.algos.metrics`: the metrics log (JSONL and TensorBoard), progress lines, plots
-  and run records.
+- :mod:`textgym.algos.checkpoints`: atomic, bounded saves and disk estimates;
+  :mod:`textgym.algos.checkpoint_layout` the layout, finding checkpoints, RNG state and the
+  errors; :mod:`textgym.algos.resume` loading a checkpoint and checking that a run may resume it.
+- :mod:`textgym.algos.metrics`: the metrics log (JSON Lines, TensorBoard, trackers) and the run
+  record (``run.json``); :mod:`textgym.algos.metric_rows` reading the rows back,
+  :mod:`textgym.algos.metric_plots` PNG panels, :mod:`textgym.algos.metric_summaries` progress
+  lines, closing summaries and runs compared.
+- :mod:`textgym.algos.distributed`: data-parallel training under ``torchrun`` (the rank context
+  and its collectives).
+- :mod:`textgym.algos.rollout_weights`: the bfloat16 copy of the policy that samples rollouts;
+  :mod:`textgym.algos.server_rollouts`: rollouts sampled by a llama.cpp server.
 
 Nothing is imported here, so ``import textgym.algos`` does not pull in torch.
 """

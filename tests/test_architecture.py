@@ -7,6 +7,8 @@
   or reads one off a textgym module or class it imported (a private helper that deserves a test
   is a real unit: make it public). Private attributes of instances (``policy._x``) are beyond
   this static check.
+* One public name, one meaning: no two package modules define the same public top-level name,
+  except the per-module contracts listed in ``SHARED_BY_CONTRACT``.
 """
 
 from __future__ import annotations
