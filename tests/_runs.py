@@ -1,5 +1,6 @@
 """What several test modules share: the arguments of a tiny ``textgym train`` run, an env on
-which every training step learns, and the rows of the tables the CLI prints.
+which every training step learns, a LoRA adapter that changes the tiny model's output, and the
+rows of the tables the CLI prints.
 
 Test modules import it relatively (``from ._runs import train_argv``; pytest imports the tests
 with ``--import-mode=importlib``, as ``tests.…`` modules); the ``torchrun`` workers of
@@ -22,6 +23,7 @@ __all__ = [
     "DistinctCharacters",
     "cli_options",
     "register_distinct_characters",
+    "seeded_lora",
     "table",
     "train_argv",
 ]
@@ -112,3 +114,21 @@ def register_distinct_characters() -> str:
     if DISTINCT_CHARACTERS not in gym.registry:
         gym.register(DISTINCT_CHARACTERS, entry_point=DistinctCharacters, max_episode_steps=1)
     return DISTINCT_CHARACTERS
+
+
+def seeded_lora(model: Any, seed: int) -> Any:
+    """``model`` with a rank-4 LoRA adapter (:func:`textgym.algos.model_loading.prepare_model`)
+    whose B matrices are drawn from ``seed`` (times 0.05), in eval mode: a fresh adapter's B is
+    zero and changes nothing, this one changes the output as a trained one does. LoRA's A
+    matrices are drawn from torch's global generator, as ``prepare_model`` leaves them."""
+    import torch
+
+    from textgym.algos.model_loading import prepare_model
+
+    model = prepare_model(model, lora_rank=4)
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
+    return model.eval()

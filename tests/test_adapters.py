@@ -14,23 +14,14 @@ pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from textgym.algos.checkpoints import save_model
-from textgym.algos.model_loading import autocast, prepare_model
+from textgym.algos.model_loading import autocast
 from textgym.models import ADAPTER_CONFIG, adapter_base, cpu_has_fast_bf16, load_model
+
+from ._runs import seeded_lora
 
 pytestmark = pytest.mark.llm
 
 IDS = torch.tensor([[5, 17, 99, 3, 42, 7]])
-
-
-def _trained_adapter(model, seed: int):
-    """A LoRA model whose adapter changes the output (B initialised away from zero)."""
-    model = prepare_model(model, lora_rank=4)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if "lora_B" in name:
-                param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
-    return model.eval()
 
 
 def _logits(model):
@@ -41,7 +32,7 @@ def _logits(model):
 def test_an_adapter_directory_loads_as_its_base_plus_the_adapter(tmp_path):
     base, tokenizer = load_model("tiny")
     base_logits = _logits(base)
-    model = _trained_adapter(base, seed=0)
+    model = seeded_lora(base, seed=0)
     expected = _logits(model)
     assert not torch.allclose(expected, base_logits, atol=1e-3)  # the adapter matters
 
@@ -60,9 +51,9 @@ def test_an_adapter_directory_loads_as_its_base_plus_the_adapter(tmp_path):
 
 def test_stacked_adapters_record_relative_bases_and_move_together(tmp_path):
     base, tokenizer = load_model("tiny")
-    save_model(_trained_adapter(base, seed=0), tokenizer, tmp_path / "runs" / "sft", base="tiny")
+    save_model(seeded_lora(base, seed=0), tokenizer, tmp_path / "runs" / "sft", base="tiny")
     sft, _ = load_model(str(tmp_path / "runs" / "sft"))
-    grpo = _trained_adapter(sft, seed=1)
+    grpo = seeded_lora(sft, seed=1)
     expected = _logits(grpo)
     checkpoint = tmp_path / "runs" / "grpo" / "checkpoint-3"
     save_model(grpo, tokenizer, checkpoint, base=str(tmp_path / "runs" / "sft"))
@@ -82,7 +73,7 @@ def test_adapter_base_keeps_names_and_ids():
 
 def test_an_adapter_cycle_and_a_missing_base_are_clear_errors(tmp_path):
     base, tokenizer = load_model("tiny")
-    save_model(_trained_adapter(base, seed=0), tokenizer, tmp_path / "a", base="tiny")
+    save_model(seeded_lora(base, seed=0), tokenizer, tmp_path / "a", base="tiny")
     config = json.loads((tmp_path / "a" / ADAPTER_CONFIG).read_text())
     (tmp_path / "a" / ADAPTER_CONFIG).write_text(
         json.dumps({**config, "base_model_name_or_path": "."})

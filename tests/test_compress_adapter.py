@@ -17,8 +17,9 @@ pytest.importorskip("peft")
 from safetensors.torch import load_file
 
 from textgym.algos.checkpoints import save_model
-from textgym.algos.model_loading import prepare_model
 from textgym.models import ADAPTER_CONFIG, load_model
+
+from ._runs import seeded_lora
 
 pytestmark = pytest.mark.llm
 
@@ -35,13 +36,7 @@ def _chain(root: Path) -> Path:
     base = "tiny"
     for seed, stage in enumerate(("sft", "grpo", "mastery")):
         torch.manual_seed(seed)  # lora_A's initialisation
-        model = prepare_model(model, lora_rank=4)
-        generator = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for name, param in model.named_parameters():
-                if "lora_B" in name:
-                    param.copy_(torch.randn(param.shape, generator=generator) * 0.05)
-        save_model(model.eval(), tokenizer, root / stage, base=base)
+        save_model(seeded_lora(model, seed), tokenizer, root / stage, base=base)
         model, _ = load_model(str(root / stage))
         base = str(root / stage)
     return root / "mastery"
