@@ -7,7 +7,6 @@ A scripted server on 127.0.0.1 answers the first requests, then fails in one of 
 
 import contextlib
 import json
-import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,26 +19,14 @@ import textgym.cli.building
 from textgym.cli import main
 from textgym.envs.gsm8k.env import GSM8KEnv
 
+from ._chat_server import chat_completion, serving
+
 GOOD = 3  # requests answered before the failure
 
 
 def chat_body(content):
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "m",
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": content},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3},
-        }
-    ).encode()
+    usage = {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+    return chat_completion({"role": "assistant", "content": content}, usage)
 
 
 class Server(ThreadingHTTPServer):
@@ -93,12 +80,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = Server()
-    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    srv.server_close()
+    with serving(Server()) as srv:
+        yield srv
 
 
 def openai_args(server, *extra):

@@ -21,22 +21,15 @@ pytest.importorskip("openai", reason='needs the openai client: pip install "text
 
 from textgym.cli import main
 
+from .._chat_server import chat_completion, serving
+
 GOOD = 2  # requests answered before the server turns
 TIMEOUT_S = 2.0
 DEEP = 100_000
 
 
 def chat_body(content: str) -> bytes:
-    message = {"role": "assistant", "content": content}
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "m",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-        }
-    ).encode()
+    return chat_completion({"role": "assistant", "content": content})
 
 
 #: mode -> (what the body is, words the one line must hold)
@@ -116,19 +109,14 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile():
-    servers = []
+    with contextlib.ExitStack() as servers:
 
-    def start(mode: str) -> Server:
-        srv = Server(mode)
-        threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(srv)
-        return srv
+        def start(mode: str) -> Server:
+            srv = servers.enter_context(serving(Server(mode)))
+            servers.callback(srv.stop.set)  # before the shutdown: a trickling handler stops
+            return srv
 
-    yield start
-    for srv in servers:
-        srv.stop.set()
-        srv.shutdown()
-        srv.server_close()
+        yield start
 
 
 @pytest.mark.parametrize("mode", list(MODES))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -31,6 +30,8 @@ from textgym.policies import Completion
 from textgym.policies.base import sanitize_text
 from textgym.policies.openai_compat import InvalidResponseError, OpenAIPolicy
 from textgym.rollout import rollout
+
+from .._chat_server import chat_completion, serving
 
 SURROGATES = st.integers(0xD800, 0xDFFF).map(chr)
 
@@ -86,17 +87,8 @@ def test_completion_sanitizes_its_text_and_rejects_non_text():
 
 def _chat(content: str | None = None, **message) -> bytes:
     """A chat-completion body; ``content`` is JSON-escaped, so a lone surrogate is ``\\ud800``."""
-    message = {"role": "assistant", "content": content, **message}
-    return json.dumps(
-        {
-            "id": "x",
-            "object": "chat.completion",
-            "created": 0,
-            "model": "m",
-            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4},
-        }
-    ).encode("ascii")
+    usage = {"prompt_tokens": 1, "completion_tokens": 3, "total_tokens": 4}
+    return chat_completion({"role": "assistant", "content": content, **message}, usage)
 
 
 class _Reply:
@@ -167,13 +159,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server():
-    srv = _Server()
-    thread = threading.Thread(target=srv.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield srv
-    srv.stopping = True
-    srv.shutdown()
-    srv.server_close()
+    with serving(_Server()) as srv:
+        yield srv
+        srv.stopping = True
 
 
 def _policy(server, **kwargs) -> OpenAIPolicy:
