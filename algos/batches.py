@@ -138,8 +138,8 @@ def pack_rows(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     the whole batch), only the float rounding of the gradient's sum.
 
     A sequence longer than ``max_tokens`` gets a row of its own, longer than the budget: it
-    cannot be split (its tokens attend to each other), and a long episode must not stop a run;
-    the padded path runs such a sequence the same way (a micro-batch of one).
+    cannot be split (its tokens attend to each other), and one long episode must not stop a run
+    (the padded path, too, runs a sequence of any length).
 
     Args:
         lengths: Tokens of each sequence (positions it runs: ``L_i - 1`` for ``L_i`` tokens).
@@ -320,6 +320,14 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor,
     return suffix, prefix
 
 
+#: Attention implementations that keep the sequences of a packed row apart in transformers 5.x:
+#: sdpa, eager and flex get a block-diagonal mask from the position ids, FlashAttention takes
+#: them as variable-length sequences.
+_PACKING_ATTENTION = frozenset(
+    {"sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3"}
+)
+
+
 def packed_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor:
     """Decoder hidden states of the batch's real positions, its sequences run as one packed row.
 
@@ -339,7 +347,18 @@ def packed_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor:
     Returns:
         ``[N, H]``: hidden states of the real positions in row-major order (sequence by
         sequence), i.e. ``hidden[batch.attention_mask.bool()]`` of a padded pass.
+
+    Raises:
+        ValueError: the decoder's attention is not one whose mask transformers builds from
+            packed position ids (any other would attend across the sequences of the row).
     """
+    attention = getattr(decoder.config, "_attn_implementation", None)
+    if attention not in _PACKING_ATTENTION:
+        raise ValueError(
+            f"Expected a decoder with attention in {', '.join(sorted(_PACKING_ATTENTION))} for "
+            f"packed rows, got {attention!r}; load the model with attn_implementation='sdpa' "
+            "or set micro_batch_tokens to None"
+        )
     real = batch.attention_mask.bool()  # [B, L-1] bool
     positions = batch.attention_mask.cumsum(dim=1) - 1  # [B, L-1] long: 0.. in each sequence
     return decoder(

@@ -166,6 +166,12 @@ def test_packed_hidden_states_need_the_position_reset(name):
     assert (unreset.last_hidden_state[0] - padded[real]).abs().max() > 1e-2
 
 
+def test_packing_refuses_an_attention_that_would_mix_sequences():
+    decoder = SimpleNamespace(config=SimpleNamespace(_attn_implementation="my_kernel"))
+    with pytest.raises(ValueError, match="got 'my_kernel'; load the model with"):
+        batches.packed_hidden(decoder, random_batch(0))
+
+
 @pytest.mark.skipif(not cpu_has_fast_bf16(), reason="no native bf16 on this CPU")
 def test_packed_log_probs_under_cpu_bf16_autocast():
     """bf16 rounds differently for other shapes, so the match is only to bf16 precision."""
@@ -211,6 +217,7 @@ UPDATE_CASES = {
     "cispo_sampler_logprobs": {"loss_type": "cispo", "rollout_dtype": "bfloat16"},
     "lora_kl": {"lora_rank": 4, "beta": 0.05},
     "gradient_checkpointing": {"gradient_checkpointing": True, "num_iterations": 2},
+    "every_sequence_over_budget": {},  # an 8-token budget: each sequence in a row of its own
 }
 
 
@@ -224,7 +231,7 @@ def test_packed_update_equals_padded_update(tmp_path, batch_of_trajectories, cas
     for t in trajs:  # the rollout's log-probs, perturbed: the ratio is taken against them
         t.token_logprobs = [lp - 0.01 * (k % 3) for k, lp in enumerate(t.token_logprobs)]
     overrides = UPDATE_CASES[case]
-    budget = budget_for(trajs)
+    budget = 8 if case == "every_sequence_over_budget" else budget_for(trajs)
     metrics, weights = [], []
     for tokens in (None, budget):
         config = small(tmp_path, micro_batch_size=3, micro_batch_tokens=tokens, **overrides)
