@@ -13,12 +13,12 @@ AdamW step) on the same batch of tic-tac-toe trajectories, in the same process, 
   ones fewer passes.
 
 The modes share one model and optimizer and run in rotating order, ``--alternations`` times,
-after one untimed warm-up update each; only their ratio within an alternation is meaningful on
+after one untimed warm-up update of each (of the first ``--warmup-modes`` modes); only their ratio within an alternation is meaningful on
 a machine that other jobs load (the 1-minute load average is recorded before each update). The
 learning rate is 1e-9 so that the weights stay practically equal and the modes' losses can be
 compared (they must agree to float rounding), while every update does the full work.
 
-The batch: ``--groups`` tic-tac-toe tasks (the default full prompt, a random opponent) x
+The batch: ``--groups`` tic-tac-toe tasks (``--prompt-style``, a random opponent) x
 ``--group-size`` episodes played by :class:`~textgym.policies.scripted.RandomPolicy`
 (``<think>I pick a random free cell.</think><move>N</move>``), tokenized with the model's chat
 template as a token-level rollout would (:func:`textgym.algos.sft.conversation_tokens`), so the
@@ -62,9 +62,12 @@ from textgym.tokens import ChatTokenizer
 PADDED_MODES = ("padded_shared", "padded")
 
 
-def _trajectories(tokenizer: Any, groups: int, group_size: int, seed: int) -> list[Trajectory]:
+def _trajectories(
+    tokenizer: Any, groups: int, group_size: int, seed: int, prompt_style: str
+) -> list[Trajectory]:
     """``groups x group_size`` random-policy tic-tac-toe episodes as token-level trajectories."""
-    make = lambda: gym.make("textgym/TicTacToe-v0", opponent="random")  # noqa: E731
+    kwargs = {"opponent": "random", "prompt_style": prompt_style}
+    make = lambda: gym.make("textgym/TicTacToe-v0", **kwargs)  # noqa: E731
     seeds = [seed * 10**6 + g for g in range(groups) for _ in range(group_size)]
     played = rollout(make, RandomPolicy(seed=seed), seeds, batch_size=len(seeds))
     chat, out = ChatTokenizer(tokenizer), []
@@ -130,8 +133,10 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     args.modes = [m for m in args.modes if m in configs] + [m for m in configs if "packed" in m]
     learner = make_learner(base, max_turns=5)
     learners = {m: dataclasses.replace(learner, config=configs[m]) for m in args.modes}
-    trajs = _trajectories(learner.tokenizer, args.groups, args.group_size, args.seed)
-    for mode in args.modes:  # warm-up: allocator, first-call costs
+    trajs = _trajectories(
+        learner.tokenizer, args.groups, args.group_size, args.seed, args.prompt_style
+    )
+    for mode in args.modes[: args.warmup_modes]:  # warm-up: allocator, first-call costs
         began = time.perf_counter()
         update(learners[mode], trajs)
         print(f"  warm-up {mode}: {time.perf_counter() - began:.2f} s", flush=True)
@@ -182,6 +187,10 @@ def main() -> None:
     parser.add_argument("--lora-rank", type=int, nargs="+", default=[0])
     parser.add_argument("--modes", nargs="+", choices=PADDED_MODES, default=list(PADDED_MODES))
     parser.add_argument("--alternations", type=int, default=5)
+    parser.add_argument(
+        "--warmup-modes", type=int, default=99, help="untimed updates first: of this many modes"
+    )
+    parser.add_argument("--prompt-style", default="full", choices=("full", "compact"))
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast there)")
     parser.add_argument("--cpu-bf16", action="store_true")
