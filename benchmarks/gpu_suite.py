@@ -20,6 +20,9 @@ Parts:
   tokens/s as a fraction of the memory-bandwidth ceiling).
 * ``grpo-vs-trl``: ``benchmarks/grpo_vs_trl.py`` with Gemma 3 270M at equal settings; skipped,
   with the reason in its record, when ``trl`` is not installed.
+* ``update-packing``: ``benchmarks/update_packing.py``: the GRPO update's time per optimizer
+  step with padded micro-batches against packed rows (``micro_batch_tokens``) at the GRPO
+  setting of 256 episodes.
 * ``pipeline-*``: ``benchmarks/tictactoe_pipeline.py`` stage by stage: Gemma 3 270M, SFT on
   minimax games, GRPO with the reference's 256 episodes per step (32 tasks x 8) against
   opponents of ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the
@@ -106,6 +109,21 @@ def _grpo_vs_trl(results: Path, smoke: bool) -> list[str]:
     return [PY, str(BENCH / "grpo_vs_trl.py"), *shlex.split(sizes), *out]
 
 
+def _update_packing(results: Path, smoke: bool) -> list[str]:
+    out = ["--output", str(results / "update_packing.json")]
+    if smoke:
+        sizes = "--groups 2 --group-size 2 --micro-batch-size 4 --micro-batch-tokens 256"
+        sizes += " --alternations 1 --warmup-modes 0"
+    else:
+        # Issue 22 item 3 at its GRPO setting: 256 tic-tac-toe sequences, padded micro-batches
+        # of 32 (with and without the shared-prompt pass) against packed rows of 4k / 16k tokens,
+        # full fine-tuning and LoRA, bf16 autocast on the GPU.
+        sizes = "--model gemma-3-270m --device cuda --groups 32 --group-size 8"
+        sizes += " --micro-batch-size 32 --micro-batch-tokens 4096 16384 --lora-rank 0 16"
+        sizes += " --prompt-style compact --alternations 5"
+    return [PY, str(BENCH / "update_packing.py"), *shlex.split(sizes), *out]
+
+
 PARTS = [
     Part(
         "tests",
@@ -121,6 +139,7 @@ PARTS = [
     ),
     Part("decode", _decode),
     Part("grpo-vs-trl", _grpo_vs_trl),
+    Part("update-packing", _update_packing),
     *(
         _pipeline(stage)
         for stage in (

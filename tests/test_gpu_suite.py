@@ -31,12 +31,13 @@ def test_gpu_suite_smoke_runs_every_part_and_resumes(tmp_path):
     records = {
         p.stem: json.loads(p.read_text())
         for p in tmp_path.glob("*.json")
-        if p.stem.startswith(("tests", "decode", "grpo-vs-trl", "pipeline-"))
+        if p.stem.startswith(("tests", "decode", "grpo-vs-trl", "update-packing", "pipeline-"))
     }
     expected = {
         "tests",
         "decode",
         "grpo-vs-trl",
+        "update-packing",
         "pipeline-baseline",
         "pipeline-sft",
         "pipeline-eval-sft",
@@ -57,6 +58,8 @@ def test_gpu_suite_smoke_runs_every_part_and_resumes(tmp_path):
     }
     decode = json.loads((tmp_path / "llm_decode.json").read_text())
     assert set(decode["best_of_repeats"]) >= {"before", "now"}
+    packing = json.loads((tmp_path / "update_packing.json").read_text())
+    assert "packed_256" in json.dumps(packing)
     # A second run finds every part done and runs nothing.
     again = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     assert again.returncode == 0 and "==" not in again.stdout
