@@ -1,15 +1,17 @@
-"""GRPO-family maths as small pure torch functions: advantages, KL, policy losses, log-probs.
+"""GRPO-family maths as small pure torch functions: KL, the table of policy losses, normalisers.
 
 The GRPO trainer samples ``G`` completions per prompt, scores them, turns the rewards into
-group-relative advantages (:func:`group_advantages`), and minimises one of five clipped
-policy-gradient losses (:func:`policy_loss`: GRPO, DAPO, Dr. GRPO, GSPO, CISPO). Losses are
-written so that gradient accumulation is exact: the normaliser is computed once over the full
-batch (:func:`loss_normalizer`) and every micro-batch returns ``sum of its terms / normaliser``,
-so summing micro-batch gradients gives the full-batch gradient whatever the micro-batch size.
-:func:`selected_log_probs` computes the log-probability of chosen tokens from final hidden
-states in chunks, so that full-vocabulary fp32 logits never exist for more than one chunk.
-Shapes use ``B`` sequences (``num_groups * G``, consecutive rows form a group), ``T`` token
-positions, ``H`` hidden size and ``V`` vocabulary size. Needs the ``llm`` extra (torch).
+group-relative advantages (:func:`group_advantages`, :mod:`textgym.algos.advantages`), and
+minimises one of five clipped policy-gradient losses (:func:`policy_loss`: GRPO, DAPO, Dr. GRPO,
+GSPO, CISPO, the rows of :data:`LOSS_VARIANTS`). Losses are written so that gradient
+accumulation is exact: the normaliser is computed once over the full batch
+(:func:`loss_normalizer`) and every micro-batch returns ``sum of its terms / normaliser``, so
+summing micro-batch gradients gives the full-batch gradient whatever the micro-batch size.
+:func:`selected_log_probs` (:mod:`textgym.algos.token_log_probs`) computes the log-probability
+of chosen tokens from final hidden states in chunks, so that full-vocabulary fp32 logits never
+exist for more than one chunk. This module re-exports both, so the maths is importable from one
+place. Shapes use ``B`` sequences (``num_groups * G``, consecutive rows form a group), ``T``
+token positions, ``H`` hidden size and ``V`` vocabulary size. Needs the ``llm`` extra (torch).
 """
 
 from __future__ import annotations
@@ -19,9 +21,14 @@ from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
-from textgym.checks import check_int
+from textgym.algos.advantages import (
+    SCALE_REWARDS,
+    ScaleRewards,
+    group_advantages,
+    zero_variance_groups,
+)
+from textgym.algos.token_log_probs import selected_log_probs
 
 __all__ = [
     "LOSS_TYPES",
@@ -37,167 +44,6 @@ __all__ = [
     "selected_log_probs",
     "zero_variance_groups",
 ]
-
-ScaleRewards = Literal["group", "batch", "none"]
-
-#: Every accepted ``scale`` of :func:`group_advantages`.
-SCALE_REWARDS: tuple[str, ...] = ("group", "batch", "none")
-
-
-# --------------------------------------------------------------------------------------------
-# Advantages
-# --------------------------------------------------------------------------------------------
-
-
-def _grouped(rewards: Tensor, group_size: int) -> Tensor:
-    """Check ``rewards`` and ``group_size`` and view the rewards as ``[B // G, G]``."""
-    check_int("group_size", group_size, low=1)
-    if rewards.ndim != 1:
-        raise ValueError(
-            f"Expected rewards of shape [B] (one reward per completion), got "
-            f"{list(rewards.shape)}; flatten the groups so consecutive rows form a group"
-        )
-    if rewards.shape[0] % group_size != 0:
-        raise ValueError(
-            f"Expected the number of rewards to be a multiple of group_size={group_size}, got "
-            f"{rewards.shape[0]}; sample exactly group_size completions per prompt"
-        )
-    return rewards.view(-1, group_size)  # [B // G, G]
-
-
-def _check_finite(rewards: Tensor) -> None:
-    """Raise ValueError naming the first reward that is NaN or infinite."""
-    if rewards.is_floating_point() and not bool(torch.isfinite(rewards).all()):
-        row = int((~torch.isfinite(rewards)).nonzero()[0, 0])
-        raise ValueError(
-            f"Expected finite rewards, got {float(rewards[row])} at row {row} of "
-            f"{rewards.shape[0]} ({rewards.dtype}, largest finite "
-            f"{torch.finfo(rewards.dtype).max:.3g}); a return beyond that range overflows when "
-            "the reward tensor is made: use float64 rewards, or find the env's reward bug"
-        )
-
-
-def zero_variance_groups(rewards: Tensor, group_size: int) -> Tensor:
-    """Flag the groups whose rewards are all equal (they carry no learning signal).
-
-    DAPO's dynamic sampling (Yu et al. 2025) drops such groups; in every GRPO variant their
-    advantages are zero. Rewards are compared exactly, so a group of ``1e300`` and ``1e308``
-    (float64) is not flat.
-
-    Args:
-        rewards: ``[B]`` rewards, any dtype; rows ``g*G .. g*G+G-1`` form group ``g``.
-        group_size: ``G``, completions per prompt (``>= 1``).
-
-    Returns:
-        ``[B // G]`` bool, ``True`` where every reward of the group is equal.
-
-    Raises:
-        ValueError: ``rewards`` is not 1-D, ``group_size < 1``, ``B`` is not a multiple of it,
-            or a reward is NaN or infinite (named: NaN equals nothing and infinities compare
-            equal, so neither can be judged flat or not).
-    """
-    grouped = _grouped(rewards, group_size)  # [B // G, G]
-    _check_finite(rewards)
-    return (grouped == grouped[:, :1]).all(dim=1)  # [B // G] bool
-
-
-def _pow2(exponent: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-    """``2 ** exponent`` as two factors of ``dtype`` (each at most ``2 ** 512``, so that
-    ``2 ** 1024``, which no float holds, can still be applied as a product)."""
-    half = torch.div(exponent, 2, rounding_mode="floor")
-    two = torch.tensor(2.0, dtype=dtype)
-    return two.pow(half.to(dtype)), two.pow((exponent - half).to(dtype))
-
-
-def _group_scale(rewards: Tensor, grouped: Tensor, eps: Tensor) -> Tensor:
-    """Population standard deviation of each group plus ``eps``, ``[B // G, 1]``."""
-    return grouped.std(dim=1, correction=0, keepdim=True) + eps  # [B // G, 1] float
-
-
-def _batch_scale(rewards: Tensor, grouped: Tensor, eps: Tensor) -> Tensor:
-    """Population standard deviation of all rewards of the batch plus ``eps``, 0-d."""
-    return rewards.std(correction=0) + eps  # [] float
-
-
-def _no_scale(rewards: Tensor, grouped: Tensor, eps: Tensor) -> Tensor:
-    """No scaling (Dr. GRPO): a 0-d one, ``eps`` unused."""
-    return rewards.new_ones(())  # [] float
-
-
-_REWARD_SCALES: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
-    "group": _group_scale,
-    "batch": _batch_scale,
-    "none": _no_scale,
-}
-
-
-def group_advantages(
-    rewards: Tensor, group_size: int, scale: ScaleRewards = "group", eps: float = 1e-4
-) -> Tensor:
-    """Group-relative advantages: each reward minus its group's mean, optionally scaled.
-
-    ``A_i = (r_i - mean(group)) / (std + eps)``, where ``std`` is
-
-    * ``"group"``: the population standard deviation (divide by ``G``, not ``G - 1``) of the
-      group, as in GRPO (DeepSeekMath, Shao et al. 2024). TRL uses the sample std (``G - 1``);
-      the population std keeps ``G = 1`` defined (advantage 0) and differs by ``sqrt(G/(G-1))``.
-    * ``"batch"``: the population standard deviation of all ``B`` rewards (TRL's
-      ``scale_rewards="batch"``, after REINFORCE++, Hu et al. 2025): centring stays per group.
-    * ``"none"``: no division at all (Dr. GRPO, Liu et al. 2025, "Understanding R1-Zero-Like
-      Training": the std term biases updates toward too-easy and too-hard prompts).
-
-    Groups whose rewards are all equal get advantages of exactly ``0.0`` (also with ``eps=0``,
-    where ``0 / 0`` would otherwise give ``nan``).
-
-    Overflow-free: the rewards of each group (of the batch, for ``"batch"``) are first
-    multiplied by the power of two ``2**-e`` that brings their largest magnitude below 1 (``e
-    >= 0``; ``eps`` is scaled alike), which is exact, so ordinary rewards give bit for bit the
-    plain formula, and rewards near the largest float (``1e308`` in float64) give the right
-    finite advantages instead of ``inf - inf = nan`` or a std that overflows to ``inf``.
-
-    Args:
-        rewards: ``[B]`` rewards (float; integers are promoted to float32); ``B = num_groups * G``
-            and consecutive rows form a group.
-        group_size: ``G``, completions per prompt (``>= 1``).
-        scale: ``"group"``, ``"batch"`` or ``"none"``, see above.
-        eps: added to the std before dividing (reward units), so near-constant groups stay finite.
-
-    Returns:
-        ``[B]`` advantages, the floating dtype of ``rewards``.
-
-    Raises:
-        ValueError: ``rewards`` not 1-D, ``group_size < 1``, ``B`` not a multiple of
-            ``group_size``, unknown ``scale`` or ``eps < 0``; a reward that is NaN or infinite
-            (named, with its row); with ``scale="none"``, an advantage beyond the dtype's range.
-    """
-    if scale not in _REWARD_SCALES:
-        raise ValueError(f"Expected scale in {list(SCALE_REWARDS)}, got {scale!r}")
-    if eps < 0:
-        raise ValueError(f"Expected eps >= 0, got {eps}")
-    if not rewards.is_floating_point():
-        rewards = rewards.float()  # [B] float32
-    grouped = _grouped(rewards, group_size)  # [B // G, G] float
-    flat = zero_variance_groups(rewards, group_size)  # [B // G] bool; checks finiteness
-    if scale == "batch":
-        largest = grouped.abs().amax().reshape(1, 1)  # [1, 1] float
-    else:
-        largest = grouped.abs().amax(dim=1, keepdim=True)  # [B // G, 1] float
-    exponent = torch.frexp(largest).exponent.clamp(min=0)  # [*, 1] int: largest < 2**exponent
-    down_a, down_b = _pow2(-exponent, rewards.dtype)  # [*, 1] float each, product 2**-exponent
-    unit = grouped * down_a * down_b  # [B // G, G] float, |unit| < 1
-    unit_eps = eps * down_a * down_b  # [*, 1] float
-    centred = unit - unit.mean(dim=1, keepdim=True)  # [B // G, G] float
-    scaled = centred / _REWARD_SCALES[scale](unit.reshape(-1), unit, unit_eps)  # [B // G, G]
-    if scale == "none":  # the advantages are in reward units: scale back
-        up_a, up_b = _pow2(exponent, rewards.dtype)
-        scaled = scaled * up_a * up_b
-        if not bool(torch.isfinite(scaled).all()):
-            row = int((~torch.isfinite(scaled)).reshape(-1).nonzero()[0, 0])
-            raise ValueError(
-                f"The advantage of row {row} overflows {rewards.dtype} with scale='none' "
-                f"(reward {float(rewards[row])}); use scale='group' or float64 rewards"
-            )
-    return torch.where(flat[:, None], torch.zeros_like(scaled), scaled).reshape(-1)  # [B] float
 
 
 # --------------------------------------------------------------------------------------------
@@ -589,126 +435,3 @@ def policy_loss(
         "kl_sum": kl_sum,
     }
     return loss, stats
-
-
-# --------------------------------------------------------------------------------------------
-# Log-probs of chosen tokens
-# --------------------------------------------------------------------------------------------
-
-
-def _chunk_log_probs(
-    hidden: Tensor,
-    targets: Tensor,
-    lm_head: torch.nn.Module,
-    *,
-    temperature: float,
-    softcap: float | None,
-    with_entropy: bool,
-) -> tuple[Tensor, Tensor | None]:
-    """Log-prob of ``targets`` (and entropy) for one chunk of ``[N, H]`` hidden states."""
-    logits = lm_head(hidden).float()  # [N, V] float32
-    if softcap is not None:
-        logits = softcap * torch.tanh(logits / softcap)  # [N, V] float32
-    log_probs = torch.log_softmax(logits / temperature, dim=-1)  # [N, V] float32
-    chosen = log_probs.gather(-1, targets[:, None]).squeeze(-1)  # [N] float32
-    if not with_entropy:
-        return chosen, None
-    with torch.no_grad():
-        entropy = -(log_probs.exp() * log_probs).sum(dim=-1)  # [N] float32
-    return chosen, entropy
-
-
-def _check_log_prob_inputs(
-    hidden: Tensor, targets: Tensor, temperature: float, chunk_size: int, softcap: float | None
-) -> None:
-    """Validate the arguments of :func:`selected_log_probs`; raise ``ValueError`` saying the fix."""
-    if hidden.ndim != 3:
-        raise ValueError(f"Expected hidden of shape [B, T, H], got {list(hidden.shape)}")
-    if tuple(targets.shape) != tuple(hidden.shape[:2]):
-        raise ValueError(
-            f"Expected targets of shape {list(hidden.shape[:2])} (one id per hidden state), got "
-            f"{list(targets.shape)}; shift the labels so targets[:, t] follows hidden[:, t]"
-        )
-    if targets.numel() and int(targets.min().item()) < 0:
-        raise ValueError(
-            f"Expected token ids >= 0 in targets, got {int(targets.min().item())}; replace "
-            "ignore-index positions (-100) with any valid id and mask them out of the loss"
-        )
-    if temperature <= 0:
-        raise ValueError(f"Expected temperature > 0, got {temperature}")
-    check_int("chunk_size", chunk_size, low=1)
-    if softcap is not None and softcap <= 0:
-        raise ValueError(f"Expected softcap > 0 or None, got {softcap}")
-
-
-def selected_log_probs(
-    hidden: Tensor,
-    lm_head: torch.nn.Module,
-    targets: Tensor,
-    *,
-    temperature: float = 1.0,
-    chunk_size: int = 1024,
-    softcap: float | None = None,
-    with_entropy: bool = False,
-) -> tuple[Tensor, Tensor | None]:
-    """Log-probabilities of chosen tokens from final hidden states, in vocabulary-sized chunks.
-
-    The ``B * T`` positions are flattened and processed ``chunk_size`` at a time:
-    ``logits = lm_head(h).float()``, then soft-capping ``cap * tanh(logits / cap)`` (Gemma 2's
-    final-logit softcapping), then ``/ temperature`` (the sampling temperature, so the
-    log-probs are those of the distribution that generated the tokens), ``log_softmax`` and a
-    gather of ``targets``. With grad enabled each chunk runs under
-    ``torch.utils.checkpoint.checkpoint(use_reentrant=False)``: its logits are freed after the
-    forward and recomputed in the backward, so full-vocabulary fp32 logits exist for one chunk
-    at a time in both passes. Peak extra memory is therefore of order ``chunk_size * V * 4``
-    bytes per live ``[chunk_size, V]`` fp32 tensor (a few at once: logits, log-softmax, and
-    their gradient in the backward) instead of ``B * T * V * 4`` for the whole batch, e.g.
-    1024 * 262144 * 4 B = 1 GiB per tensor for Gemma 3's vocabulary at the default chunk size.
-
-    Args:
-        hidden: ``[B, T, H]`` final hidden states (after the final norm), any float dtype.
-        lm_head: maps ``[..., H]`` to ``[..., V]`` logits (e.g. ``model.lm_head``).
-        targets: ``[B, T]`` long, the token whose log-prob is wanted at each position (ids in
-            ``[0, V)``; padding positions may hold any valid id).
-        temperature: ``> 0``, divides the (soft-capped) logits.
-        chunk_size: positions per chunk (``>= 1``), trading memory for kernel launches.
-        softcap: ``> 0`` or ``None``; the final-logit soft-cap, applied before the temperature.
-        with_entropy: also return the entropy of each position's distribution (computed under
-            ``no_grad``; nats).
-
-    Returns:
-        ``(logp, entropy)``: ``logp`` ``[B, T]`` float32 (nats, differentiable w.r.t. ``hidden``
-        and the ``lm_head`` parameters); ``entropy`` ``[B, T]`` float32 detached, or ``None``.
-
-    Raises:
-        ValueError: wrong shapes, negative target ids, ``temperature <= 0``, ``chunk_size < 1``
-            or ``softcap <= 0``.
-    """
-    _check_log_prob_inputs(hidden, targets, temperature, chunk_size, softcap)
-    batch, length, width = hidden.shape
-    flat_hidden = hidden.reshape(batch * length, width)  # [B*T, H]
-    flat_targets = targets.reshape(batch * length).long()  # [B*T] long
-    use_checkpoint = torch.is_grad_enabled()
-    logp_chunks: list[Tensor] = []
-    entropy_chunks: list[Tensor] = []
-    for start in range(0, batch * length, chunk_size):
-        args = (
-            flat_hidden[start : start + chunk_size],
-            flat_targets[start : start + chunk_size],
-            lm_head,
-        )
-        options = {"temperature": temperature, "softcap": softcap, "with_entropy": with_entropy}
-        if use_checkpoint:
-            chosen, entropy = checkpoint(_chunk_log_probs, *args, use_reentrant=False, **options)
-        else:
-            chosen, entropy = _chunk_log_probs(*args, **options)  # [chunk] f32, [chunk] | None
-        logp_chunks.append(chosen)
-        if entropy is not None:
-            entropy_chunks.append(entropy)
-    if not logp_chunks:  # B * T == 0
-        empty = hidden.new_zeros((batch, length), dtype=torch.float32)  # [B, T] float32
-        return empty, (empty if with_entropy else None)
-    logp = torch.cat(logp_chunks).view(batch, length)  # [B, T] float32
-    if not with_entropy:
-        return logp, None
-    return logp, torch.cat(entropy_chunks).view(batch, length).detach()  # [B, T] float32
