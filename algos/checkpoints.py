@@ -70,6 +70,7 @@ __all__ = [
     "rng_state",
     "save_checkpoint",
     "save_model",
+    "save_trainer_checkpoint",
     "set_rng_state",
 ]
 
@@ -257,6 +258,30 @@ def save_checkpoint(
     scratch.rename(final)
     prune_checkpoints(root, save_total_limit, keep=final)
     return final
+
+
+def save_trainer_checkpoint(
+    state: Any, step: int, *, extra: Mapping[str, Any] | None = None
+) -> Path:
+    """:func:`save_checkpoint` of a trainer's state after ``step``: ``state``'s ``model``,
+    ``tokenizer``, ``optimizer``, ``scheduler`` and ``config`` (a GRPO ``Learner``, an
+    ``SFTRun``) into ``config.output_dir``, keeping ``config.save_total_limit`` checkpoints.
+
+    Raises:
+        InsufficientDiskSpace: too little free disk; nothing was written or deleted.
+    """
+    config = state.config
+    return save_checkpoint(
+        config.output_dir,
+        step,
+        model=state.model,
+        tokenizer=state.tokenizer,
+        optimizer=state.optimizer,
+        scheduler=state.scheduler,
+        config=config,
+        extra=extra,
+        save_total_limit=config.save_total_limit,
+    )
 
 
 def prune_checkpoints(output_dir: str | Path, limit: int | None, *, keep: Path) -> list[Path]:

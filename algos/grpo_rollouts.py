@@ -1,0 +1,218 @@
+"""The rollouts of a GRPO run: the training env, the sampling and evaluation policies, one
+step's episodes and their metrics, and the evaluation.
+
+Each step plays ``M`` tasks x ``G`` copies with :func:`textgym.rollout.rollout`, token-in /
+token-out, so every trajectory carries its token ids, sampling log-probs and a loss mask that
+covers only the policy's own tokens (multi-turn episodes included); a task's copies share seed
+and opponent stratum (:func:`rollout_step`). :func:`evaluate` plays the env's evaluation
+settings on seeds that never meet a training task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+
+from textgym.algos.distributed import DistributedContext, all_gather_objects
+from textgym.algos.grpo_config import GRPOConfig
+from textgym.algos.grpo_update import Learner, bf16_rollouts
+from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
+from textgym.builder import EnvRecipe, env_factory
+from textgym.evaluation import GroupSeeds, summarize
+from textgym.policies.hf import HFPolicy
+from textgym.progress import EpisodeProgress
+from textgym.rollout import Trajectory, rollout
+
+__all__ = [
+    "TrainingEnv",
+    "evaluate",
+    "rollout_metrics",
+    "rollout_policies",
+    "rollout_step",
+    "training_env",
+]
+
+_EVAL_SEED_OFFSET = 10**9  # evaluation seeds never collide with training tasks
+
+
+@dataclass(frozen=True)
+class TrainingEnv:
+    """How to build the training env, read once from a probe instance."""
+
+    make: Callable[[], gym.Env]
+    stop: tuple[str, ...]  # where a completion may end (the env's stop strings)
+    max_turns: int  # most agent turns per episode (the registered step limit, else 1)
+    stratified: bool  # a StratifiedOpponent wrapper draws the opponent per task
+
+
+def training_env(config: GRPOConfig) -> TrainingEnv:
+    """The training env through the one builder (:mod:`textgym.builder`).
+
+    The opponent range stratifies only an env with a seeded opponent (``has_opponent``); for
+    any other env it is ignored, so the default config trains GSM8K as it trains tic-tac-toe.
+
+    Raises:
+        ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects).
+    """
+    recipe = EnvRecipe(config.env_id, dict(config.env_kwargs), tuple(config.wrappers))
+    _, probe = env_factory(recipe)
+    stratified = config.opponent_random_move_prob is not None and probe.unwrapped.has_opponent
+    if stratified:
+        probe.close()
+        recipe = dataclasses.replace(
+            recipe,
+            opponent_random_move_prob=tuple(config.opponent_random_move_prob),
+            groups=config.groups_per_step,
+        )
+        _, probe = env_factory(recipe)
+    steps = probe.spec.max_episode_steps if probe.spec is not None else None
+    task = TrainingEnv(recipe.make, probe.unwrapped.stop_strings, int(steps or 1), stratified)
+    probe.close()
+    return task
+
+
+def rollout_step(
+    task: TrainingEnv, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
+) -> list[Trajectory]:
+    """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
+    seed and opponent stratum.
+
+    With more than one rank, this rank plays its contiguous ``1 / world_size`` of the episodes
+    (whole groups), its sampling RNG re-seeded from ``(seed, step, rank)``, so a checkpoint
+    needs no per-rank sampling state and resumes on any number of ranks.
+    """
+    first = config.seed * 10**6 + step * config.groups_per_step
+    seeds = GroupSeeds(first, config.batch_size, config.group_size)
+    options = [{"episode_index": i // config.group_size} for i in range(config.batch_size)]
+    mine = slice(None)
+    if ctx.distributed:
+        share = config.batch_size // ctx.world_size
+        mine = slice(ctx.rank * share, (ctx.rank + 1) * share)
+        policy.set_sampling_state(random.Random(f"{config.seed}/{step}/{ctx.rank}").getstate())
+    # A bar for the step's rollouts in a terminal only (transient): in a log, the step's own
+    # progress line follows within the step, and a line per 10% of every step would bury it.
+    with EpisodeProgress(
+        f"step {step + 1}/{config.steps}: rollouts",
+        enabled=config.progress and ctx.is_main and sys.stderr.isatty(),
+    ) as progress:
+        progress.add_total(len(seeds[mine]))
+        return rollout(
+            task.make,
+            policy,
+            seeds[mine],
+            batch_size=config.rollout_batch_size,
+            options=options[mine] if task.stratified else None,
+            token_level=True,
+            env_workers=config.env_workers,
+            on_episode_end=progress.episode_done,
+            on_turn=progress.actions,
+        )
+
+
+def rollout_policies(learner: Learner, task: TrainingEnv) -> tuple[HFPolicy, HFPolicy]:
+    """The sampling policy of the rollouts and the evaluation policy, both on the learner's
+    model (they see every update)."""
+    config = learner.config
+    common = {
+        "max_new_tokens": config.max_new_tokens,
+        "stop": list(task.stop),
+        "batch_size": config.rollout_batch_size,
+    }
+    make: Any = HFPolicy
+    model = learner.model
+    if bf16_rollouts(learner):  # both sample a bfloat16 copy, refreshed after each update
+        make = functools.partial(SnapshotPolicy, BF16Snapshot(learner.model))
+        model = None
+    policy = make(
+        model,
+        learner.tokenizer,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=config.seed,
+        share_prefill=config.share_prefix,
+        **common,
+    )
+    evaluator = make(
+        model,
+        learner.tokenizer,
+        temperature=config.eval_temperature,
+        seed=config.seed + 1,
+        **common,
+    )
+    return policy, evaluator
+
+
+def rollout_metrics(trajectories: list[Trajectory], ctx: DistributedContext) -> dict[str, float]:
+    """Reward, its components, outcomes and invalid rate of the training rollouts (of every
+    rank's: their episodes are gathered without their messages and token ids and log-probs)."""
+    if ctx.distributed:
+        light = [
+            dataclasses.replace(t, messages=[], token_ids=[], token_logprobs=[])
+            for t in trajectories
+        ]
+        trajectories = [t for share in all_gather_objects(light, ctx) for t in share]
+    summary = summarize(trajectories)
+    metrics = {
+        "reward_mean": summary["mean_return"],
+        "invalid_rate": summary["invalid_action_rate"],
+        "length_truncated_rate": summary["length_truncated_rate"],
+        "completion_tokens_mean": sum(sum(t.loss_mask) for t in trajectories) / len(trajectories),
+    }
+    metrics.update({f"reward/{k}": v for k, v in summary["reward_components"].items()})
+    metrics.update({f"{k}_rate": v for k, v in summary["outcomes"].items()})
+    return metrics
+
+
+def evaluate(
+    make_env: Callable[[], gym.Env],
+    policy: HFPolicy,
+    *,
+    episodes: int,
+    seed: int = 0,
+    batch_size: int = 64,
+    progress: EpisodeProgress | None = None,
+) -> dict[str, float]:
+    """Evaluate a policy in each of the env's named evaluation settings
+    (``TextEnv.evaluation_settings``: tic-tac-toe's ``random`` and ``optimal`` opponents,
+    ``random_move_prob`` 1 and 0), or once with the env's own settings (named ``eval``) for an
+    env that names none.
+
+    Evaluation seeds start at 10**9 + seed * 10**6, away from every training task.
+    ``progress`` (if given) counts the episodes of every setting as they finish.
+
+    Returns:
+        ``{"<setting>/return_mean", "<setting>/invalid_rate"}`` per setting, plus
+        ``"<setting>/<outcome>_rate"`` for each outcome in a named setting (e.g.
+        ``"random/win_rate"``); rates in [0, 1].
+    """
+    seeds = [_EVAL_SEED_OFFSET + seed * 10**6 + i for i in range(episodes)]
+    probe = make_env()
+    settings: dict[str, Any] = dict(probe.unwrapped.evaluation_settings) or {"eval": None}
+    probe.close()
+    metrics: dict[str, float] = {}
+    if progress is not None:
+        progress.add_total(len(seeds) * len(settings))
+    for name, options in settings.items():
+        summary = summarize(
+            rollout(
+                make_env,
+                policy,
+                seeds,
+                batch_size=batch_size,
+                options=options,
+                on_episode_end=progress.episode_done if progress is not None else None,
+                on_turn=progress.actions if progress is not None else None,
+            )
+        )
+        metrics[f"{name}/return_mean"] = summary["mean_return"]
+        metrics[f"{name}/invalid_rate"] = summary["invalid_action_rate"]
+        if options is not None:
+            metrics.update({f"{name}/{k}_rate": v for k, v in summary["outcomes"].items()})
+    return metrics
