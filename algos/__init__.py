@@ -4,12 +4,19 @@ Modules, each importable on its own (they need the ``llm`` and ``train`` extras:
 transformers, peft, tyro):
 
 - :mod:`textgym.algos.sft`: supervised fine-tuning on chat records (``textgym sft``):
-  ``SFTConfig`` and ``train``.
-- :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``): ``GRPOConfig``,
-  ``Learner`` / ``make_learner`` (the learner state), ``update`` (one update on a batch of
-  trajectories), ``train`` (the loop) and ``evaluate``.
-- :mod:`textgym.algos.losses`: the maths as pure torch functions: group advantages, the k3 KL,
-  the table of policy-loss variants (GRPO, DAPO, Dr. GRPO, GSPO, CISPO) and chunked log-probs.
+  ``SFTConfig`` and ``train``; :mod:`textgym.algos.sft_data` reads and checks the records and
+  tokenizes a conversation with its loss mask.
+- :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``): ``train`` (the loop)
+  and ``make_learner``, and every public name of the three modules it is made of:
+  :mod:`textgym.algos.grpo_config` (``GRPOConfig`` and its table of checks),
+  :mod:`textgym.algos.grpo_update` (``Learner``, ``update``: one update on a batch of
+  trajectories, padded or packed micro-batches) and :mod:`textgym.algos.grpo_rollouts` (the
+  training env, the sampling and evaluation policies, a step's rollouts and their metrics,
+  ``evaluate``).
+- :mod:`textgym.algos.losses`: the maths as pure torch functions: the k3 KL and the table of
+  policy-loss variants (GRPO, DAPO, Dr. GRPO, GSPO, CISPO); it re-exports
+  :mod:`textgym.algos.advantages` (group advantages, flat groups) and
+  :mod:`textgym.algos.token_log_probs` (chunked log-probs of chosen tokens).
 - :mod:`textgym.algos.common`: what both trainers share: their optimizer config base, config
   checks, the guards of an optimizer step, Ctrl-C handling.
 - :mod:`textgym.algos.model_loading`: devices and the trained model (LoRA, gradient

@@ -1,7 +1,7 @@
 """Supervised fine-tuning on chat records (``textgym sft``): the warm-up before GRPO.
 
 Reads the JSONL that ``textgym collect`` writes (one ``{"messages": [...]}`` record per
-episode, e.g. minimax games), builds each conversation's token sequence turn by turn exactly as
+episode, e.g. minimax games; :mod:`textgym.algos.sft_data`), builds each conversation's token sequence turn by turn exactly as
 a token-in / token-out rollout would (:class:`textgym.tokens.ChatTokenizer`: an assistant turn
 is its content followed by the end-of-turn token), and minimises the negative log-likelihood of
 the assistant tokens only; system, user, tool and template tokens carry no loss.
@@ -34,8 +34,8 @@ from textgym.algos.checkpoints import (
     checkpoint_to_resume,
     load_checkpoint,
     model_bytes,
-    save_checkpoint,
     save_model,
+    save_trainer_checkpoint,
 )
 from textgym.algos.common import (
     NonFiniteGuard,
@@ -57,10 +57,9 @@ from textgym.algos.distributed import (
 )
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
-from textgym.data import read_jsonl
+from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations
 from textgym.progress import EpisodeProgress
 from textgym.tokens import ChatTokenizer
-from textgym.toolformat import from_chat_messages
 
 __all__ = [
     "ROLES",
@@ -71,9 +70,6 @@ __all__ = [
     "sft_step",
     "train",
 ]
-
-#: Message roles an SFT record may hold (the chat roles textgym's envs and policies produce).
-ROLES = ("system", "user", "assistant", "tool")
 
 
 @dataclass(kw_only=True)
@@ -137,33 +133,6 @@ class SFTRun:
     dist: DistributedContext = SINGLE_PROCESS  # this process's rank in a data-parallel run
 
 
-def conversation_tokens(
-    chat: ChatTokenizer, messages: list[dict[str, Any]]
-) -> tuple[list[int], list[int]]:
-    """Token ids ``[L]`` and loss mask ``[L]`` of one conversation, assistant tokens masked in.
-
-    Messages after the last assistant turn carry no loss and are dropped.
-
-    Raises:
-        ValueError: no assistant message, or one before any user/system message.
-    """
-    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    if last < 1:
-        raise ValueError("Expected a conversation with a prompt and at least one assistant message")
-    ids: list[int] = []
-    mask: list[int] = []
-    previous, previous_ids = -1, []
-    for i in [i for i, m in enumerate(messages[: last + 1]) if m.get("role") == "assistant"]:
-        if previous < 0:
-            piece = chat.prompt(messages[:i])
-        else:
-            piece = chat.continuation(messages[:previous], previous_ids, messages[previous + 1 : i])
-        previous, previous_ids = i, chat.assistant_ids(messages[i].get("content") or "")
-        ids += piece + previous_ids
-        mask += [0] * len(piece) + [1] * len(previous_ids)
-    return ids, mask
-
-
 def train(config: SFTConfig) -> dict[str, Any]:
     """Fine-tune ``config.model`` on ``config.data``; save it to ``config.output_dir``.
 
@@ -197,11 +166,44 @@ def train(config: SFTConfig) -> dict[str, Any]:
         TrainingInterrupted: Ctrl-C; the last completed step was saved.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm.
     """
-    ctx = init_distributed(config.device)
-    device, out = ctx.device, Path(config.output_dir)
+    ctx, out = init_distributed(config.device), Path(config.output_dir)
     if config.resume and (out / "sft_summary.json").exists():
         print(f"{out} already finished its SFT run; nothing to do")
         return json.loads((out / "sft_summary.json").read_text())
+    checkpoint = _checkpoint_to_resume(config, out)
+    barrier(ctx)  # every rank has checked before rank 0 writes anything
+    conversations = read_conversations(config.data)
+    if ctx.is_main:
+        write_run_record(out, config)
+    run, sequences, dropped = _start_run(config, ctx, conversations)
+    start = _restore(run, checkpoint)
+    began = time.perf_counter()
+    logger = _logger(out, config, ctx, resume=checkpoint is not None)
+    with logger, StopOnInterrupt() as stop:
+        if checkpoint is not None:
+            logger.truncate_after(start)
+        steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
+    if not ctx.is_main:
+        barrier(ctx)  # returns once rank 0 has written the model
+        return {"steps": steps, "final_loss": final_loss}
+    summary = {
+        "conversations": len(sequences),
+        "dropped_too_long": dropped,
+        "steps": steps,
+        "final_loss": final_loss,
+        "final_loss_steps": averaged,
+    }
+    return _finish_run(run, summary, began)
+
+
+def _checkpoint_to_resume(config: SFTConfig, out: Path) -> Path | None:
+    """The checkpoint ``resume`` continues (checked against ``config``), else ``None``.
+
+    Raises:
+        ValueError: without ``resume``, ``out`` already holds an SFT run; a resume with
+            another config.
+        CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.
+    """
     checkpoint = checkpoint_to_resume(out, config) if config.resume else None
     if checkpoint is None and (
         (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists()
@@ -211,11 +213,15 @@ def train(config: SFTConfig) -> dict[str, Any]:
             "sft_summary.json); choose a new --output-dir, delete that one, or pass --resume "
             "to continue its newest checkpoint"
         )
-    barrier(ctx)  # every rank has checked before rank 0 writes anything
-    conversations = read_conversations(config.data)
-    if ctx.is_main:
-        write_run_record(out, config)
-    model, tokenizer, _ = load_trainable_model(config, device)
+    return checkpoint
+
+
+def _start_run(
+    config: SFTConfig, ctx: DistributedContext, conversations: list[list[dict[str, Any]]]
+) -> tuple[SFTRun, list[tuple[list[int], list[int]]], int]:
+    """The model (rank 0's weights on every rank), the tokenized conversations that fit and
+    how many were dropped, the optimizer and its schedule, as one :class:`SFTRun`."""
+    model, tokenizer, _ = load_trainable_model(config, ctx.device)
     broadcast_parameters(model, ctx)
     sequences, dropped = _tokenize(config, ChatTokenizer(tokenizer), conversations)
     optimizer, scheduler = make_optimizer(model, config)
@@ -224,45 +230,48 @@ def train(config: SFTConfig) -> dict[str, Any]:
         model=model,
         optimizer=optimizer,
         scheduler=scheduler,
-        device=device,
+        device=ctx.device,
         pad_token_id=tokenizer.pad_token_id or 0,
         total_steps=config.epochs * -(-len(sequences) // config.batch_size),
         tokenizer=tokenizer,
         dist=ctx,
     )
-    start = 0
-    if checkpoint is not None:  # weights, optimizer, scheduler and RNG states
-        state = load_checkpoint(checkpoint, model=model, optimizer=optimizer, scheduler=scheduler)
-        start = int(state["step"])
-    began = time.perf_counter()
-    logger: Any = NullLogger()
-    if ctx.is_main:
-        logger = MetricsLogger(
-            out,
-            tensorboard=config.tensorboard,
-            resume=checkpoint is not None,
-            report_to=config.report_to,
-            config=config,
-        )
-    with logger, StopOnInterrupt() as stop:
-        if checkpoint is not None:
-            logger.truncate_after(start)
-        steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
+    return run, sequences, dropped
+
+
+def _restore(run: SFTRun, checkpoint: Path | None) -> int:
+    """Load ``checkpoint`` (weights, optimizer, scheduler and RNG states) into the run; return
+    its step (0 if there is none)."""
+    if checkpoint is None:
+        return 0
+    state = load_checkpoint(
+        checkpoint, model=run.model, optimizer=run.optimizer, scheduler=run.scheduler
+    )
+    return int(state["step"])
+
+
+def _logger(out: Path, config: SFTConfig, ctx: DistributedContext, *, resume: bool) -> Any:
+    """Rank 0's metrics logger; one that writes nothing on the other ranks."""
     if not ctx.is_main:
-        barrier(ctx)  # returns once rank 0 has written the model
-        return {"steps": steps, "final_loss": final_loss}
-    _save_final(model, tokenizer, config)
+        return NullLogger()
+    return MetricsLogger(
+        out,
+        tensorboard=config.tensorboard,
+        resume=resume,
+        report_to=config.report_to,
+        config=config,
+    )
+
+
+def _finish_run(run: SFTRun, summary: dict[str, Any], began: float) -> dict[str, Any]:
+    """Rank 0 saves the model, plots the loss and writes ``sft_summary.json`` (``summary`` and
+    ``elapsed_s``, the run's seconds since ``began``) last; every rank waits for it."""
+    out = Path(run.config.output_dir)
+    _save_final(run.model, run.tokenizer, run.config)
     plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
-    summary = {
-        "conversations": len(sequences),
-        "dropped_too_long": dropped,
-        "steps": steps,
-        "final_loss": final_loss,
-        "final_loss_steps": averaged,
-        "elapsed_s": time.perf_counter() - began,
-    }
+    summary["elapsed_s"] = time.perf_counter() - began
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    barrier(ctx)
+    barrier(run.dist)
     return summary
 
 
@@ -286,56 +295,98 @@ def _epochs(
     """
     config = run.config
     order = random.Random(config.seed)
-    began, step, window, final_loss = time.perf_counter(), 0, [], float("nan")
-    averaged: list[int] | None = None
+    losses, step = _LossLog(began=time.perf_counter()), 0
     for epoch in range(config.epochs):
         indices = list(range(len(sequences)))
         order.shuffle(indices)
         for start_index in range(0, len(indices), config.batch_size):
-            if step < start:  # done before the resumed checkpoint
-                step += 1
+            step += 1
+            if step <= start:  # done before the resumed checkpoint
                 continue
             step_began = time.perf_counter()
             batch = [sequences[i] for i in indices[start_index : start_index + config.batch_size]]
-            if run.dist.distributed:  # this rank's contiguous share of the step's conversations
-                share = -(-len(batch) // run.dist.world_size)
-                batch = batch[run.dist.rank * share : (run.dist.rank + 1) * share]
-            loss, tokens = sft_step(run, batch)
+            loss, tokens = sft_step(run, _rank_share(batch, run.dist))
             run.scheduler.step()
-            step += 1
-            window.append(loss)
-            logs = step % config.log_every == 0 or step == run.total_steps
-            if config.progress and run.dist.is_main:
-                seconds = time.perf_counter() - step_began
-                mean = (
-                    f"mean of steps {step - len(window) + 1}-{step}: {sum(window) / len(window):.4g}"
-                    if logs and len(window) > 1
-                    else None
-                )
-                line = progress_line(
-                    step, run.total_steps, loss=loss, seconds=seconds, tokens=tokens, note=mean
-                )
-                print(line, file=sys.stderr, flush=True)
-            if logs:
-                logger.log(
-                    step,
-                    {
-                        "loss": sum(window) / len(window),
-                        "epoch": epoch,
-                        "tokens": tokens,
-                        "lr": run.scheduler.get_last_lr()[0],
-                        "elapsed_s": time.perf_counter() - began,
-                        "nonfinite_skipped": run.guard.skipped,
-                    },
-                )
-                final_loss, averaged = sum(window) / len(window), [step - len(window) + 1, step]
-                window = []
+            _log_step(
+                run,
+                logger,
+                losses,
+                step=step,
+                epoch=epoch,
+                loss=loss,
+                tokens=tokens,
+                step_began=step_began,
+            )
             stopping = stop is not None and _any_rank(stop.requested, run.dist)
             if stopping or (config.save_every and step % config.save_every == 0):
                 checkpoint = _save_checkpoint(run, step)
                 if stopping:
                     raise TrainingInterrupted(step, checkpoint)
-    return step, final_loss, averaged
+    return step, losses.final_loss, losses.averaged
+
+
+def _rank_share(batch: list[Any], ctx: DistributedContext) -> list[Any]:
+    """This rank's contiguous share of the step's conversations (all of them on one process)."""
+    if not ctx.distributed:
+        return batch
+    share = -(-len(batch) // ctx.world_size)
+    return batch[ctx.rank * share : (ctx.rank + 1) * share]
+
+
+@dataclass
+class _LossLog:
+    """The losses of the steps since the last logged one, and what the last log averaged."""
+
+    began: float  # time.perf_counter() when training began (elapsed_s)
+    window: list[float] = field(default_factory=list)
+    final_loss: float = float("nan")
+    averaged: list[int] | None = None  # [first, last] steps of final_loss
+
+
+def _log_step(
+    run: SFTRun,
+    logger: MetricsLogger,
+    losses: _LossLog,
+    *,
+    step: int,
+    epoch: int,
+    loss: float,
+    tokens: float,
+    step_began: float,
+) -> None:
+    """The step's progress line (rank 0, ``progress``); every ``log_every`` steps and at the
+    last, the mean loss of the window written to the log."""
+    config, window = run.config, losses.window
+    window.append(loss)
+    logs = step % config.log_every == 0 or step == run.total_steps
+    if config.progress and run.dist.is_main:
+        seconds = time.perf_counter() - step_began
+        mean = (
+            f"mean of steps {step - len(window) + 1}-{step}: {sum(window) / len(window):.4g}"
+            if logs and len(window) > 1
+            else None
+        )
+        line = progress_line(
+            step, run.total_steps, loss=loss, seconds=seconds, tokens=tokens, note=mean
+        )
+        print(line, file=sys.stderr, flush=True)
+    if logs:
+        logger.log(
+            step,
+            {
+                "loss": sum(window) / len(window),
+                "epoch": epoch,
+                "tokens": tokens,
+                "lr": run.scheduler.get_last_lr()[0],
+                "elapsed_s": time.perf_counter() - losses.began,
+                "nonfinite_skipped": run.guard.skipped,
+            },
+        )
+        losses.final_loss, losses.averaged = (
+            sum(window) / len(window),
+            [step - len(window) + 1, step],
+        )
+        losses.window = []
 
 
 def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
@@ -351,16 +402,7 @@ def _save_checkpoint(run: SFTRun, step: int) -> Path:
     """
     config = run.config
     if run.dist.is_main:
-        save_checkpoint(
-            config.output_dir,
-            step,
-            model=run.model,
-            tokenizer=run.tokenizer,
-            optimizer=run.optimizer,
-            scheduler=run.scheduler,
-            config=config,
-            save_total_limit=config.save_total_limit,
-        )
+        save_trainer_checkpoint(run, step)
     barrier(run.dist)
     return Path(config.output_dir) / f"checkpoint-{step}"
 
@@ -377,60 +419,6 @@ def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
     for item in scratch.iterdir():
         item.replace(out / item.name)
     scratch.rmdir()
-
-
-def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
-    """The ``messages`` of every record of an SFT JSONL file, checked before any model loads.
-
-    Each record must hold ``messages``: a list of objects with ``role`` one of :data:`ROLES`
-    and ``content`` a string (``tool_calls`` and other keys are allowed), with a system or user
-    message before the first assistant message, and at least one assistant message. A record of
-    a tool env in the structured form (assistant ``tool_calls``, ``tool`` messages; what
-    ``textgym collect`` writes for tool envs) is turned back into the text form the env parses
-    (:func:`textgym.toolformat.from_chat_messages`), which is what the policy learns to write.
-
-    Raises:
-        FileNotFoundError: ``path`` does not exist.
-        ValueError: naming the record (1-based, blank lines not counted) and what is wrong.
-    """
-    conversations = []
-    for number, record in enumerate(read_jsonl(path), start=1):
-        where = f"{path}: record {number}"
-        messages = record.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise ValueError(f"{where}: expected a non-empty 'messages' list")
-        if any(
-            isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
-            for m in messages
-        ):
-            try:
-                messages = from_chat_messages(messages)
-            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
-                raise ValueError(f"{where}: the structured tool calls do not read: {exc}") from None
-        for i, message in enumerate(messages):
-            if not isinstance(message, dict):
-                raise ValueError(f"{where}: message {i} is {type(message).__name__}, not an object")
-            if message.get("role") not in ROLES:
-                raise ValueError(
-                    f"{where}: message {i} has role {message.get('role')!r}; expected one of "
-                    f"{', '.join(ROLES)}"
-                )
-            if not isinstance(message.get("content"), str):
-                raise ValueError(
-                    f"{where}: message {i} ({message['role']}) has content "
-                    f"{message.get('content')!r}; expected a string"
-                )
-        roles = [m["role"] for m in messages]
-        if "assistant" not in roles:
-            raise ValueError(f"{where}: no assistant message, so nothing to learn")
-        if roles.index("assistant") == 0:
-            raise ValueError(
-                f"{where}: the first message is the assistant's; expected a prompt first"
-            )
-        conversations.append(messages)
-    if not conversations:
-        raise ValueError(f"{path}: expected at least one record, got none")
-    return conversations
 
 
 def _tokenize(

@@ -1,0 +1,103 @@
+"""The data of ``textgym sft``: chat records read and checked (:func:`read_conversations`) and
+one conversation's token ids with its loss mask (:func:`conversation_tokens`).
+
+A conversation's token sequence is built turn by turn exactly as a token-in / token-out rollout
+would (:class:`textgym.tokens.ChatTokenizer`: an assistant turn is its content followed by the
+end-of-turn token); only the assistant tokens carry loss. Re-exported by
+:mod:`textgym.algos.sft`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textgym.data import read_jsonl
+from textgym.tokens import ChatTokenizer
+from textgym.toolformat import from_chat_messages
+
+__all__ = ["ROLES", "conversation_tokens", "read_conversations"]
+
+#: Message roles an SFT record may hold (the chat roles textgym's envs and policies produce).
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
+    """The ``messages`` of every record of an SFT JSONL file, checked before any model loads.
+
+    Each record must hold ``messages``: a list of objects with ``role`` one of :data:`ROLES`
+    and ``content`` a string (``tool_calls`` and other keys are allowed), with a system or user
+    message before the first assistant message, and at least one assistant message. A record of
+    a tool env in the structured form (assistant ``tool_calls``, ``tool`` messages; what
+    ``textgym collect`` writes for tool envs) is turned back into the text form the env parses
+    (:func:`textgym.toolformat.from_chat_messages`), which is what the policy learns to write.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        ValueError: naming the record (1-based, blank lines not counted) and what is wrong.
+    """
+    conversations = []
+    for number, record in enumerate(read_jsonl(path), start=1):
+        where = f"{path}: record {number}"
+        messages = record.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError(f"{where}: expected a non-empty 'messages' list")
+        if any(
+            isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
+            for m in messages
+        ):
+            try:
+                messages = from_chat_messages(messages)
+            except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
+                raise ValueError(f"{where}: the structured tool calls do not read: {exc}") from None
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                raise ValueError(f"{where}: message {i} is {type(message).__name__}, not an object")
+            if message.get("role") not in ROLES:
+                raise ValueError(
+                    f"{where}: message {i} has role {message.get('role')!r}; expected one of "
+                    f"{', '.join(ROLES)}"
+                )
+            if not isinstance(message.get("content"), str):
+                raise ValueError(
+                    f"{where}: message {i} ({message['role']}) has content "
+                    f"{message.get('content')!r}; expected a string"
+                )
+        roles = [m["role"] for m in messages]
+        if "assistant" not in roles:
+            raise ValueError(f"{where}: no assistant message, so nothing to learn")
+        if roles.index("assistant") == 0:
+            raise ValueError(
+                f"{where}: the first message is the assistant's; expected a prompt first"
+            )
+        conversations.append(messages)
+    if not conversations:
+        raise ValueError(f"{path}: expected at least one record, got none")
+    return conversations
+
+
+def conversation_tokens(
+    chat: ChatTokenizer, messages: list[dict[str, Any]]
+) -> tuple[list[int], list[int]]:
+    """Token ids ``[L]`` and loss mask ``[L]`` of one conversation, assistant tokens masked in.
+
+    Messages after the last assistant turn carry no loss and are dropped.
+
+    Raises:
+        ValueError: no assistant message, or one before any user/system message.
+    """
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    if last < 1:
+        raise ValueError("Expected a conversation with a prompt and at least one assistant message")
+    ids: list[int] = []
+    mask: list[int] = []
+    previous, previous_ids = -1, []
+    for i in [i for i, m in enumerate(messages[: last + 1]) if m.get("role") == "assistant"]:
+        if previous < 0:
+            piece = chat.prompt(messages[:i])
+        else:
+            piece = chat.continuation(messages[:previous], previous_ids, messages[previous + 1 : i])
+        previous, previous_ids = i, chat.assistant_ids(messages[i].get("content") or "")
+        ids += piece + previous_ids
+        mask += [0] * len(piece) + [1] * len(previous_ids)
+    return ids, mask
