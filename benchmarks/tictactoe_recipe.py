@@ -180,6 +180,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
     wall_s = time.perf_counter() - start
     load.append(os.getloadavg()[0])
     curve = read_curve(Path(config.output_dir) / "metrics.jsonl")
+    run_record = json.loads((Path(config.output_dir) / "run.json").read_text())
     checkpoint = latest_checkpoint(Path(config.output_dir))
     eval_json = Path(config.output_dir) / "eval.json"
     eval_argv = [
@@ -204,7 +205,10 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "init": args.init,
         "steps": args.steps,
         "episodes_per_step": config.groups_per_step * config.group_size,
-        "config": {k: v for k, v in vars(config).items() if not k.startswith("_")},
+        # What the trainer recorded when the run started (run.json): the truth for a run
+        # begun by another command (e.g. ``textgym train`` with the same settings).
+        "config": run_record["config"],
+        "train_command": run_record["command"],
         # The GRPO steps' own time (rollout + update), summed from metrics.jsonl: right for a
         # run resumed over several invocations, and without the in-run evaluations.
         "train_seconds": sum(c["step_time_s"] for c in curve if c["stage"] == "train"),
