@@ -241,7 +241,7 @@ def _cell(rows: dict[str, Any]) -> str:
 
 def markdown_table(records: list[dict[str, Any]]) -> str:
     """One row per arm: W / D / L % (both marks) per evaluation row, with the loss stderr."""
-    head = "| arm | knob | steps | train min | " + " | ".join(EVAL_ROWS) + " | invalid % |"
+    head = "| arm | knob | steps | s / step | " + " | ".join(EVAL_ROWS) + " | invalid % |"
     lines = [head, "|" + "---|" * (5 + len(EVAL_ROWS))]
     for r in records:
         greedy = r["eval"]["greedy"]
@@ -252,8 +252,10 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
             for row in greedy
             for m in greedy[row]
         )
+        # The median step time: totals on a shared machine are dominated by its slowest steps.
+        times = sorted(c["step_time_s"] for c in r["curve"] if c["stage"] == "train")
         lines.append(
-            f"| {r['arm']} | {r['knob']} | {r['steps']} | {r['train_seconds'] / 60:.0f} | "
+            f"| {r['arm']} | {r['knob']} | {r['steps']} | {times[len(times) // 2]:.0f} | "
             + " | ".join(cells)
             + f" | {100 * invalid / max(actions, 1):.2f} |"
         )
