@@ -89,39 +89,43 @@ def _pipeline(stage: str) -> Part:
     )
 
 
-def _decode(results: Path, smoke: bool) -> list[str]:
-    out = ["--output", str(results / "llm_decode.json")]
-    if smoke:
-        return [PY, str(BENCH / "llm_decode.py"), "--smoke", *out]
-    sizes = shlex.split("--engines generate cb now --batches 1 8 32 256 --turns 4 --new-tokens 64")
-    return [PY, str(BENCH / "llm_decode.py"), *sizes, *out]
+def _script(script: str, output: str, smoke: str, full: str) -> Callable[[Path, bool], list[str]]:
+    """The command of a part that runs one benchmark script with ``smoke`` or ``full`` options
+    (one string each) and writes ``RESULTS/output``."""
+
+    def command(results: Path, is_smoke: bool) -> list[str]:
+        options = shlex.split(smoke if is_smoke else full)
+        return [PY, str(BENCH / script), *options, "--output", str(results / output)]
+
+    return command
 
 
-def _grpo_vs_trl(results: Path, smoke: bool) -> list[str]:
-    out = ["--output", str(results / "grpo_vs_trl.json")]
-    if smoke:
-        sizes = "--steps 1 --warmup 0 --rounds 1 --groups-per-step 2 --group-size 2"
-        sizes += " --micro-batch-size 2 --max-new-tokens 8"
-    else:
-        # Issue 22's setting: 32 groups x 8 = 256 episodes a step, 32 new tokens, micro-batch 32.
-        sizes = "--model gemma-3-270m --groups-per-step 32 --group-size 8 --max-new-tokens 32"
-        sizes += " --micro-batch-size 32 --steps 3 --rounds 2"
-    return [PY, str(BENCH / "grpo_vs_trl.py"), *shlex.split(sizes), *out]
-
-
-def _update_packing(results: Path, smoke: bool) -> list[str]:
-    out = ["--output", str(results / "update_packing.json")]
-    if smoke:
-        sizes = "--groups 2 --group-size 2 --micro-batch-size 4 --micro-batch-tokens 256"
-        sizes += " --alternations 1 --warmup-modes 0"
-    else:
-        # Issue 22 item 3 at its GRPO setting: 256 tic-tac-toe sequences, padded micro-batches
-        # of 32 (with and without the shared-prompt pass) against packed rows of 4k / 16k tokens,
-        # full fine-tuning and LoRA, bf16 autocast on the GPU.
-        sizes = "--model gemma-3-270m --device cuda --groups 32 --group-size 8"
-        sizes += " --micro-batch-size 32 --micro-batch-tokens 4096 16384 --lora-rank 0 16"
-        sizes += " --prompt-style compact --alternations 5"
-    return [PY, str(BENCH / "update_packing.py"), *shlex.split(sizes), *out]
+_decode = _script(
+    "llm_decode.py",
+    "llm_decode.json",
+    smoke="--smoke",
+    full="--engines generate cb now --batches 1 8 32 256 --turns 4 --new-tokens 64",
+)
+# Issue 22's setting: 32 groups x 8 = 256 episodes a step, 32 new tokens, micro-batch 32.
+_grpo_vs_trl = _script(
+    "grpo_vs_trl.py",
+    "grpo_vs_trl.json",
+    smoke="--steps 1 --warmup 0 --rounds 1 --groups-per-step 2 --group-size 2"
+    " --micro-batch-size 2 --max-new-tokens 8",
+    full="--model gemma-3-270m --groups-per-step 32 --group-size 8 --max-new-tokens 32"
+    " --micro-batch-size 32 --steps 3 --rounds 2",
+)
+# Issue 22 item 3 at the same setting: 256 tic-tac-toe sequences, padded micro-batches of 32
+# (with and without the shared-prompt pass) against packed rows of 4k / 16k tokens, full
+# fine-tuning and LoRA, bf16 autocast on the GPU.
+_update_packing = _script(
+    "update_packing.py",
+    "update_packing.json",
+    smoke="--groups 2 --group-size 2 --micro-batch-size 4 --micro-batch-tokens 256"
+    " --alternations 1 --warmup-modes 0",
+    full="--model gemma-3-270m --device cuda --groups 32 --group-size 8 --micro-batch-size 32"
+    " --micro-batch-tokens 4096 16384 --lora-rank 0 16 --prompt-style compact --alternations 5",
+)
 
 
 PARTS = [
