@@ -2,10 +2,17 @@
 
 import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+# A suite started in the background by a non-interactive shell (`nohup python -m pytest &`)
+# inherits SIGINT ignored; Python keeps SIG_IGN and every subprocess inherits it, so the Ctrl-C
+# tests (hold_interrupts, the CLI's interrupted runs) would see no interrupt. Deliver it again.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 settings.register_profile("default", max_examples=100, deadline=None)
 settings.register_profile(
