@@ -53,6 +53,7 @@ TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"
 #: The committed CPU mastery adapter (SFT, then two GRPO phases; README): every arm's start.
 MASTERY = "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/mastery"
 #: Evaluation rows: the two ends of the training range and two players it never trained with.
+OUTCOMES = ("win", "draw", "loss")
 EVAL_ROWS = ("random", "optimal", "fork", "greedy_center")
 #: Opponent styles of the ``styles`` arm: the minimax plus the out-of-distribution players of
 #: ``tictactoe_eval.py`` except ``minimax_any`` (kept out of training to stay a held-out one).
@@ -254,24 +255,57 @@ def markdown_table(records: list[dict[str, Any]]) -> str:
         )
         # The median step time: totals on a shared machine are dominated by its slowest steps.
         times = sorted(c["step_time_s"] for c in r["curve"] if c["stage"] == "train")
+        median = f"{times[len(times) // 2]:.0f}" if times else "-"
         lines.append(
-            f"| {r['arm']} | {r['knob']} | {r['steps']} | {times[len(times) // 2]:.0f} | "
+            f"| {r['arm']} | {r['knob']} | {r['steps']} | {median} | "
             + " | ".join(cells)
             + f" | {100 * invalid / max(actions, 1):.2f} |"
         )
     return "\n".join(lines)
 
 
+def per_mark_table(records: list[dict[str, Any]]) -> str:
+    """One row per arm: W / D / L % per evaluation row and mark."""
+    columns = [(row, mark) for row in EVAL_ROWS for mark in ("X", "O")]
+    lines = ["| arm | " + " | ".join(f"{row}, {mark}" for row, mark in columns) + " |"]
+    lines.append("|" + "---|" * (1 + len(columns)))
+    for r in records:
+        greedy, cells = r["eval"]["greedy"], []
+        for row, mark in columns:
+            x = greedy.get(row, {}).get(mark)
+            rates = "-" if x is None else [f"{100 * x[o]['rate']:.1f}" for o in OUTCOMES]
+            cells.append(rates if rates == "-" else " / ".join(rates))
+        lines.append(f"| {r['arm']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def start_record(results: Path) -> list[dict[str, Any]]:
+    """The start's evaluation (``start_eval.json``, a ``tictactoe_eval.py`` record of the model
+    every arm starts from) as a 0-step row, or nothing when it is missing."""
+    path = results / "start_eval.json"
+    if not path.exists():
+        return []
+    evaluation = json.loads(path.read_text())["results"]
+    return [{"arm": "start", "knob": "-", "steps": 0, "curve": [], "eval": evaluation}]
+
+
+def _between(doc: str, name: str, text: str) -> str:
+    begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
+    if begin not in doc or end not in doc:
+        return doc
+    return doc[: doc.index(begin) + len(begin)] + "\n" + text + "\n" + doc[doc.index(end) :]
+
+
 def write_table(args: argparse.Namespace) -> str:
-    """Rewrite the table in :data:`TABLE_DOC` and the curves plot from the arms' JSON."""
+    """Rewrite the tables in :data:`TABLE_DOC` (between its ``recipe-table`` and
+    ``recipe-per-mark`` markers) and the curves plot from the arms' JSON."""
     records = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
     records = [r for r in records if r.get("benchmark") == "tictactoe_recipe" and not r["smoke"]]
-    table = markdown_table(records)
-    doc = TABLE_DOC.read_text() if TABLE_DOC.exists() else ""
-    begin, end = "<!-- recipe-table -->", "<!-- /recipe-table -->"
-    if begin in doc and end in doc:
-        doc = doc[: doc.index(begin) + len(begin)] + "\n" + table + "\n" + doc[doc.index(end) :]
-        TABLE_DOC.write_text(doc)
+    rows = start_record(Path(args.results)) + records
+    table = markdown_table(rows)
+    if TABLE_DOC.exists():
+        doc = _between(TABLE_DOC.read_text(), "recipe-table", table)
+        TABLE_DOC.write_text(_between(doc, "recipe-per-mark", per_mark_table(rows)))
     plot_curves(records, Path(args.results) / "curves.png")
     print(table)
     return table

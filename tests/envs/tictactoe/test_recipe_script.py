@@ -83,3 +83,6 @@ def test_smoke_arm_writes_a_record_the_table_reads(tmp_path):
     assert all(greedy[row][m]["games"] == 4 for row in greedy for m in ("X", "O"))
     table = recipe.markdown_table([record])
     assert table.count("\n") == 2 and "| win_speed | shaping | 2 |" in table
+    per_mark = recipe.per_mark_table([record]).splitlines()
+    assert len(per_mark) == 3 and per_mark[2].startswith("| win_speed | ")
+    assert per_mark[2].count("|") == 2 + 2 * len(recipe.EVAL_ROWS)  # a cell per row and mark
