@@ -292,7 +292,7 @@ def start_record(results: Path) -> list[dict[str, Any]]:
 def _between(doc: str, name: str, text: str) -> str:
     begin, end = f"<!-- {name} -->", f"<!-- /{name} -->"
     if begin not in doc or end not in doc:
-        return doc
+        raise ValueError(f"{TABLE_DOC} has no {begin} ... {end} markers to write the table between")
     return doc[: doc.index(begin) + len(begin)] + "\n" + text + "\n" + doc[doc.index(end) :]
 
 
@@ -324,10 +324,8 @@ def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
     for r in records:
         train = [c for c in r["curve"] if c["stage"] == "train"]
         reward = [c["reward_mean"] for c in train]
-        smooth = [
-            sum(reward[max(0, i - 4) : i + 1]) / len(reward[max(0, i - 4) : i + 1])
-            for i in range(len(reward))
-        ]
+        windows = [reward[max(0, i - 4) : i + 1] for i in range(len(reward))]
+        smooth = [sum(w) / len(w) for w in windows]
         ax_r.plot([c["step"] for c in train], smooth, label=r["arm"])
         evals = [c for c in r["curve"] if c["stage"] == "eval"]
         ax_w.plot(

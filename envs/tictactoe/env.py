@@ -199,7 +199,8 @@ class TicTacToeEnv(TextEnv):
                 f"Unknown reset options {sorted(unknown)}; expected any of "
                 "'opponent', 'random_move_prob', 'agent_mark'"
             )
-        styles = _check_opponent(options.get("opponent", self.opponent))
+        # The constructor checked self.opponent; only a per-episode override needs checking.
+        styles = _check_opponent(options["opponent"]) if "opponent" in options else self.opponent
         self._episode_prob = check_probability(
             "random_move_prob", options.get("random_move_prob", self.random_move_prob)
         )
