@@ -61,8 +61,10 @@ from textgym.algos import grpo, sft
 from textgym.algos.checkpoints import latest_checkpoint
 from textgym.algos.model_loading import resolve_device
 from textgym.builder import EnvRecipe
-from textgym.collect import sft_record
+from textgym.collect import covering_records, sft_record
 from textgym.envs.tictactoe import MinimaxPolicy
+from textgym.envs.tictactoe.expert import TIE_BREAKS
+from textgym.envs.tictactoe.opponent import OPTIMAL_STYLES
 from textgym.envs.tictactoe.parsing import is_answer
 from textgym.models import load_model
 from textgym.policies.hf import HFPolicy
@@ -158,14 +160,29 @@ def stage_baseline(args: argparse.Namespace, work: Path, device: torch.device) -
 def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
     start = time.perf_counter()
     make = EnvRecipe(
-        "textgym/TicTacToe-v0",
-        {"random_move_prob": 0.5, "prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
+        "textgym/TicTacToe-v0", {"prompt_style": args.prompt_style, "agent_mark": args.agent_mark}
     ).make
-    games = rollout(
-        make, MinimaxPolicy(seed=args.seed, reasoning=False), list(range(args.games)), batch_size=64
+    expert = MinimaxPolicy(
+        seed=args.seed, reasoning=False, style=args.sft_expert, tie_break=args.sft_tie_break
     )
+    # Opponents stratified over --sft-opponent-random-move-prob (10 strata, game i in stratum
+    # i % 10), as the GRPO evaluation's training objective.
+    low, high = args.sft_opponent_random_move_prob
+    games = []
+    for k in range(TRAIN_STRATA):
+        games += rollout(
+            make,
+            expert,
+            list(range(k, args.games, TRAIN_STRATA)),
+            batch_size=64,
+            options={"random_move_prob": low + (k + 0.5) * (high - low) / TRAIN_STRATA},
+        )
+    records = [sft_record(g) for g in sorted(games, key=lambda g: g.seed)]
+    collected = len(records)
+    if args.sft_cover:
+        records = covering_records(records)
     data = work / "games.jsonl"
-    data.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games))
+    data.write_text("".join(json.dumps(r) + "\n" for r in records))
     collect_s = time.perf_counter() - start
     shutil.rmtree(work / "sft", ignore_errors=True)
     config = sft.SFTConfig(
@@ -184,7 +201,14 @@ def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dic
     )
     start = time.perf_counter()
     summary = sft.train(config)
-    return {"summary": summary, "collect_s": collect_s, "sft_s": time.perf_counter() - start}
+    return {
+        "summary": summary,
+        "games_collected": collected,
+        "games_kept": len(records),
+        "moves_kept": sum(m["role"] == "assistant" for r in records for m in r["messages"]),
+        "collect_s": collect_s,
+        "sft_s": time.perf_counter() - start,
+    }
 
 
 def stage_eval_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dict[str, Any]:
@@ -383,6 +407,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--prompt-style", default="compact", choices=["full", "compact"])
     parser.add_argument("--games", type=int, default=1000, help="minimax games for SFT")
+    parser.add_argument(
+        "--sft-expert",
+        default="minimax",
+        choices=OPTIMAL_STYLES,
+        help="the expert's style (safe_best: the optimal moves that beat weak players most)",
+    )
+    parser.add_argument("--sft-tie-break", default="uniform", choices=TIE_BREAKS)
+    parser.add_argument(
+        "--sft-opponent-random-move-prob",
+        type=float,
+        nargs=2,
+        default=(0.5, 0.5),
+        metavar=("LOW", "HIGH"),
+        help="random_move_prob of the SFT games' opponents, stratified over games",
+    )
+    parser.add_argument(
+        "--sft-cover",
+        action="store_true",
+        help="keep only a covering subset of the games (collect.covering_records)",
+    )
     parser.add_argument("--sft-epochs", type=int, default=4)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
     parser.add_argument("--sft-batch-size", type=int, default=16, help="games per SFT step")

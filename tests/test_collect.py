@@ -9,7 +9,7 @@ import pytest
 
 import textgym  # noqa: F401
 from textgym.cli import main
-from textgym.collect import parse_filter, sft_record
+from textgym.collect import covering_records, parse_filter, sft_record
 from textgym.policies import RandomPolicy
 from textgym.rollout import rollout
 
@@ -161,3 +161,24 @@ def test_rollouts_of_a_seed_are_copies_of_one_episode_start(tmp_path):
     assert [r["seed"] for r in records] == [0, 0, 0, 0, 1, 1, 1, 1]
     first_obs = [r["messages"][1]["content"] for r in records]
     assert len(set(first_obs[:4])) == 1 and len(set(first_obs[4:])) == 1
+
+
+def _prompts(record):
+    messages = [(m["role"], m["content"]) for m in record["messages"]]
+    return {tuple(messages[:i]) for i, (role, _) in enumerate(messages) if role == "assistant"}
+
+
+def test_covering_records_keep_every_prompt_with_fewer_games():
+    records = [sft_record(t) for t in games(300)]
+    kept = covering_records(records + records[:50])  # duplicates are never kept twice
+    every = set().union(*map(_prompts, records))
+    assert set().union(*map(_prompts, kept)) == every
+    assert len(kept) < len(records)
+    assert len({json.dumps(r["messages"]) for r in kept}) == len(kept)
+    assert kept == sorted(kept, key=records.index)  # original order
+
+
+def test_covering_records_of_nothing_is_nothing():
+    assert covering_records([]) == []
+    with pytest.raises(KeyError):
+        covering_records([{"seed": 0}])

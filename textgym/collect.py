@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 from textgym.rollout import Trajectory
 from textgym.toolformat import chat_tools, to_chat_messages
 
-__all__ = ["parse_filter", "sft_record"]
+__all__ = ["covering_records", "parse_filter", "sft_record"]
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -219,3 +219,39 @@ def sft_record(trajectory: Trajectory) -> dict[str, Any]:
         "num_steps": trajectory.num_steps,
         "invalid_actions": sum(trajectory.invalid_actions),
     }
+
+
+def _prompts(record: dict[str, Any]) -> set[tuple[tuple[str, str], ...]]:
+    """Every prompt of a record: the conversation before each assistant message."""
+    messages = [(m["role"], str(m.get("content"))) for m in record["messages"]]
+    return {tuple(messages[:i]) for i, (role, _) in enumerate(messages) if role == "assistant"}
+
+
+def covering_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A small subset of ``records`` in which every prompt of ``records`` still appears.
+
+    A prompt is the conversation before an assistant message: what the policy saw when it
+    acted. Greedy set cover (repeatedly keep the record with the most prompts not yet covered;
+    ties go to the earlier record), which is within a factor ``ln(max prompts per record) + 1``
+    of the smallest cover (Johnson, 1974). Used to thin expert games collected against mostly
+    random opponents: a few hundred games keep every position of thousands, so SFT spends its
+    steps on positions rather than on repeats of the common openings (issue 23).
+
+    Args:
+        records: :func:`sft_record` dicts (``"messages"`` as chat messages).
+
+    Returns:
+        The kept records, in their original order. Records with equal prompts (duplicate
+        games of a deterministic expert) are kept at most once.
+
+    Raises:
+        KeyError: for a record without ``"messages"``.
+    """
+    prompts = [_prompts(r) for r in records]
+    left = set().union(*prompts) if prompts else set()
+    kept: list[int] = []
+    while left:
+        best = max(range(len(records)), key=lambda i: (len(prompts[i] & left), -i))
+        kept.append(best)
+        left -= prompts[best]
+    return [records[i] for i in sorted(kept)]

@@ -105,6 +105,9 @@ class TicTacToeEnv(TextEnv):
             optimal player with a deterministic tie-break.
           - ``"minimax_any"``: every move that keeps the game-theoretic result, with no
             preference for faster wins; optimal, over many more lines than ``"minimax"``.
+          - ``"safe_best"``: the optimal moves that score best against a uniformly random
+            player (``opponent.safe_best_moves``); optimal, and the strongest exploiter of weak
+            play among the optimal styles.
           - ``"fork"``: Crowley & Siegler's (1993) rules: win, block, fork, block a fork,
             centre, opposite corner, corner, edge. Never loses.
           - ``"greedy_center"``: win, else block, else centre, corner, edge. Can be forked.

@@ -17,20 +17,32 @@ from typing import Any
 
 import numpy as np
 
-from textgym.envs.tictactoe.opponent import best_moves
+from textgym.envs.tictactoe.opponent import OPTIMAL_STYLES, style_moves
 from textgym.policies.base import Completion, Message
 
-__all__ = ["MinimaxPolicy"]
+__all__ = ["TIE_BREAKS", "MinimaxPolicy"]
+
+
+#: How :class:`MinimaxPolicy` picks among its style's candidate moves.
+TIE_BREAKS = ("uniform", "first")
 
 
 class MinimaxPolicy:
-    """Plays an optimal move, chosen uniformly among optimal moves (never loses).
+    """Plays an optimal move, chosen among the candidates of an optimal style (never loses).
 
     Args:
         seed: Seed of the tie-breaking generator.
         reasoning: Write a ``<think>`` block (the optimal moves) before the move.
+        style: One of :data:`.opponent.OPTIMAL_STYLES`: ``"minimax"`` (default; every optimal
+            move, faster wins preferred) or ``"safe_best"`` (the optimal moves that score best
+            against a weak opponent, :func:`.opponent.safe_best_moves`: the mastery recipe's
+            SFT expert, issue 23), ...
+        tie_break: ``"uniform"`` (default) draws among the candidates; ``"first"`` always
+            plays the lowest cell, so SFT targets are a function of the board (one answer per
+            position, nothing for greedy decoding to average over).
 
     Raises:
+        ValueError: from ``__init__``, for a style that can lose or an unknown tie-break.
         KeyError: from ``act``, for an info without ``board`` and ``legal_moves`` (not a
             TicTacToe env).
         ValueError: from ``act``, for a finished board (no legal move).
@@ -39,9 +51,20 @@ class MinimaxPolicy:
     name = "minimax"
     tokens_generated = None  # generates no model tokens
 
-    def __init__(self, seed: int | None = None, reasoning: bool = True):
+    def __init__(
+        self,
+        seed: int | None = None,
+        reasoning: bool = True,
+        style: str = "minimax",
+        tie_break: str = "uniform",
+    ):
+        if style not in OPTIMAL_STYLES:
+            raise ValueError(f"Expected style in {OPTIMAL_STYLES} (never loses), got {style!r}")
+        if tie_break not in TIE_BREAKS:
+            raise ValueError(f"Expected tie_break in {TIE_BREAKS}, got {tie_break!r}")
         self._rng = np.random.default_rng(seed)
         self.reasoning = bool(reasoning)
+        self.style, self.tie_break = style, tie_break
 
     def act(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
@@ -57,8 +80,9 @@ class MinimaxPolicy:
             board = info["board"]
             if not info["legal_moves"]:
                 raise ValueError(f"MinimaxPolicy was asked to move on a finished board {board!r}")
-            candidates = best_moves(board)
-            move = int(candidates[self._rng.integers(len(candidates))])
+            candidates = style_moves(self.style, board)
+            pick = 0 if self.tie_break == "first" else self._rng.integers(len(candidates))
+            move = int(candidates[pick])
             think = (
                 f"<think>Optimal moves here: {', '.join(map(str, candidates))}.</think>"
                 if self.reasoning

@@ -20,7 +20,12 @@ from textgym.envs.tictactoe.analysis import (
     outcome_probabilities,
     uniform_policy,
 )
-from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, OPTIMAL_STYLES, value_preserving_moves
+from textgym.envs.tictactoe.opponent import (
+    OPPONENT_STYLES,
+    OPTIMAL_STYLES,
+    safe_best_moves,
+    value_preserving_moves,
+)
 from textgym.rollout import rollout
 
 # (agent mark, agent, opponent, start board, expected (win, draw, loss)).
@@ -152,3 +157,55 @@ def test_env_games_match_the_exact_probabilities(style, p, mark):
         seen = sum(g.outcome == name for g in games) / n
         stderr = max(math.sqrt(float(prob) * (1 - float(prob)) / n), 1 / n)
         assert abs(seen - float(prob)) <= 4 * stderr, (name, seen, float(prob))
+
+
+@pytest.mark.parametrize("mark", ["X", "O"])
+def test_safe_best_moves_reach_the_safe_ceiling_with_either_tie_break(mark):
+    # Each of its moves attains the best_safe_vs_random value computed independently by
+    # best_response (expectimax over value-preserving moves), so any tie-break does.
+    ceiling = best_response(mark, uniform_policy, "score", allowed=value_preserving_moves)
+    uniform = outcome_probabilities(mark, opponent_policy("safe_best"), uniform_policy)
+    first = outcome_probabilities(
+        mark, lambda b: {safe_best_moves(b)[0]: F(1)}, uniform_policy
+    )
+    assert uniform.score == first.score == ceiling.score
+    assert uniform.loss == first.loss == 0
+    assert uniform.win > outcome_probabilities(mark, minimax_policy, uniform_policy).win
+
+
+def test_safe_best_moves_hand_checked():
+    # X's corners beat the centre against random play (99.5% wins; the minimax opens anywhere).
+    assert safe_best_moves(".........") == (0, 2, 6, 8)
+    # O answers a centre opening with a corner; an edge loses against best play.
+    assert safe_best_moves("....X....") == (0, 2, 6, 8)
+    # A win on the board is taken; a threat is blocked.
+    assert safe_best_moves("XX.OO....") == (2,)
+    assert safe_best_moves("XX..O....") == (2,)
+    with pytest.raises(ValueError, match="finished"):
+        safe_best_moves("XXXOO....")
+
+
+@pytest.mark.parametrize("mark", ["X", "O"])
+def test_expert_tie_break_first_plays_the_lowest_candidate(mark):
+    env = gym.make(
+        "textgym/TicTacToe-v0", agent_mark=mark, opponent="random", prompt_style="compact"
+    )
+    games = rollout(
+        lambda: env,
+        MinimaxPolicy(seed=0, reasoning=False, style="safe_best", tie_break="first"),
+        list(range(40)),
+        batch_size=1,
+    )
+    assert {g.outcome for g in games} <= {"win", "draw"}
+    first_moves = {g.messages[2]["content"] for g in games}
+    if mark == "X":  # always cell 0, the lowest of the four corners
+        assert first_moves == {"<move>0</move>"}
+    else:  # the lowest safe reply to each of X's random openings
+        assert len(first_moves) > 1
+
+
+def test_expert_refuses_a_style_that_can_lose_and_unknown_tie_breaks():
+    with pytest.raises(ValueError, match="never loses"):
+        MinimaxPolicy(style="greedy_center")
+    with pytest.raises(ValueError, match="tie_break"):
+        MinimaxPolicy(tie_break="last")
