@@ -5,8 +5,14 @@ Runs what the README's commands run, through the same library functions, in resu
 or the GPU suite's parts of under 9 minutes, go on where they stopped):
 
 1. ``baseline``: evaluate the base model.
-2. ``sft``: collect ``--games`` minimax games (opponent ``random_move_prob`` 0.5, no reasoning)
-   and fine-tune on them (full weights, or LoRA with ``--lora-rank``).
+2. ``sft``: collect ``--games`` expert games (no reasoning) against opponents stratified over
+   ``--sft-opponent-random-move-prob``, keep a subset that still covers every prompt
+   (``--sft-cover``, :func:`textgym.collect.covering_records`) and fine-tune on it (full
+   weights, or LoRA with ``--lora-rank``). The default expert is the mastery recipe's (issue
+   23): :func:`~textgym.envs.tictactoe.opponent.safe_best_moves` with a fixed tie-break, the
+   optimal moves that beat weak players most, one answer per position; ``--sft-expert minimax
+   --sft-tie-break uniform --sft-opponent-random-move-prob 0.5 0.5 --no-sft-cover`` is the
+   earlier data (uniform among the minimax's optimal moves, opponents at 0.5).
 3. ``eval-sft``: evaluate the SFT model.
 4. ``grpo``: GRPO from the SFT model against opponents stratified in ``--opponent-random-move-prob``; with
    ``--grpo-time-limit`` it checkpoints and stops after that many minutes, and the next run
@@ -406,25 +412,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run one stage, or every stage whose result is missing",
     )
     parser.add_argument("--prompt-style", default="compact", choices=["full", "compact"])
-    parser.add_argument("--games", type=int, default=1000, help="minimax games for SFT")
+    parser.add_argument("--games", type=int, default=4000, help="expert games collected for SFT")
     parser.add_argument(
         "--sft-expert",
-        default="minimax",
+        default="safe_best",
         choices=OPTIMAL_STYLES,
         help="the expert's style (safe_best: the optimal moves that beat weak players most)",
     )
-    parser.add_argument("--sft-tie-break", default="uniform", choices=TIE_BREAKS)
+    parser.add_argument("--sft-tie-break", default="first", choices=TIE_BREAKS)
     parser.add_argument(
         "--sft-opponent-random-move-prob",
         type=float,
         nargs=2,
-        default=(0.5, 0.5),
+        default=(0.0, 1.0),
         metavar=("LOW", "HIGH"),
         help="random_move_prob of the SFT games' opponents, stratified over games",
     )
     parser.add_argument(
         "--sft-cover",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="keep only a covering subset of the games (collect.covering_records)",
     )
     parser.add_argument("--sft-epochs", type=int, default=4)

@@ -56,6 +56,10 @@ def test_gpu_suite_smoke_runs_every_part_and_resumes(tmp_path):
         "eval-grpo",
         "eval-mastery",
     }
+    # The mastery recipe's SFT data: expert games thinned to a cover of their prompts.
+    sft = pipeline["stages"]["sft"]
+    assert 0 < sft["games_kept"] <= sft["games_collected"] == pipeline["settings"]["games"]
+    assert pipeline["settings"]["sft_expert"] == "safe_best" and pipeline["settings"]["sft_cover"]
     decode = json.loads((tmp_path / "llm_decode.json").read_text())
     assert set(decode["best_of_repeats"]) >= {"before", "now"}
     packing = json.loads((tmp_path / "update_packing.json").read_text())
