@@ -19,6 +19,16 @@ references from :mod:`textgym.envs.tictactoe.analysis` (no sampling): what the s
 player (uniform among optimal moves) scores against that opponent, and the best any player can
 score (expectimax on the expected outcome reward). ``--ceilings PATH`` writes the ceiling table alone.
 
+``--positions`` adds the position exam: every position the safe expert
+(:func:`~textgym.envs.tictactoe.opponent.safe_best_moves`) meets in ``--positions-games`` games
+per mark against opponents of every strength (``random_move_prob`` stratified over [0, 1]),
+each shown once, in the conversation of the first game that reached it; the policy's move
+there is ``safe`` if it keeps the game's result (it can still draw or win against perfect
+play, :func:`~textgym.envs.tictactoe.opponent.value_preserving_moves`) and ``best`` if it is
+also a safe expert's move. A policy that is safe in every position never loses to anyone
+along these lines; the exam says where one that does lose goes wrong, without an opponent's
+sampling in between (errors are counted by the number of marks on the board).
+
 Policies: ``--policy minimax`` or ``random`` (scripted, fast), or ``--model PATH`` (a local
 model or LoRA adapter directory, ``textgym.models.load_model``) played greedily and/or sampled
 (``--decoding greedy sampled``). The JSON records the commit, the machine, the seed and every
@@ -56,6 +66,8 @@ from textgym.envs.tictactoe.analysis import (
     outcome_probabilities,
 )
 from textgym.envs.tictactoe.env import OPPONENTS
+from textgym.envs.tictactoe.opponent import safe_best_moves, value_preserving_moves
+from textgym.envs.tictactoe.parsing import parse_move
 from textgym.evaluation import OUTCOMES
 from textgym.policies import RandomPolicy
 from textgym.rollout import Trajectory, rollout
@@ -133,14 +145,107 @@ def build_policies(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+class _FirstVisits:
+    """A policy that plays the safe expert and keeps the first conversation (and info) that
+    reached each board."""
+
+    name = "first_visits"
+    tokens_generated = None
+
+    def __init__(self) -> None:
+        self.expert = MinimaxPolicy(reasoning=False, style="safe_best", tie_break="first")
+        self.visits: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+
+    def act(self, conversations: Any, infos: Any) -> Any:
+        for conversation, info in zip(conversations, infos, strict=True):
+            self.visits.setdefault(info["board"], ([dict(m) for m in conversation], dict(info)))
+        return self.expert.act(conversations, infos)
+
+
+def exam_positions(
+    games: int, mark: str, prompt_style: str, seed: int = 0
+) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """The position exam's ``(conversation, info)`` pairs for ``mark``, one per board, sorted
+    by board (see the module docstring)."""
+    visitor, strata = _FirstVisits(), 10
+    for k in range(strata):
+        kwargs = {
+            "random_move_prob": (k + 0.5) / strata,
+            "agent_mark": mark,
+            "prompt_style": prompt_style,
+        }
+        rollout(
+            lambda kwargs=kwargs: gym.make(ENV_ID, **kwargs),
+            visitor,
+            range(seed * 10**6 + k, seed * 10**6 + games, strata),
+            batch_size=64,
+        )
+    return [visitor.visits[board] for board in sorted(visitor.visits)]
+
+
+def take_exam(
+    policy: Any, positions: list[tuple[list[dict[str, Any]], dict[str, Any]]], batch_size: int
+) -> dict[str, Any]:
+    """The policy's move in each exam position: rates of safe, best and invalid moves (each
+    with its binomial standard error over positions) and the unsafe moves counted by the
+    number of marks on the board."""
+    moves: list[int | None] = []
+    for start in range(0, len(positions), batch_size):
+        chunk = positions[start : start + batch_size]
+        completions = policy.act([c for c, _ in chunk], [i for _, i in chunk])
+        moves += [parse_move(c.text) for c in completions]
+    safe = best = invalid = 0
+    unsafe_by_marks: dict[int, int] = {}
+    for (_, info), move in zip(positions, moves, strict=True):
+        board = info["board"]
+        invalid += move not in info["legal_moves"]
+        best += move in safe_best_moves(board)
+        if move in value_preserving_moves(board):
+            safe += 1
+        else:
+            marks = 9 - board.count(".")
+            unsafe_by_marks[marks] = unsafe_by_marks.get(marks, 0) + 1
+    n = len(positions)
+    return {
+        "positions": n,
+        "safe": rate(safe, n),
+        "best": rate(best, n),
+        "invalid": rate(invalid, n),
+        "unsafe_by_marks": dict(sorted(unsafe_by_marks.items())),
+    }
+
+
+def play_exam(args: argparse.Namespace, policies: dict[str, Any]) -> dict[str, Any]:
+    """``{decoding: {mark: take_exam result}}`` for ``--positions``."""
+    results: dict[str, Any] = {}
+    for mark in args.marks:
+        positions = exam_positions(args.positions_games, mark, args.prompt_style, args.seed)
+        for mode, policy in policies.items():
+            start = time.perf_counter()
+            result = take_exam(policy, positions, args.batch_size)
+            result["seconds"] = time.perf_counter() - start
+            results.setdefault(mode, {})[mark] = result
+            print(
+                f"exam {mode:9} {mark}: {result['positions']} positions, safe "
+                f"{_pct(result['safe'])} %, best {_pct(result['best'])} %, invalid "
+                f"{_pct(result['invalid'])} %, unsafe by marks on board "
+                f"{result['unsafe_by_marks']}",
+                flush=True,
+            )
+    return results
+
+
 def play_rows(
-    args: argparse.Namespace, on_row: Callable[[dict[str, Any]], None] | None = None
+    args: argparse.Namespace,
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+    policies: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Play every (decoding, row, mark) and return ``{decoding: {row: {mark: result}}}``.
 
-    ``on_row`` is called with the results so far after each (decoding, row, mark).
+    ``on_row`` is called with the results so far after each (decoding, row, mark); the
+    policies are built from ``args`` unless given.
     """
-    policies = build_policies(args)
+    policies = build_policies(args) if policies is None else policies
     seeds = range(args.seed * 10**6, args.seed * 10**6 + args.games)
     results: dict[str, Any] = {}
     for mode, policy in policies.items():
@@ -208,7 +313,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     who.add_argument("--policy", choices=sorted(SCRIPTED), default="minimax", help="scripted")
     who.add_argument("--model", default=None, help="model name or (adapter) directory")
     parser.add_argument("--games", type=int, default=1000, help="games per row and mark")
-    parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+    parser.add_argument(
+        "--rows", nargs="*", choices=list(ROWS), default=list(ROWS), help="none: no games"
+    )
+    parser.add_argument("--positions", action="store_true", help="add the position exam")
+    parser.add_argument(
+        "--positions-games", type=int, default=4000, help="expert games that find the positions"
+    )
     parser.add_argument("--marks", nargs="+", choices=MARKS, default=list(MARKS))
     parser.add_argument(
         "--decoding", nargs="+", choices=["greedy", "sampled"], default=["greedy"], help="--model"
@@ -262,7 +373,10 @@ def main(argv: list[str] | None = None) -> int:
             partial = {**record, "results": results, "complete": False}
             Path(args.output).write_text(json.dumps(partial, indent=2) + "\n")
 
-    record["results"] = play_rows(args, save_partial)
+    policies = build_policies(args)
+    if args.positions:
+        record["positions"] = play_exam(args, policies)
+    record["results"] = play_rows(args, save_partial, policies)
     record["complete"] = True
     record["seconds"] = time.perf_counter() - start
     if args.output:

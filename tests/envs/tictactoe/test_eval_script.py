@@ -53,3 +53,22 @@ def test_ceilings_file(tmp_path):
     assert table["O"]["best_score_vs_random"]["loss_exact"] == "1/105"
     assert table["X"]["minimax_vs_optimal"]["draw_exact"] == "1"
     assert "2645/3402" in completed.stdout
+
+
+def test_position_exam_passes_the_minimax_and_fails_random_play(tmp_path):
+    exams = {}
+    for policy in ("minimax", "random"):
+        out = tmp_path / f"{policy}.json"
+        run("--policy", policy, "--rows", "--positions", "--positions-games", "600",
+            "--output", str(out))  # fmt: skip
+        record = json.loads(out.read_text())
+        assert record["results"] == {"scripted": {}}  # no rows asked for
+        exams[policy] = record["positions"]["scripted"]
+    for mark in "XO":
+        minimax, random = exams["minimax"][mark], exams["random"][mark]
+        # The same positions for both policies: found by the expert, not by the examinee.
+        assert minimax["positions"] == random["positions"] > 20
+        assert minimax["safe"]["rate"] == 1.0 and minimax["unsafe_by_marks"] == {}
+        assert minimax["best"]["rate"] < 1.0  # the minimax does not always exploit
+        assert random["safe"]["rate"] < 0.8 and sum(random["unsafe_by_marks"].values()) > 0
+        assert minimax["invalid"]["rate"] == random["invalid"]["rate"] == 0.0
