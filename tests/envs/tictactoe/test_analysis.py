@@ -165,9 +165,7 @@ def test_safe_best_moves_reach_the_safe_ceiling_with_either_tie_break(mark):
     # best_response (expectimax over value-preserving moves), so any tie-break does.
     ceiling = best_response(mark, uniform_policy, "score", allowed=value_preserving_moves)
     uniform = outcome_probabilities(mark, opponent_policy("safe_best"), uniform_policy)
-    first = outcome_probabilities(
-        mark, lambda b: {safe_best_moves(b)[0]: F(1)}, uniform_policy
-    )
+    first = outcome_probabilities(mark, lambda b: {safe_best_moves(b)[0]: F(1)}, uniform_policy)
     assert uniform.score == first.score == ceiling.score
     assert uniform.loss == first.loss == 0
     assert uniform.win > outcome_probabilities(mark, minimax_policy, uniform_policy).win
