@@ -402,6 +402,15 @@ RUNNERS = {
 }
 
 
+def _probability_range(
+    parser: argparse.ArgumentParser, flag: str, default: tuple[float, float], help: str
+) -> None:
+    """A ``LOW HIGH`` pair of ``random_move_prob`` values."""
+    parser.add_argument(
+        flag, type=float, nargs=2, default=default, metavar=("LOW", "HIGH"), help=help
+    )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny")
@@ -420,13 +429,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the expert's style (safe_best: the optimal moves that beat weak players most)",
     )
     parser.add_argument("--sft-tie-break", default="first", choices=TIE_BREAKS)
-    parser.add_argument(
+    _probability_range(
+        parser,
         "--sft-opponent-random-move-prob",
-        type=float,
-        nargs=2,
-        default=(0.0, 1.0),
-        metavar=("LOW", "HIGH"),
-        help="random_move_prob of the SFT games' opponents, stratified over games",
+        (0.0, 1.0),
+        "random_move_prob of the SFT games' opponents, stratified over games",
     )
     parser.add_argument(
         "--sft-cover",
@@ -444,22 +451,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--grpo-steps", type=int, default=40)
     parser.add_argument("--grpo-lr", type=float, default=5e-4)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
-    parser.add_argument(
+    _probability_range(
+        parser,
         "--opponent-random-move-prob",
-        type=float,
-        nargs=2,
-        default=(0.5, 1.0),
-        metavar=("LOW", "HIGH"),
-        help="random_move_prob range of GRPO opponents",
+        (0.5, 1.0),
+        "random_move_prob range of GRPO opponents",
     )
     parser.add_argument("--mastery-steps", type=int, default=0, help="second GRPO phase (0: none)")
-    parser.add_argument(
+    _probability_range(
+        parser,
         "--mastery-random-move-prob",
-        type=float,
-        nargs=2,
-        default=(0.0, 0.25),
-        metavar=("LOW", "HIGH"),
-        help="random_move_prob range of the second phase's opponents",
+        (0.0, 0.25),
+        "random_move_prob range of the second phase's opponents",
     )
     parser.add_argument(
         "--agent-mark", default="random", choices=["X", "O", "random"], help="SFT, GRPO, eval"
