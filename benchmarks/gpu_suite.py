@@ -24,7 +24,8 @@ Parts:
   step with padded micro-batches against packed rows (``micro_batch_tokens``) at the GRPO
   setting of 256 episodes.
 * ``pipeline-*``: ``benchmarks/tictactoe_pipeline.py`` stage by stage: Gemma 3 270M, SFT on
-  minimax games, GRPO with the reference's 256 episodes per step (32 tasks x 8) against
+  the mastery recipe's data (the pipeline's defaults: safe-expert games thinned to a cover of
+  their positions, 5 epochs, as the CPU recipe of ``docs/mastery_study.md``), GRPO with the reference's 256 episodes per step (32 tasks x 8) against
   opponents of ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the
   reference's two phases), evaluation over 500 games per opponent, greedy and sampled.
 
@@ -67,7 +68,7 @@ def _pipeline_args(results: Path, smoke: bool) -> list[str]:
     return [
         *work,
         *shlex.split(
-            "--model gemma-3-270m --prompt-style compact --games 500 --sft-epochs 2 --sft-lr 5e-5 "
+            "--model gemma-3-270m --prompt-style compact --sft-epochs 5 --sft-lr 5e-5 "
             "--grpo-steps 40 --grpo-lr 2e-6 --groups-per-step 32 --group-size 8 "
             "--micro-batch-size 32 --opponent-random-move-prob 0.2 0.7 --max-new-tokens 32 "
             "--batch-size 256 --eval-episodes 500 --eval-every 10 --eval-every-episodes 128 "
