@@ -187,8 +187,8 @@ def take_exam(
     policy: Any, positions: list[tuple[list[dict[str, Any]], dict[str, Any]]], batch_size: int
 ) -> dict[str, Any]:
     """The policy's move in each exam position: rates of safe, best and invalid moves (each
-    with its binomial standard error over positions) and the unsafe moves counted by the
-    number of marks on the board."""
+    with its binomial standard error over positions), the unsafe moves counted by the number
+    of marks on the board, and each unsafe move (board, move or ``None``, the safe moves)."""
     moves: list[int | None] = []
     for start in range(0, len(positions), batch_size):
         chunk = positions[start : start + batch_size]
@@ -196,6 +196,7 @@ def take_exam(
         moves += [parse_move(c.text) for c in completions]
     safe = best = invalid = 0
     unsafe_by_marks: dict[int, int] = {}
+    unsafe: list[dict[str, Any]] = []
     for (_, info), move in zip(positions, moves, strict=True):
         board = info["board"]
         invalid += move not in info["legal_moves"]
@@ -205,6 +206,7 @@ def take_exam(
         else:
             marks = 9 - board.count(".")
             unsafe_by_marks[marks] = unsafe_by_marks.get(marks, 0) + 1
+            unsafe.append({"board": board, "move": move, "safe": value_preserving_moves(board)})
     n = len(positions)
     return {
         "positions": n,
@@ -212,6 +214,7 @@ def take_exam(
         "best": rate(best, n),
         "invalid": rate(invalid, n),
         "unsafe_by_marks": dict(sorted(unsafe_by_marks.items())),
+        "unsafe": unsafe,
     }
 
 

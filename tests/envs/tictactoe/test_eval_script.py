@@ -69,6 +69,8 @@ def test_position_exam_passes_the_minimax_and_fails_random_play(tmp_path):
         # The same positions for both policies: found by the expert, not by the examinee.
         assert minimax["positions"] == random["positions"] > 20
         assert minimax["safe"]["rate"] == 1.0 and minimax["unsafe_by_marks"] == {}
+        assert len(random["unsafe"]) == sum(random["unsafe_by_marks"].values())
+        assert all(u["move"] not in u["safe"] for u in random["unsafe"])
         assert minimax["best"]["rate"] < 1.0  # the minimax does not always exploit
         assert random["safe"]["rate"] < 0.8 and sum(random["unsafe_by_marks"].values()) > 0
         assert minimax["invalid"]["rate"] == random["invalid"]["rate"] == 0.0
