@@ -25,9 +25,10 @@ per mark against opponents of every strength (``random_move_prob`` stratified ov
 each shown once, in the conversation of the first game that reached it; the policy's move
 there is ``safe`` if it keeps the game's result (it can still draw or win against perfect
 play, :func:`~textgym.envs.tictactoe.opponent.value_preserving_moves`) and ``best`` if it is
-also a safe expert's move. A policy that is safe in every position never loses to anyone
-along these lines; the exam says where one that does lose goes wrong, without an opponent's
-sampling in between (errors are counted by the number of marks on the board).
+also a safe expert's move. Passing it is necessary for never losing, not sufficient: a policy
+that plays other safe moves than the expert's reaches positions the exam does not hold. It says
+where a policy that loses goes wrong, without an opponent's sampling in between (unsafe moves
+are counted by the number of marks on the board and listed).
 
 Policies: ``--policy minimax`` or ``random`` (scripted, fast), or ``--model PATH`` (a local
 model or LoRA adapter directory, ``textgym.models.load_model``) played greedily and/or sampled

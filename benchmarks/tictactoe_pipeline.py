@@ -86,6 +86,17 @@ ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 OPPONENTS = {"random": 1.0, "optimal": 0.0}
 
 
+def stratum_probs(low: float, high: float) -> list[float]:
+    """The ``random_move_prob`` of each of the :data:`TRAIN_STRATA` strata: the midpoints of
+    equal slices of ``[low, high]``."""
+    return [low + (k + 0.5) * (high - low) / TRAIN_STRATA for k in range(TRAIN_STRATA)]
+
+
+def _stratify(seeds: list[int]) -> list[list[int]]:
+    """Seed ``i`` of ``seeds`` goes to stratum ``i % TRAIN_STRATA``."""
+    return [seeds[k::TRAIN_STRATA] for k in range(TRAIN_STRATA)]
+
+
 def _rate(hits: int, n: int) -> dict[str, float]:
     p = hits / n if n else math.nan
     return {"rate": p, "stderr": math.sqrt(p * (1 - p) / n) if n else math.nan}
@@ -124,11 +135,9 @@ def evaluate_stage(
         "textgym/TicTacToe-v0", {"prompt_style": args.prompt_style, "agent_mark": args.agent_mark}
     ).make
     seeds = [10**9 + args.seed * 10**6 + i for i in range(args.eval_episodes)]
-    low, high = args.opponent_random_move_prob
-    strata = [
-        (low + (k + 0.5) * (high - low) / TRAIN_STRATA, seeds[k::TRAIN_STRATA])
-        for k in range(TRAIN_STRATA)
-    ]
+    strata = list(
+        zip(stratum_probs(*args.opponent_random_move_prob), _stratify(seeds), strict=True)
+    )
     result: dict[str, Any] = {"model": model_name, "dtype": str(model.dtype)}
     for mode, temperature in (("greedy", 0.0), ("sampled", args.temperature)):
         policy = HFPolicy(
@@ -171,18 +180,11 @@ def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dic
     expert = MinimaxPolicy(
         seed=args.seed, reasoning=False, style=args.sft_expert, tie_break=args.sft_tie_break
     )
-    # Opponents stratified over --sft-opponent-random-move-prob (10 strata, game i in stratum
-    # i % 10), as the GRPO evaluation's training objective.
-    low, high = args.sft_opponent_random_move_prob
+    # Opponents stratified over --sft-opponent-random-move-prob, as the training objective's.
     games = []
-    for k in range(TRAIN_STRATA):
-        games += rollout(
-            make,
-            expert,
-            list(range(k, args.games, TRAIN_STRATA)),
-            batch_size=64,
-            options={"random_move_prob": low + (k + 0.5) * (high - low) / TRAIN_STRATA},
-        )
+    probs = stratum_probs(*args.sft_opponent_random_move_prob)
+    for prob, seeds in zip(probs, _stratify(list(range(args.games))), strict=True):
+        games += rollout(make, expert, seeds, batch_size=64, options={"random_move_prob": prob})
     records = [sft_record(g) for g in sorted(games, key=lambda g: g.seed)]
     collected = len(records)
     if args.sft_cover:

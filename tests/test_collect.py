@@ -182,3 +182,20 @@ def test_covering_records_of_nothing_is_nothing():
     assert covering_records([]) == []
     with pytest.raises(KeyError):
         covering_records([{"seed": 0}])
+
+
+def test_covering_records_tell_tool_calls_apart():
+    # Same texts, different tool calls: the second assistant turn follows different prompts.
+    def record(call):
+        call_msg = {"role": "assistant", "content": "", "tool_calls": [call]}
+        return {
+            "messages": [
+                {"role": "user", "content": "go"},
+                call_msg,
+                {"role": "tool", "content": "ok"},
+                {"role": "assistant", "content": "done"},
+            ]
+        }
+
+    records = [record({"name": "a"}), record({"name": "b"}), record({"name": "a"})]
+    assert covering_records(records) == records[:2]

@@ -221,10 +221,15 @@ def sft_record(trajectory: Trajectory) -> dict[str, Any]:
     }
 
 
-def _prompts(record: dict[str, Any]) -> set[tuple[tuple[str, str], ...]]:
-    """Every prompt of a record: the conversation before each assistant message."""
-    messages = [(m["role"], str(m.get("content"))) for m in record["messages"]]
-    return {tuple(messages[:i]) for i, (role, _) in enumerate(messages) if role == "assistant"}
+def _prompts(record: dict[str, Any]) -> set[str]:
+    """Every prompt of a record, the conversation before each assistant message, as canonical
+    JSON (every message key counts: a tool call is part of the prompt that follows it)."""
+    messages = record["messages"]
+    return {
+        json.dumps(messages[:i], sort_keys=True, ensure_ascii=False)
+        for i, m in enumerate(messages)
+        if m["role"] == "assistant"
+    }
 
 
 def covering_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

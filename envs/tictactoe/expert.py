@@ -33,10 +33,12 @@ class MinimaxPolicy:
     Args:
         seed: Seed of the tie-breaking generator.
         reasoning: Write a ``<think>`` block (the optimal moves) before the move.
-        style: One of :data:`.opponent.OPTIMAL_STYLES`: ``"minimax"`` (default; every optimal
-            move, faster wins preferred) or ``"safe_best"`` (the optimal moves that score best
-            against a weak opponent, :func:`.opponent.safe_best_moves`: the mastery recipe's
-            SFT expert, issue 23), ...
+        style: The candidate moves, one of :data:`.opponent.OPTIMAL_STYLES` (the styles that
+            never lose): ``"minimax"`` (default; every optimal move, faster wins preferred),
+            ``"safe_best"`` (the optimal moves that score best against a weak opponent,
+            :func:`.opponent.safe_best_moves`: the mastery recipe's SFT expert, issue 23),
+            ``"minimax_last"``, ``"minimax_any"`` or ``"fork"``. It is also the policy's
+            ``name`` (as recorded by self-play).
         tie_break: ``"uniform"`` (default) draws among the candidates; ``"first"`` always
             plays the lowest cell, so SFT targets are a function of the board (one answer per
             position, nothing for greedy decoding to average over).
@@ -48,7 +50,6 @@ class MinimaxPolicy:
         ValueError: from ``act``, for a finished board (no legal move).
     """
 
-    name = "minimax"
     tokens_generated = None  # generates no model tokens
 
     def __init__(
@@ -64,7 +65,8 @@ class MinimaxPolicy:
             raise ValueError(f"Expected tie_break in {TIE_BREAKS}, got {tie_break!r}")
         self._rng = np.random.default_rng(seed)
         self.reasoning = bool(reasoning)
-        self.style, self.tie_break = style, tie_break
+        self.name = self.style = style
+        self.tie_break = tie_break
 
     def act(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]

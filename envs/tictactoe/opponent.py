@@ -113,20 +113,22 @@ def value_preserving_moves(board: str) -> tuple[int, ...]:
 @cache
 def _safe_vs_random(board: str, me: str) -> tuple[Fraction, Fraction]:
     """``(expected score, win probability)`` of ``me`` from ``board`` when ``me`` plays
-    :func:`safe_best_moves` and the other player moves uniformly at random (exact)."""
+    :func:`safe_best_moves` and the other player moves uniformly at random (exact).
+
+    :func:`textgym.envs.tictactoe.analysis.best_response` computes the same expectimax for one
+    start board; it imports this module (for the styles), so the per-board values the style
+    needs live here, and ``test_analysis`` checks that the two agree.
+    """
     won = winner(board)
     if won is not None:
         return (Fraction(1), Fraction(1)) if won == me else (Fraction(0), Fraction(0))
     if is_full(board):
         return Fraction(1, 2), Fraction(0)
-    moves = legal_moves(board)
     if to_move(board) == me:
         return max(_safe_vs_random(apply_move(board, m), me) for m in value_preserving_moves(board))
-    children = [_safe_vs_random(apply_move(board, m), me) for m in moves]
-    n = len(children)
-    return sum((c[0] for c in children), Fraction(0)) / n, sum(
-        (c[1] for c in children), Fraction(0)
-    ) / n
+    children = [_safe_vs_random(apply_move(board, m), me) for m in legal_moves(board)]
+    score, win = (sum(values, Fraction(0)) / len(children) for values in zip(*children))
+    return score, win
 
 
 @cache

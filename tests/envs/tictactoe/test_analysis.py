@@ -207,3 +207,5 @@ def test_expert_refuses_a_style_that_can_lose_and_unknown_tie_breaks():
         MinimaxPolicy(style="greedy_center")
     with pytest.raises(ValueError, match="tie_break"):
         MinimaxPolicy(tie_break="last")
+    assert MinimaxPolicy().name == "minimax"  # the style names the policy in self-play records
+    assert MinimaxPolicy(style="safe_best").name == "safe_best"
