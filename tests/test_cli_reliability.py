@@ -16,7 +16,7 @@ import time
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from textgym.cli import main
@@ -385,6 +385,8 @@ def test_summarize_never_overflows(values):
     ),
     st.sampled_from(["group", "batch", "none"]),
 )
+# Found by hypothesis in a full run: the float mean drops the small rewards.
+@example((4, [1.0, 3.0, 1.7976931348623157e308, -1.7976931348623157e308]), "none")
 def test_group_advantages_never_overflow(case, scale):
     torch = pytest.importorskip("torch")
     from textgym.algos.losses import group_advantages, zero_variance_groups
@@ -416,8 +418,13 @@ def test_group_advantages_never_overflow(case, scale):
             assert adv == [0.0] * group_size
             continue
         mean = sum(map(Fraction, group)) / group_size
-        for value, a in zip(group, adv):  # the sign of r - mean is kept
-            assert (a > 0) == (Fraction(value) > mean) or abs(a) < 1e-6
+        # The sign of r - mean is kept, up to rounding: the float mean of a group spanning the
+        # whole exponent range loses its small rewards (mean(1, 3, 1.8e308, -1.8e308) is 0, not
+        # 1), an error in reward units of the group's largest reward times machine epsilon,
+        # which scale="none" returns unscaled.
+        tolerance = 1e-6 * (max(map(abs, group)) if scale == "none" else 1.0)
+        for value, a in zip(group, adv):
+            assert (a > 0) == (Fraction(value) > mean) or abs(a) <= tolerance
         if scale == "group":  # A = (r - mean) / (std + eps): sum of squares G (std/(std+eps))^2
             top = max(map(abs, group))  # > 0: the group is not flat
             centred = [float((Fraction(v) - mean) / Fraction(top)) for v in group]  # scaled
