@@ -172,6 +172,8 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
         stats = policy.engine.stats
         result["cuda_graphs"] = policy.engine.graphs.enabled
         result["host_syncs"] = stats.host_syncs
+        result["graph_captures"] = stats.graph_captures
+        result["graph_capture_s"] = stats.graph_capture_s
         result["row_steps"] = stats.row_steps
     if device == "cuda" and engine in ("now", "generate"):
         result.update(_roofline(model, result, batch, sequences))

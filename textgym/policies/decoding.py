@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from textgym.policies.kv_slots import WIDTH_QUANTUM, SlotCache
+from textgym.policies.kv_slots import WIDTH_QUANTUM, SlotCache, graph_width
 from textgym.policies.prefix_cache import PrefixCache
 from textgym.policies.sampling import draw, process_logits, sample_categorical
 from textgym.policies.slot_decoder import DecodeStats, SlotDecoder
@@ -167,7 +167,10 @@ class _Call:
         self.order = list(range(len(prompts)))  # slot -> prompt index (after the prefill)
         self.longest = max(len(p) for p in prompts)
         width = self.longest + self.max_new_tokens + 1  # + scratch
-        width = -(-width // WIDTH_QUANTUM) * WIDTH_QUANTUM
+        if engine.graphs.enabled:
+            width = graph_width(width)
+        else:
+            width = -(-width // WIDTH_QUANTUM) * WIDTH_QUANTUM
         self.width = width
         cache = engine.reserve(self._rows(len(prompts)), width)
         width = self._columns(0)  # the prefill's active width

@@ -63,6 +63,23 @@ def _load_libc() -> Any:
 _LIBC = _load_libc()
 
 
+def _default_prefix_cache_tokens(model: Any) -> int:
+    """The prefix cache's default size in tokens: 32,768 off CUDA; on CUDA what an eighth of the
+    device's memory holds at the model's KV bytes per token, at least 32,768."""
+    device = getattr(model, "device", None)
+    if getattr(device, "type", "cpu") != "cuda":
+        return 32768
+    import torch
+
+    from textgym.policies.kv_slots import slot_geometry
+
+    geometry = slot_geometry(model)
+    itemsize = next(model.parameters()).element_size()
+    per_token = 2 * geometry["layers"] * geometry["heads"] * geometry["dim"] * itemsize
+    total = torch.cuda.get_device_properties(device).total_memory
+    return max(32768, total // 8 // per_token)
+
+
 class HFPolicy:
     """Sample completions from a local ``transformers`` causal LM.
 
@@ -120,7 +137,7 @@ class HFPolicy:
         stop: list[str] | None = None,
         seed: int | None = None,
         share_prefill: bool = True,
-        prefix_cache_tokens: int = 32768,
+        prefix_cache_tokens: int | None = None,
         decoder: Literal["textgym", "transformers"] = "textgym",
         engine_options: Mapping[str, Any] | None = None,
     ) -> None:
@@ -141,8 +158,11 @@ class HFPolicy:
                 share (a GRPO group's first turn) once, and give every row a copy of its KV
                 cache; the same distribution up to float rounding.
             prefix_cache_tokens: Most tokens whose KV cache is kept between calls, >= 0 (0 turns
-                the cache off). Gemma 3 270M needs 36 KiB per token in float32 (18 KiB in
-                bfloat16): the default 32,768 tokens is at most 1.2 GB.
+                the cache off). ``None``: 32,768 on the CPU (Gemma 3 270M needs 36 KiB per
+                token in float32, 18 KiB in bfloat16: at most 1.2 GB); on CUDA, as many as fit
+                in an eighth of the device's memory (Gemma 3 270M in bfloat16 on an 80 GB
+                GPU: about 550,000 tokens, a 256-episode GRPO batch of 600-token conversations
+                twice over), at least 32,768.
             decoder: ``"textgym"`` (the decode loop of :mod:`textgym.policies.decoding`, with the
                 prefix cache) or ``"transformers"`` (``model.generate``; no cache across calls,
                 kept as the reference implementation and benchmark baseline).
@@ -157,6 +177,8 @@ class HFPolicy:
         check_sampling(temperature, top_p)
         check_int("top_k", top_k, low=0)  # 0 turns it off
         check_int("batch_size", batch_size, low=1)
+        if prefix_cache_tokens is None:
+            prefix_cache_tokens = _default_prefix_cache_tokens(model)
         check_int("prefix_cache_tokens", prefix_cache_tokens, low=0)
         if decoder not in ("textgym", "transformers"):
             raise ValueError(f"Expected decoder 'textgym' or 'transformers', got {decoder!r}")

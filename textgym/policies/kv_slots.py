@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -34,6 +35,21 @@ __all__ = ["SlotCache", "StepGraphs", "attention_masks", "cache_kwarg", "slot_ge
 #: Widths of the slot buffers are multiples of this (whole 16-element rows of the mask suit
 #: the memory-efficient SDPA kernel; fewer distinct widths mean fewer CUDA graphs).
 WIDTH_QUANTUM = 64
+
+
+def graph_width(needed: int) -> int:
+    """The slot width a CUDA-graphed call uses for ``needed`` columns: the smallest of
+    ``WIDTH_QUANTUM`` x (1, 2, 3, 4, 6, 8, 12, ...) (powers of two and 1.5 times them) that holds
+    them.
+
+    One graph is captured per ``(rows, width)``, so widths grow geometrically: a multi-turn
+    rollout whose prompts lengthen every turn reuses a few graphs instead of capturing one per
+    turn, at most 50% (on average about 20%) more masked columns read per step.
+    """
+    units = max(1, -(-needed // WIDTH_QUANTUM))
+    power = 1 << (units - 1).bit_length()  # the smallest power of two >= units
+    half_step = 3 * power // 4  # 1.5 times the power below; 0 when power is 1
+    return WIDTH_QUANTUM * (half_step if half_step >= units else power)
 
 
 def cache_kwarg(model: Any) -> str:
@@ -251,10 +267,21 @@ class StepGraphs:
         self.rtol = rtol
         self._graphs: dict[tuple[int, int], tuple[Any, torch.Tensor]] = {}
         self._pool: Any = None
+        #: Graphs captured, and the seconds their captures took (warm-up runs and check
+        #: included), over this object's life.
+        self.captures = 0
+        self.capture_s = 0.0
 
     def clear(self) -> None:
-        """Drop every graph (their buffers are about to be reallocated)."""
+        """Drop every graph (their buffers are about to be reallocated) and their memory pool.
+
+        The pool goes with them: once its last graph is gone, PyTorch's caching allocator keeps
+        the pool with a use count of 0 until its blocks are freed, and a capture into it
+        then fails its ``use_count > 0`` assert (seen on an H200, torch 2.11, at the first
+        capture after a wider cache). The next capture starts a fresh pool.
+        """
         self._graphs.clear()
+        self._pool = None
 
     def __call__(self, rows: int, width: int) -> torch.Tensor:
         """Logits ``[rows, V]`` of one step on the first ``rows`` slots."""
@@ -262,7 +289,9 @@ class StepGraphs:
             return self.step(rows)
         key = (rows, width)
         if key not in self._graphs:
+            start = time.perf_counter()
             captured = self._capture(rows)
+            self.capture_s += time.perf_counter() - start
             if captured is None:
                 return self.step(rows)
             self._graphs[key] = captured
@@ -302,6 +331,7 @@ class StepGraphs:
                 stacklevel=3,
             )
             self.enabled = False
-            self._graphs.clear()
+            self.clear()
             return None
+        self.captures += 1
         return graph, logits

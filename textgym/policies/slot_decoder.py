@@ -41,6 +41,8 @@ class DecodeStats:
         row_steps: Rows in those passes, summed (finished rows still in the batch included).
         host_syncs: Reads of device results by the host in the decode loop.
         compactions: Times the live slots were moved to the front and the batch shrank.
+        graph_captures: CUDA graphs captured (one per new ``(rows, width)``).
+        graph_capture_s: Seconds spent capturing them, warm-up runs and checks included.
     """
 
     prefill_tokens: int = 0
@@ -48,6 +50,8 @@ class DecodeStats:
     row_steps: int = 0
     host_syncs: int = 0
     compactions: int = 0
+    graph_captures: int = 0
+    graph_capture_s: float = 0.0
 
 
 class SlotDecoder:
@@ -112,10 +116,18 @@ class SlotDecoder:
     # -- buffers ------------------------------------------------------------------------------
     def reserve(self, rows: int, width: int) -> SlotCache:
         """Slot buffers of at least ``rows`` x ``width`` (reallocated, graphs dropped, if
-        smaller); on the CPU exactly that size, freed at the end of the call."""
+        smaller); on the CPU exactly that size, freed at the end of the call.
+
+        On CUDA the buffers never shrink, and with CUDA graphs a wider cache is at least twice
+        as wide as the old one: graphs hold the buffers' addresses, so every reallocation
+        drops them all, and a conversation that grows every turn should cost a few
+        reallocations and recaptures per run, not one per turn.
+        """
         cache = self.cache
         if cache is None or cache.rows < rows or cache.width < width:
-            if cache is not None and self.device.type == "cuda":
+            if cache is not None and (self.device.type == "cuda" or self.graphs.enabled):
+                if self.graphs.enabled and width > cache.width:
+                    width = max(width, 2 * cache.width)
                 rows, width = max(rows, cache.rows), max(width, cache.width)
             self.cache = None  # free the old buffers before allocating
             self.graphs.clear()
@@ -206,7 +218,10 @@ class SlotDecoder:
         self._tokens[:rows, 0] = torch.where(feed, tokens, pad_id)
         self._cols[:rows, 0] = torch.where(feed, positions, width - 1)
         self._positions[:rows, 0] = torch.where(feed, positions, 0)
+        captures, capture_s = self.graphs.captures, self.graphs.capture_s
         logits = self.graphs(rows, width)
+        self.stats.graph_captures += self.graphs.captures - captures
+        self.stats.graph_capture_s += self.graphs.capture_s - capture_s
         self.stats.decode_steps += 1
         self.stats.row_steps += rows
         return logits
