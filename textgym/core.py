@@ -106,6 +106,12 @@ class TextEnv(gym.Env[str, str]):
     #: per episode for such an env.
     has_opponent: ClassVar[bool] = False
 
+    #: The keys of the info that ``step`` returns (those its docstring's Information section
+    #: marks ``[step]``), which a wrapper that reads an info key checks before it wraps the env
+    #: (:class:`textgym.wrappers.WinSpeedBonus` needs ``"outcome"`` and ``"board"``, which only
+    #: TicTacToe-v0 reports). Empty: the env declares none, and such a wrapper refuses it.
+    info_keys: ClassVar[frozenset[str]] = frozenset()
+
     #: Named evaluation settings: setting name -> ``reset`` options that select it, e.g.
     #: TicTacToe-v0's ``{"random": {"random_move_prob": 1.0}, "optimal": {"random_move_prob":
     #: 0.0}}``. An evaluation reports its metrics per setting (``"random/win_rate"``). Empty:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from textgym.wrappers._components import add_component
+from textgym.wrappers._components import add_component, require_info_keys
 
 __all__ = ["WinSpeedBonus"]
 
@@ -31,15 +31,16 @@ class WinSpeedBonus(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
     Args:
         env: An env whose info reports ``"outcome"`` (``"win"`` for the agent's win) and
             ``"board"`` (a string with ``empty`` for each free cell) on every step, as
-            ``textgym/TicTacToe-v0`` does.
+            ``textgym/TicTacToe-v0`` does, and declares them in its ``info_keys``
+            (:attr:`required_info_keys`).
         per_empty_cell: Bonus per empty cell left after the win, finite and >= 0.
         empty: The board string's character for a free cell. Default ``"."``.
         name: Component name. Default ``"win_speed"``.
 
     Raises:
-        ValueError: for a negative or non-finite ``per_empty_cell``, or an ``empty`` that is not
-            one character.
-        KeyError: from ``step`` when the env's info lacks ``"outcome"`` or ``"board"``.
+        ValueError: for a negative or non-finite ``per_empty_cell``, an ``empty`` that is not
+            one character, or an env whose ``info_keys`` lack ``"outcome"`` or ``"board"``
+            (every textgym env but TicTacToe-v0).
 
     Example:
         >>> import gymnasium as gym, textgym
@@ -49,7 +50,14 @@ class WinSpeedBonus(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         ...     obs, reward, terminated, truncated, info = env.step(f"<move>{cell}</move>")
         >>> info["board"], reward, info["reward_components"]
         ('X...X.OOX', 1.2, {'outcome': 1.0, 'win_speed': 0.2})
+        >>> WinSpeedBonus(gym.make("textgym/GSM8K-v0"))
+        Traceback (most recent call last):
+        ...
+        ValueError: WinSpeedBonus needs an env that reports info['outcome'] and info['board'] ...
     """
+
+    #: The step info keys this wrapper reads, which the env must declare in its ``info_keys``.
+    required_info_keys: ClassVar[tuple[str, ...]] = ("outcome", "board")
 
     def __init__(
         self,
@@ -62,6 +70,7 @@ class WinSpeedBonus(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             self, per_empty_cell=per_empty_cell, empty=empty, name=name
         )
         gym.Wrapper.__init__(self, env)
+        require_info_keys(type(self).__name__, env, self.required_info_keys, "textgym/TicTacToe-v0")
         if not math.isfinite(per_empty_cell) or per_empty_cell < 0:
             raise ValueError(f"Expected a finite per_empty_cell >= 0, got {per_empty_cell}")
         if not (isinstance(empty, str) and len(empty) == 1):

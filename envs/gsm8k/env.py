@@ -232,6 +232,18 @@ class GSM8KEnv(SingleTurnEnv):
 
     system_prompt = SYSTEM_PROMPT
     has_gold_completion = True
+    #: The step info's keys (Information above).
+    info_keys = frozenset(
+        {
+            "task_id",
+            "answer",
+            "gold_answer",
+            "correct",
+            "invalid_action",
+            "invalid_reason",
+            "reward_components",
+        }
+    )
 
     def __init__(
         self,

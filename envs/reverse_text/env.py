@@ -258,6 +258,19 @@ class ReverseTextEnv(SingleTurnEnv):
 
     system_prompt = SYSTEM_PROMPT
     has_gold_completion = True
+    #: The step info's keys (Information above).
+    info_keys = frozenset(
+        {
+            "task_id",
+            "n_chars",
+            "answer_chars",
+            "exact",
+            "well_formed",
+            "invalid_action",
+            "invalid_reason",
+            "reward_components",
+        }
+    )
     is_well_formed = staticmethod(is_well_formed)  # one tag pair, for FormatReward
 
     def __init__(

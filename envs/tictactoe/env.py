@@ -149,6 +149,24 @@ class TicTacToeEnv(TextEnv):
     is_well_formed = staticmethod(is_well_formed)
     #: ``reset(options={"random_move_prob": p})`` sets the opponent's strength per episode.
     has_opponent = True
+    #: The step info's keys (Information above); ``WinSpeedBonus`` reads outcome and board.
+    info_keys = frozenset(
+        {
+            "task_id",
+            "agent_mark",
+            "opponent",
+            "random_move_prob",
+            "board",
+            "legal_moves",
+            "opponent_move",
+            "opponent_move_random",
+            "outcome",
+            "agent_move",
+            "invalid_action",
+            "invalid_reason",
+            "reward_components",
+        }
+    )
     #: The optimal player (``textgym collect --policy minimax`` makes SFT data).
     expert_policy = "minimax"
     #: The two ends of the opponent's strength: a uniformly random player and a perfect one

@@ -84,6 +84,22 @@ class ToolUseEnv(TextEnv):
 
     #: Every reset and step info carries ``gold_completion`` (the gold calls, then a final answer).
     has_gold_completion = True
+    #: The step info's keys (WorkplaceEnv's and EmailToolUseEnv's Information sections).
+    info_keys = frozenset(
+        {
+            "task_id",
+            "gold_completion",
+            "noop_task",
+            "tool_calls",
+            "tool_errors",
+            "total_tool_calls",
+            "total_tool_errors",
+            "success",
+            "invalid_action",
+            "invalid_reason",
+            "reward_components",
+        }
+    )
 
     def _init_tools(
         self,
