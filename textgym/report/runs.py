@@ -27,7 +27,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from textgym.data import iter_jsonl
 from textgym.evaluation import OUTCOMES, TASK_COMPONENTS, RunningSummary
 from textgym.report.segments import message_segments, pretty_json, structured_segments
 from textgym.rollout import Trajectory
@@ -89,22 +88,38 @@ class Run:
 def read_jsonl_lenient(path: Path, run: Run) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, object)`` for each JSON-object line of ``path``, streaming.
 
-    A blank line is skipped; a line that is not JSON, or not an object, becomes a note on
-    ``run`` and is skipped (a run cut by a crash or Ctrl-C may end in half a line):
-    :func:`textgym.data.iter_jsonl` with a ``skip``.
+    A blank line is skipped; a line that is not JSON, nested too deeply for Python's parser
+    (``RecursionError``), or not an object, becomes a note on ``run`` and is skipped (a run
+    cut by a crash or Ctrl-C may end in half a line); bytes that are not UTF-8 are read as
+    U+FFFD. What :func:`textgym.data.iter_jsonl` does with a ``skip``, which does not catch
+    the ``RecursionError``.
     """
 
     def skip(number: int, found: str) -> None:
         run.note(f"{path.name} line {number}: expected a JSON object, got {found}; skipped")
 
-    return iter_jsonl(path, skip)
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                skip(number, f"invalid JSON ({exc.msg})")
+            except RecursionError:
+                skip(number, "JSON nested too deeply to read")
+            else:
+                if isinstance(row, dict):
+                    yield number, row
+                else:
+                    skip(number, type(row).__name__)
 
 
 def _read_json(path: Path, run: Run) -> dict[str, Any] | None:
     """A JSON object file, or ``None`` with a note when it is missing the shape or unreadable."""
     try:
         value = json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError, RecursionError) as exc:
         run.note(f"{path.name}: could not be read ({exc}); left out")
         return None
     if not isinstance(value, dict):
@@ -272,9 +287,15 @@ def _load_trajectories(path: Path, run: Run, max_episodes: int, interner: Intern
         except ValueError as exc:
             run.note(f"{path.name} line {number}: {exc}; skipped")
             continue
-        running.add(traj)
+        try:
+            running.add(traj)
+        except ValueError as exc:  # a NaN or infinite reward: shown, not counted
+            run.note(f"{path.name} line {number}: {exc}; left out of the summary")
         if len(run.episodes) < max_episodes:
-            run.episodes.append(_trajectory_episode(traj, run.episodes_total, interner))
+            try:
+                run.episodes.append(_trajectory_episode(traj, run.episodes_total, interner))
+            except RecursionError:
+                run.note(f"{path.name} line {number}: nested too deeply to show; left out")
         run.episodes_total += 1
     return running
 
@@ -290,10 +311,13 @@ def _load_collect(path: Path, run: Run, max_episodes: int, interner: Interner) -
             or not all(isinstance(m, dict) for m in messages)
             or ret is None
         ):
-            run.note(
-                f"{path.name} line {number}: expected a collect record (messages and return); "
-                "skipped"
+            value = record.get("return")
+            found = (
+                f"its return {value} is not a finite number"
+                if isinstance(value, float)
+                else "expected a collect record (messages and return)"
             )
+            run.note(f"{path.name} line {number}: {found}; skipped")
             continue
         totals = record.get("reward_components")
         totals = totals if isinstance(totals, dict) else {}
@@ -314,12 +338,17 @@ def _load_collect(path: Path, run: Run, max_episodes: int, interner: Interner) -
             if isinstance(tools, str):  # the chat-completions tools column, as a JSON string
                 try:
                     tools = json.loads(tools)
-                except ValueError:
+                except (ValueError, RecursionError):
                     tools = [tools]
             full = {**record, **row, "tools": tools}
-            run.episodes.append(
-                _episode(full, index=len(rows) - 1, messages=shown, steps=None, interner=interner)
-            )
+            try:
+                episode = _episode(
+                    full, index=len(rows) - 1, messages=shown, steps=None, interner=interner
+                )
+            except RecursionError:
+                run.note(f"{path.name} line {number}: nested too deeply to show; left out")
+            else:
+                run.episodes.append(episode)
     run.episodes_total = len(rows)
     run.summary = _collect_summary(rows)
 

@@ -96,27 +96,34 @@ def _cut(text: str) -> str:
 
 
 def pretty_json(text: str) -> tuple[str, bool]:
-    """``(text, True)`` with JSON pretty-printed if ``text`` parses as JSON, else as it was."""
+    """``(text, True)`` with JSON pretty-printed if ``text`` parses as JSON, else as it was.
+
+    Text nested too deeply for Python's parser (``RecursionError``: model output such as
+    ``"[" * 100_000``) is returned as it was, like any other text that is not JSON.
+    """
     stripped = text.strip()
     try:
-        value = json.loads(stripped)
-    except ValueError:
+        return json.dumps(json.loads(stripped), indent=2, ensure_ascii=False), True
+    except (ValueError, RecursionError):
         return stripped, False
-    return json.dumps(value, indent=2, ensure_ascii=False), True
 
 
 def _call_segment(body: str) -> dict[str, Any]:
-    """A tool call: its name and its arguments pretty-printed, or the raw text if unparsable."""
+    """A tool call: its name and its arguments pretty-printed, or the raw text if unparsable
+    (not JSON, nested too deeply to parse, or not a ``{"name": ...}`` object)."""
     try:
         call = json.loads(body.strip())
-    except ValueError:
+    except (ValueError, RecursionError):
         call = None
     if isinstance(call, dict) and isinstance(call.get("name"), str):
         arguments = call.get("arguments", {})
         if isinstance(arguments, str):  # the chat-completions form: a JSON string
             text, _ = pretty_json(arguments)
         else:
-            text = json.dumps(arguments, indent=2, ensure_ascii=False)
+            try:
+                text = json.dumps(arguments, indent=2, ensure_ascii=False)
+            except (ValueError, RecursionError):  # nested too deeply for the encoder
+                text = repr(arguments)
         return {"t": "call", "name": call["name"], "v": _cut(text), "ok": True}
     return {"t": "call", "name": "", "v": _cut(body.strip()), "ok": False}
 
