@@ -22,7 +22,10 @@ A server is untrusted too. Every attempt, connection and all reads together, is 
 completion (no JSON, no choices, a ``null`` message, content that is not a string, a tool call
 without a function) is retried like a transient failure and then reported in one line that names
 the server and what was wrong (:class:`InvalidResponseError`). The completion text is sanitized
-by :class:`~textgym.policies.base.Completion` (a lone surrogate becomes U+FFFD).
+by :class:`~textgym.policies.base.Completion` (a lone surrogate becomes U+FFFD), and a reply longer
+than ``max_reply_chars`` (default the envs' action limit, 65,536 characters) is cut there
+(:func:`cut_reply`), saying so in its text: the episode's history keeps the reply and sends it
+again with every later request, so one 5.6 MB reply made every later request 5.6 MB larger.
 
 A local server for offline use (see ``DESIGN.md``)::
 The HTTP side (the bounded client, retries, one-line errors) is
@@ -38,6 +41,7 @@ importable from here too.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 from collections.abc import Mapping, Sequence
@@ -68,16 +72,50 @@ from textgym.policies.openai_messages import (
 from textgym.toolformat import chat_tools, to_chat_messages
 
 __all__ = [
+    "DEFAULT_MAX_REPLY_CHARS",
     "TRANSIENT_ERRORS",
     "InvalidResponseError",
     "OpenAIPolicy",
     "chat_tools",
+    "cut_reply",
     "is_transient",
     "render_tool_calls",
     "restore_stop",
     "to_chat_messages",
     "with_retries",
 ]
+
+#: Longest reply kept, in characters: the action limit of textgym's envs (their action spaces
+#: are ``UnicodeText(65536)``; ReverseText-v0's is at least that), past which an env reads
+#: nothing of an action.
+DEFAULT_MAX_REPLY_CHARS = 65_536
+
+
+def cut_reply(completion: Completion, max_chars: int) -> Completion:
+    """``completion`` with its text cut to at most ``max_chars`` characters, saying so.
+
+    A longer text keeps its start and ends with a line that says it was cut and how long it
+    was, ``[textgym cut this reply at 65,536 characters; it had 100,000]``, within
+    ``max_chars``; its ``finish_reason`` becomes ``"length"``, as for a reply cut at the token
+    limit (what it is: the model ran on past what the env accepts). So the cut reaches the env,
+    the history sent with every later request and the trajectory, and the eval summary counts
+    it among the length-truncated turns. A text within the limit is returned as it was.
+
+    Args:
+        completion: A completion.
+        max_chars: The most characters kept, >= 256 (room for the note).
+
+    Example:
+        >>> cut = cut_reply(Completion("<think>" + "a" * 1000), 300)
+        >>> len(cut.text), cut.finish_reason, cut.text.splitlines()[-1]
+        (300, 'length', '[textgym cut this reply at 300 characters; it had 1,007]')
+    """
+    text = completion.text
+    if len(text) <= max_chars:
+        return completion
+    note = f"\n[textgym cut this reply at {max_chars:,} characters; it had {len(text):,}]"
+    kept = text[: max(0, max_chars - len(note))] + note
+    return dataclasses.replace(completion, text=kept[-max_chars:], finish_reason="length")
 
 
 class OpenAIPolicy:
@@ -98,8 +136,10 @@ class OpenAIPolicy:
     its text as ``<tool_call>`` blocks (:func:`render_tool_calls`), the form the tool envs parse
     (``tool_format="text"`` sends none of the structure).
     Stop strings that the server drops are put back where they close an open tag
-    (:func:`restore_stop`). ``Completion.finish_reason`` is ``"length"`` when the server says
-    so and ``"stop"`` otherwise; token ids and log-probabilities are ``None``.
+    (:func:`restore_stop`). A reply longer than ``max_reply_chars`` is cut, saying so in its
+    text (:func:`cut_reply`). ``Completion.finish_reason`` is ``"length"`` when the server says
+    so or the reply was cut, and ``"stop"`` otherwise; token ids and log-probabilities are
+    ``None``.
 
     Attributes:
         name: ``"openai"``.
@@ -128,6 +168,7 @@ class OpenAIPolicy:
         check: bool = True,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         tool_format: str = "native",
+        max_reply_chars: int = DEFAULT_MAX_REPLY_CHARS,
     ) -> None:
         """Configure the endpoints and sampling, and check that every endpoint serves the model.
 
@@ -159,6 +200,9 @@ class OpenAIPolicy:
                 with structured tool calls (:func:`to_chat_messages`); ``"text"``: send no
                 ``tools`` and the history as text (the env's system prompt describes the call
                 format), for models without native tool calling.
+            max_reply_chars: Longest reply kept, in characters, >= 256 (default 65,536, the
+                envs' action limit): a longer one is cut, saying so (:func:`cut_reply`), before
+                the env, the history of later requests and the trajectory see it.
 
         Raises:
             ValueError: for an argument out of range, a malformed URL, or a model that an
@@ -174,6 +218,7 @@ class OpenAIPolicy:
             raise ValueError(f"Expected timeout_s > 0, got {timeout_s!r}")
         check_int("max_retries", max_retries, low=0)
         check_int("max_response_bytes", max_response_bytes, low=1024)
+        check_int("max_reply_chars", max_reply_chars, low=256)
         if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
             raise ValueError(f"Expected backoff_s >= 0, got {backoff_s!r}")
         stop = [stop] if isinstance(stop, str) else list(stop or [])
@@ -196,6 +241,7 @@ class OpenAIPolicy:
         self.backoff_s = float(backoff_s)
         self.max_response_bytes = max_response_bytes
         self.tool_format = tool_format
+        self.max_reply_chars = max_reply_chars
         self.tokens_generated = 0
         self._next_endpoint = 0
         self._requests_made = 0
@@ -283,15 +329,16 @@ class OpenAIPolicy:
 
     def parse_response(self, response: Any) -> Completion:
         """Turn a chat-completions response into a :class:`Completion`
-        (:func:`~textgym.policies.openai_messages.completion_from_response`), counting the
-        completion tokens the server reports in :attr:`tokens_generated`.
+        (:func:`~textgym.policies.openai_messages.completion_from_response`) cut to
+        ``max_reply_chars`` (:func:`cut_reply`), counting the completion tokens the server
+        reports in :attr:`tokens_generated`.
 
         Raises:
             InvalidResponseError: the response does not have the shape of a chat completion.
         """
         completion, completion_tokens = completion_from_response(response, self.stop)
         self.tokens_generated += completion_tokens
-        return completion
+        return cut_reply(completion, self.max_reply_chars)
 
     async def aact(
         self, conversations: Sequence[Sequence[Message]], infos: Sequence[Mapping[str, Any]]
