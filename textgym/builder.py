@@ -269,7 +269,7 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
             rejects (the env's own message; a missing data file or a missing optional
             package included), a stratified opponent asked of an env without one, or a
             wrapper that refuses the env (e.g. ``format_reward`` on an env that pays its own
-            format).
+            format, ``win_speed_bonus`` on an env whose ``info_keys`` lack ``outcome``).
     """
     resolve_env_id(recipe.env_id)
     try:
