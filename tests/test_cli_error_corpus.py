@@ -101,7 +101,6 @@ def _rows() -> list[tuple[str, list[str]]]:
     add("collect:output-under-a-file", ["collect", TTT, *FAST, "--output", "{tmp}/file/x.jsonl"])
     add("collect:output-not-empty", ["collect", TTT, *FAST, "--output", "{tmp}/file"])
     add("collect:bad-filter", ["collect", TTT, *FAST, "--output", "{tmp}/o.jsonl", "--filter", "win and"])  # fmt: skip
-    add("collect:no-output", ["collect", TTT, *FAST])
     # play.
     add("play:negative-seed", ["play", TTT, "--seed", "-1"])
     add("play:against-nope", ["play", TTT, "--against", "nope"])

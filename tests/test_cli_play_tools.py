@@ -39,10 +39,14 @@ def test_the_arguments_of_a_tool_are_listed_with_their_types(monkeypatch, capsys
     assert "company_directory_find_email_address(name?: string)" in out
 
 
-def test_a_game_without_tools_shows_no_setup(monkeypatch, capsys):
+def test_a_game_without_tools_shows_its_system_prompt_but_no_tools(monkeypatch, capsys):
+    # Every env shows its system prompt, the answer format (issue 36, item 8); tools only a
+    # tool env.
     monkeypatch.setattr("builtins.input", ctrl_d)
     assert main(["play", "textgym/TicTacToe-v0", "--seed", "0"]) == 0
-    assert "System prompt:" not in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "System prompt:" in out and "Tools (" not in out and "Call format:" not in out
+    assert "A bare number typed is sent as <move>N</move>." in out
 
 
 def test_tool_responses_show_email_bodies_with_line_breaks(monkeypatch, capsys):

@@ -29,9 +29,14 @@ def summary(env_id):
         (
             "textgym/TicTacToe-v0",
             "minimax",
-            "`textgym collect textgym/TicTacToe-v0 --policy minimax`",
+            "`textgym collect textgym/TicTacToe-v0 --policy minimax "
+            "--output minimax-TicTacToe-v0.jsonl`",
         ),
-        ("textgym/GSM8K-v0", "gold", "`textgym collect textgym/GSM8K-v0 --policy gold`"),
+        (
+            "textgym/GSM8K-v0",
+            "gold",
+            "`textgym collect textgym/GSM8K-v0 --policy gold --output gold-GSM8K-v0.jsonl`",
+        ),
         (
             "mypkg.plain:Plain-v0",
             None,
@@ -50,5 +55,5 @@ def test_a_base_models_eval_on_reverse_text_hints_at_gold(capsys):
     argv = ["eval", "textgym/ReverseText-v0", "--policy", "hf", "--model", "tiny", "--limit", "1"]
     assert main([*argv, "--max-new-tokens", "4", "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "`textgym collect textgym/ReverseText-v0 --policy gold`" in out
+    assert "`textgym collect textgym/ReverseText-v0 --policy gold --output " in out
     assert "minimax" not in out

@@ -19,7 +19,10 @@ Operators: ``== != >= <= > <`` and ``in`` with a comma-separated list. A value i
 (``win``, ``0.5``, ``true``, ``none``) or a quoted string (``'a b'``). Examples:
 ``"outcome in win,draw"``, ``"return >= 0.5 and invalid_actions == 0"``. Anything else (``or``,
 a dangling ``and``, a value of two words, an unclosed quote) is refused with the position of
-the first error, never read as a string that matches nothing.
+the first error, never read as a string that matches nothing; so is a value the field cannot
+hold (``outcome in wins``: the outcomes are ``win``, ``draw``, ``loss`` and ``none``, and a
+quoted one is taken as written for an env's own; ``truncated`` and ``terminated`` are ``true``
+or ``false``; the other fields are numbers).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from textgym.evaluation import OUTCOMES
 from textgym.rollout import Trajectory
 from textgym.toolformat import chat_tools, to_chat_messages
 
@@ -62,6 +66,27 @@ def _field(name: str) -> Callable[[Trajectory], Any]:
             f"Unknown filter field {name!r}; expected one of {', '.join(_FIELDS)} or component.NAME"
         )
     return _FIELDS[name]
+
+
+#: The values each field can hold; a value outside them is refused (it would match nothing).
+#: ``outcome`` is ``none`` for an episode without one (a time limit, a single-turn task); a
+#: quoted outcome is taken as written.
+_OUTCOMES = (*OUTCOMES, None)
+_BOOLEAN_FIELDS = frozenset({"truncated", "terminated"})
+
+
+def _check_value(name: str, value: Any, quoted: bool) -> str | None:
+    """What ``name``'s values are, in words, when ``value`` is not one of them; ``None`` when
+    it is. A quoted outcome is taken as written (an env of one's own may report others)."""
+    if name == "outcome":
+        if quoted or (value in _OUTCOMES and not isinstance(value, bool)):
+            return None
+        known = ", ".join(str(o).lower() for o in _OUTCOMES)
+        return f"one of {known} (or a quoted outcome of an env's own)"
+    if name in _BOOLEAN_FIELDS:
+        return None if isinstance(value, bool) else "true or false"
+    # return, num_steps, invalid_actions, component.NAME: numbers
+    return None if isinstance(value, float) else "a number"
 
 
 def _literal(word: str) -> Any:
@@ -173,18 +198,25 @@ def parse_filter(expression: str) -> Callable[[Trajectory], bool]:
         if not _FIELD_NAME.fullmatch(name):
             tokens.fail("a field name", pos, repr(name))
         get = _field(name)
+
+        def known_value(name: str = name) -> Any:
+            value, text, pos = tokens.value()
+            expected = _check_value(name, value, text[0] in "'\"")
+            if expected is not None:
+                tokens.fail(f"{expected} after {name}", pos, repr(text))
+            return value
+
         if tokens.accept("word", "in"):
-            allowed = {tokens.value()[0]}
+            allowed = {known_value()}
             while tokens.accept("comma"):
-                allowed.add(tokens.value()[0])
+                allowed.add(known_value())
             clauses.append(lambda t, get=get, allowed=allowed: get(t) in allowed)
         else:
             op, op_pos = tokens.take("an operator (== != >= <= > < in)", "op")
-            if op not in ("==", "!=") and name in _TEXT_FIELDS:
-                tokens.fail(f"==, != or in after the text field {name}", op_pos, repr(op))
-            value, text, pos = tokens.value()
-            if op not in ("==", "!=") and not isinstance(value, float):
-                tokens.fail(f"a number after {op}", pos, repr(text))
+            if op not in ("==", "!=") and (name in _TEXT_FIELDS or name in _BOOLEAN_FIELDS):
+                kind = "text" if name in _TEXT_FIELDS else "true/false"
+                tokens.fail(f"==, != or in after the {kind} field {name}", op_pos, repr(op))
+            value = known_value()
             compare = _COMPARE[op]
             clauses.append(lambda t, get=get, value=value, compare=compare: compare(get(t), value))
         if tokens.peek() is None:

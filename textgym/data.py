@@ -11,8 +11,10 @@ optional dependency, imported only when a hub dataset is asked for: ``pip instal
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,9 @@ from textgym.checks import check_int
 __all__ = [
     "DATA_EXTRA_HINT",
     "TASK_OPTIONS",
+    "check_data_file",
     "file_fingerprint",
+    "file_kind",
     "iter_jsonl",
     "load_hub_rows",
     "read_jsonl",
@@ -52,6 +56,74 @@ def file_fingerprint(path: str | os.PathLike[str]) -> tuple[str, int, int]:
         )
     stat = resolved.stat()
     return str(resolved), stat.st_mtime_ns, stat.st_size
+
+
+def file_kind(mode: int) -> str:
+    """What a path that is not a regular file is, in words, from its ``st_mode``: ``"a
+    directory"``, ``"a named pipe"``, ``"a character device"`` (``/dev/null``), ..."""
+    kinds = (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def check_data_file(path: str | os.PathLike[str], name: str, *, hint: str = "") -> None:
+    """Check that ``path`` is a regular file that can be read and is UTF-8 text, without
+    opening anything that could block (a FIFO, a device) and before anything loads.
+
+    The whole file is decoded once, in chunks (a data file is read whole afterwards anyway).
+
+    Args:
+        path: The data file.
+        name: The argument's name as the user wrote it (``--data``), which each message names.
+        hint: Appended after ``; `` (how to make such a file).
+
+    Raises:
+        ValueError: one line naming ``name``, the path and what it is instead: not found, a
+            directory, a FIFO or a device (``/dev/null``), unreadable (permissions), or not
+            UTF-8 (a binary file), e.g. ``--data: expected a JSONL file (UTF-8 text), got 'runs'
+            (a directory)``.
+    """
+    fix = f"; {hint}" if hint else ""
+
+    def refuse(why: str) -> ValueError:
+        return ValueError(
+            f"{name}: expected a JSONL file (UTF-8 text), got {str(path)!r} ({why}){fix}"
+        )
+
+    try:
+        mode = os.stat(path).st_mode  # follows links; never opens the file
+    except FileNotFoundError:
+        raise refuse("not found") from None
+    except OSError as exc:
+        raise refuse(exc.strerror or type(exc).__name__) from None
+    if not stat.S_ISREG(mode):
+        raise refuse(file_kind(mode))
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                try:
+                    decoder.decode(chunk)
+                except UnicodeDecodeError as exc:  # exc.object: buffered bytes + chunk
+                    at = offset + len(chunk) - len(exc.object) + exc.start
+                    raise refuse(
+                        f"not UTF-8 text: byte 0x{exc.object[exc.start]:02x} at offset {at}; "
+                        "is it a binary file?"
+                    ) from None
+                offset += len(chunk)
+            decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise refuse("not UTF-8 text: it ends inside a character") from None
+    except PermissionError:
+        raise refuse("permission denied: it cannot be read; check its permissions") from None
+    except OSError as exc:
+        raise refuse(f"cannot be read: {exc.strerror or exc}") from None
 
 
 def iter_jsonl(

@@ -77,6 +77,26 @@ class ModelOptions:
     top_p: float = 1.0
     """Nucleus sampling mass (1 turns it off)."""
 
+    def check_sampling(self) -> None:
+        """Refuse sampling options out of range, whatever the policy (a scripted policy does not
+        sample, but a value no policy could use is a mistake worth saying).
+
+        Raises:
+            ValueError: naming the option.
+        """
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(
+                f"--temperature must be a finite number >= 0 (0: greedy), got {self.temperature}"
+            )
+        if not 0 < self.top_p <= 1:  # NaN fails too
+            raise ValueError(
+                f"--top-p must be in (0, 1] (1 turns nucleus sampling off), got {self.top_p}"
+            )
+        if self.max_new_tokens < 1:
+            raise ValueError(
+                f"--max-new-tokens must be >= 1 (tokens per completion), got {self.max_new_tokens}"
+            )
+
     def served_model(self) -> str | None:
         """``--model`` for an openai endpoint: ``None`` (the first served) when left default."""
         return None if self.model == DEFAULT_MODEL else self.model
@@ -86,10 +106,11 @@ class ModelOptions:
 class PolicyOptions(ModelOptions):
     """The policy that plays: a scripted expert, the gold answers, a local or served LLM."""
 
-    policy: PolicyName = "minimax"
+    policy: PolicyName | None = None
     """random: a random action of the env's grammar (a floor on every env); minimax plays
     tic-tac-toe; gold plays an env's reference solutions (GSM8K, ReverseText, Workplace,
-    EmailToolUse); hf a local model; openai an OpenAI-compatible endpoint."""
+    EmailToolUse); hf a local model; openai an OpenAI-compatible endpoint (None: the env's
+    expert, minimax on TicTacToe and gold on an env with reference solutions, else random)."""
     reasoning: bool = True
     """random/minimax: write a <think> block before <move>N</move>."""
     concurrency: int | None = None
@@ -118,17 +139,18 @@ class PolicyOptions(ModelOptions):
         return {name: value for name, value in given.items() if value is not None}
 
     def check_policy(self) -> None:
-        """Refuse the openai-only options with another policy, and out-of-range values.
+        """Refuse the openai-only options with another policy, and out-of-range values (the
+        sampling options' too, :meth:`ModelOptions.check_sampling`).
 
         Raises:
             ValueError: naming the option.
         """
+        self.check_sampling()
         flags = ("concurrency", "timeout_s", "max_retries", "api_key", "tool_format")
         given = [f"--{f.replace('_', '-')}" for f in flags if getattr(self, f) is not None]
         if given and self.policy != "openai":
-            raise ValueError(
-                f"{', '.join(given)} only apply to --policy openai, got --policy {self.policy}"
-            )
+            got = f"--policy {self.policy}" if self.policy else "no --policy"
+            raise ValueError(f"{', '.join(given)} only apply to --policy openai, got {got}")
         if self.concurrency is not None and self.concurrency < 1:
             raise ValueError(
                 f"--concurrency must be >= 1 (requests in flight), got {self.concurrency}"

@@ -128,7 +128,9 @@ def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
 
 
 def setup(config: BatchPlayConfig) -> Setup:
-    """Check the env and that the policy can play it; plan the episodes.
+    """Check the env and that the policy can play it; plan the episodes. Without ``--policy``
+    the env's expert plays (:attr:`textgym.TextEnv.expert_policy`), else ``random``; the
+    choice is written into ``config.policy``.
 
     Raises:
         UsageError: an env that cannot be made, a scripted policy that needs an ``info`` key
@@ -139,9 +141,13 @@ def setup(config: BatchPlayConfig) -> Setup:
         base = probe.unwrapped
         stop = base.stop_strings
         _, info = probe.reset(seed=config.seed)
+        defaulted = config.policy is None
+        if defaulted:  # the env's expert, else the floor every env with a grammar has
+            config.policy = base.expert_policy or "random"
         if config.policy == "random" and not _random_can_play(base, info):
+            default = " (the default on an env without an expert policy)" if defaulted else ""
             raise UsageError(
-                f"--policy random cannot play {config.env_id}: it draws from the env's action "
+                f"--policy random{default} cannot play {config.env_id}: it draws from the env's action "
                 f"grammar, and {type(base).__name__} declares no random_action "
                 "(textgym.TextEnv.random_action) while its reset info lists neither "
                 "legal_moves nor tools; declare one, or use --policy gold, hf or openai"

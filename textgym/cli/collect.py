@@ -1,13 +1,16 @@
 """``textgym collect``: play episodes and write them as chat-format JSONL for SFT.
 
 Each episode the ``--filter`` keeps is appended to the ``--output`` file as it finishes, one
-record per line (:func:`textgym.collect.sft_record`).
+record per line (:func:`textgym.collect.sft_record`); without ``--output`` the file is
+``runs/collect-ENV-TIME.jsonl`` (:func:`default_output`), and the run prints its path.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,16 +23,18 @@ from textgym.evaluation import RunningSummary
 from textgym.results import open_jsonl
 from textgym.rollout import Trajectory
 
-__all__ = ["CollectConfig", "run"]
+__all__ = ["CollectConfig", "default_output", "env_stem", "run"]
 
 
 @dataclasses.dataclass(kw_only=True)
 class CollectConfig(BatchPlayConfig):
     """Play episodes and write chat-format JSONL for SFT."""
 
-    output: str
+    output: str | None = None
     """JSONL file to write (one chat record per kept episode; textgym sft --data reads it).
-    Locked while the run writes; one that is not empty is refused unless --overwrite."""
+    Locked while the run writes; one that is not empty is refused unless --overwrite (None:
+    runs/collect-ENV-YYYYmmdd-HHMMSS.jsonl, e.g. runs/collect-TicTacToe-v0-20250101-120000.jsonl;
+    the run prints the path it wrote)."""
     overwrite: bool = False
     """Replace the records already in --output."""
     filter: str | None = None
@@ -53,8 +58,37 @@ def run(config: CollectConfig) -> int:
     except ValueError as exc:
         raise UsageError(f"--filter: {exc}") from None
     plan = batch_play.setup(config)
+    if config.output is None:
+        config.output = default_output(config.env_id)
     with claim_file(Path(config.output), "--output", overwrite=config.overwrite) as out:
         return _run(config, plan, out, wanted)
+
+
+def default_output(env_id: str, now: datetime.datetime | None = None) -> str:
+    """The ``--output`` of a run that gives none: ``runs/collect-ENV-YYYYmmdd-HHMMSS.jsonl``,
+    ENV the env id's name without its namespace or module (characters a file name cannot hold
+    become ``_``); ``now`` is the local time (default: now).
+
+    Example:
+        >>> default_output("textgym/TicTacToe-v0", datetime.datetime(2025, 1, 2, 3, 4, 5))
+        'runs/collect-TicTacToe-v0-20250102-030405.jsonl'
+        >>> default_output("my_pkg.envs:Grid World-v1", datetime.datetime(2025, 1, 2))
+        'runs/collect-Grid_World-v1-20250102-000000.jsonl'
+    """
+    stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    return f"runs/collect-{env_stem(env_id)}-{stamp}.jsonl"
+
+
+def env_stem(env_id: str) -> str:
+    """An env id as part of a file name: its name without namespace or module, with the
+    characters a file name cannot hold as ``_``.
+
+    Example:
+        >>> env_stem("textgym/GSM8K-v0"), env_stem("pkg.mod:Grid World-v1")
+        ('GSM8K-v0', 'Grid_World-v1')
+    """
+    name = re.split(r"[/:]", env_id)[-1]
+    return re.sub(r"[^\w.-]", "_", name).strip("._") or "env"
 
 
 def _run(

@@ -19,6 +19,7 @@ from typing import Any
 
 from textgym.cli import batch_play, building
 from textgym.cli.batch_play import BatchPlayConfig
+from textgym.cli.collect import env_stem
 from textgym.cli.outputs import claim_dir, json_safe
 from textgym.evaluation import RunningSummary
 from textgym.models import MODEL_NAMES
@@ -154,9 +155,11 @@ def verdict(summary: dict[str, Any], expert: str | None = None) -> str:
     if summary["policy"] == "hf" and summary.get("model") in MODEL_NAMES:  # a base model
         env_id = summary["env_id"]
         if expert is not None:
+            data = f"{expert}-{env_stem(env_id)}.jsonl"
             text += (
                 f" To train it: collect expert episodes with `textgym collect {env_id} "
-                f"--policy {expert}`, then `textgym sft` and `textgym train` (README, "
+                f"--policy {expert} --output {data}`, fine-tune on them with `textgym sft "
+                f"--data {data} --model {summary['model']}`, then `textgym train` (README, "
                 "'Training')."
             )
         else:

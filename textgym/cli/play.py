@@ -1,8 +1,9 @@
 """``textgym play``: play an env yourself in the terminal.
 
-Alone, the person plays the single-agent env against its built-in opponent (if it has one); on
-a tool env (``info["tools"]`` not empty: EmailToolUse-v1, Workplace-v1) the system prompt, the
-tools and the call format are shown before the first turn. With ``--against POLICY`` the person
+Alone, the person plays the single-agent env against its built-in opponent (if it has one);
+the system prompt, which gives the task's answer format (GSM8K's ``#### 42``), is shown before
+the first turn of every episode, and on a tool env (``info["tools"]`` not empty:
+EmailToolUse-v1, Workplace-v1) the tools and the call format too. With ``--against POLICY`` the person
 plays two-seat tic-tac-toe against a policy (:func:`play_against`).
 """
 
@@ -87,7 +88,7 @@ def run(config: PlayConfig) -> int:
     make_env, probe = building.build_env(config.env_id, config.env_kwargs, config.wrappers)
     template = probe.unwrapped.action_template
     probe.close()
-    policy = _ShowToolSetup(HumanPolicy(action_template=template))
+    policy = _ShowSetup(HumanPolicy(action_template=template), template)
     print(f"Playing {config.env_id}. Type your answer and press Enter; Ctrl-D quits.")
     return _episodes_loop(config, lambda seed: _one_episode(make_env, policy, seed))
 
@@ -159,24 +160,39 @@ def _episodes_loop(
         return 0
 
 
-class _ShowToolSetup:
-    """Wraps the person's policy: before the first turn of an episode on a tool env, shows the
-    system prompt, the tools (name, arguments, description) and the call format; and shows
-    each tool response readably (:func:`readable_observation`)."""
+class _ShowSetup:
+    """Wraps the person's policy: before the first turn of an episode, shows the system prompt
+    (the task's answer format) and, on a tool env, the tools (name, arguments, description) and
+    the call format; and shows each tool response readably (:func:`readable_observation`).
+    ``template`` is the env's :attr:`~textgym.TextEnv.action_template`, which a bare number
+    typed is sent in (said under the system prompt)."""
 
-    def __init__(self, policy: Policy):
-        self.policy, self.name = policy, "human"
+    def __init__(self, policy: Policy, template: str | None = None):
+        self.policy, self.name, self.template = policy, "human", template
 
     def act(self, conversations: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> list[Any]:
         shown = []
         for messages, info in zip(conversations, infos):
-            if info.get("tools") and not any(m["role"] == "assistant" for m in messages):
-                print(tool_setup_text(messages, info))
+            if not any(m["role"] == "assistant" for m in messages):
+                if info.get("tools"):
+                    print(tool_setup_text(messages, info))
+                else:
+                    print(self._setup_text(messages, info))
             last = dict(messages[-1])
             if info.get("tools") and isinstance(last.get("content"), str):
                 last["content"] = readable_observation(last["content"])
             shown.append([*messages[:-1], last])
         return self.policy.act(shown, infos)
+
+    def _setup_text(self, messages: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> str:
+        """The system prompt of an env without tools, and what a bare number typed becomes."""
+        system = info.get("system_prompt") or next(
+            (m["content"] for m in messages if m["role"] == "system"), ""
+        )
+        lines = ["", "System prompt:", system or "(none)"]
+        if self.template is not None:
+            lines += ["", f"A bare number typed is sent as {self.template.format('N')}."]
+        return "\n".join(lines)
 
 
 def tool_setup_text(messages: Sequence[Mapping[str, Any]], info: Mapping[str, Any]) -> str:

@@ -30,6 +30,7 @@ from typing import Annotated, Any, NoReturn
 from textgym.checks import one_line
 
 __all__ = [
+    "INT_LIMIT",
     "UsageError",
     "fail",
     "parse_config",
@@ -196,8 +197,9 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
 
     Raises:
         UsageError: an unknown option, a value of the wrong type, a missing required option,
-            ``--env-kwargs`` that is not a JSON object, or the config's own validation error
-            (a ``ValueError`` from its ``__post_init__``); one line each.
+            ``--env-kwargs`` that is not a JSON object, an integer beyond 64 bits
+            (:data:`INT_LIMIT`), or the config's own validation error (a ``ValueError`` from
+            its ``__post_init__``); one line each.
     """
     import tyro
 
@@ -215,9 +217,35 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
     if "env_kwargs" in values:
         values["env_kwargs"] = parse_env_kwargs(values["env_kwargs"])
     try:
-        return config_class(**values)
+        config = config_class(**values)
     except ValueError as exc:  # __post_init__ validation: one line, exit 2
         raise UsageError(one_line(exc)) from None
+    except OverflowError:
+        _check_int_range(values)
+        raise
+    _check_int_range(values)  # after the config's own checks, which say more where they apply
+    return config
+
+
+#: The largest magnitude of an integer option: a signed 64-bit integer, what torch, NumPy and
+#: the seeds of Gymnasium hold (a larger one would overflow, or run for ever, after the checks).
+INT_LIMIT = 2**63 - 1
+
+
+def _check_int_range(values: dict[str, Any]) -> None:
+    """Refuse an integer option (or a member of a list of them) beyond :data:`INT_LIMIT`.
+
+    Raises:
+        UsageError: naming the option, e.g. ``--epochs 99999999999999999999``.
+    """
+    for name, value in values.items():
+        members = value if isinstance(value, tuple) else (value,)
+        for member in members:
+            if type(member) is int and not -INT_LIMIT - 1 <= member <= INT_LIMIT:
+                raise UsageError(
+                    f"--{name.replace('_', '-')} must be an integer that fits in 64 bits "
+                    f"(at most {INT_LIMIT} in magnitude), got {member}; use a smaller value"
+                )
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
