@@ -200,6 +200,81 @@ class SlotCache(DynamicCache):
                 self.kv[:, :, target, :, :columns].copy_(self.kv[:, :, source, :, :columns])
 
 
+#: The ``transformers`` attention implementation the engine registers: SDPA whose single-query
+#: steps attend on the key/value heads directly (:func:`packed_gqa_sdpa`).
+PACKED_GQA_SDPA = "textgym_packed_gqa_sdpa"
+
+
+def library_packs_gqa() -> bool:
+    """Whether ``transformers``' own SDPA attention already runs a single-query step on the
+    key/value heads without expanding them (its ``pack_gqa``, in releases after 5.17)."""
+    from transformers.integrations import sdpa_attention
+
+    return hasattr(sdpa_attention, "pack_gqa")
+
+
+def packed_gqa_sdpa(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """``transformers``' SDPA attention, except a decode step (one query per row) of a GQA
+    model, which attends on the key/value heads directly.
+
+    With a mask, ``transformers`` 5.17 expands keys and values to every query head before SDPA
+    (``repeat_kv``): for Gemma 3 270M (4 query heads, 1 KV head) each decode step then copies
+    the whole cache 4 times. Here the ``G`` query heads of one KV head become ``G`` query rows
+    of that head instead, which the mask ``[b, 1, 1, W]`` covers by broadcasting; later
+    ``transformers`` releases do the same (their ``pack_gqa``), and the engine uses this
+    function only where the installed one does not (:func:`library_packs_gqa`).
+
+    Args:
+        module: The attention layer (its ``num_key_value_groups`` is ``G``).
+        query: ``[b, H, q, D]``; packed only when ``q == 1``.
+        key: ``[b, H_kv, W, D]``, ``H = H_kv * G``.
+        value: ``[b, H_kv, W, D]``.
+        attention_mask: ``[b, 1, q, W]`` boolean or additive, or ``None``.
+
+    Returns:
+        ``([b, q, H, D] attention output, None)``, the layout ``transformers`` expects.
+    """
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    if (
+        groups == 1
+        or query.shape[2] != 1
+        or (attention_mask is not None and attention_mask.shape[1] != 1)
+        or kwargs.get("softcap") is not None
+        or kwargs.get("position_bias") is not None
+        or dropout
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
+        )
+    rows, heads, _, dim = query.shape
+    # repeat_kv's order: query head h reads KV head h // G, so heads regroup as [H_kv, G].
+    packed = query.reshape(rows, heads // groups, groups, dim)  # [b, H_kv, G, D]
+    output = torch.nn.functional.scaled_dot_product_attention(
+        packed, key, value, attn_mask=attention_mask, scale=scaling
+    )  # [b, H_kv, G, D]
+    return output.reshape(rows, heads, 1, dim).transpose(1, 2).contiguous(), None
+
+
+def register_packed_gqa_sdpa() -> str:
+    """Register :func:`packed_gqa_sdpa` with ``transformers`` (idempotent); returns its name."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(PACKED_GQA_SDPA, packed_gqa_sdpa)
+    return PACKED_GQA_SDPA
+
+
 def attention_masks(
     geometry: dict[str, Any],
     positions: torch.Tensor,

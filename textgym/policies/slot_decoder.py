@@ -24,6 +24,8 @@ from textgym.policies.kv_slots import (
     StepGraphs,
     attention_masks,
     cache_kwarg,
+    library_packs_gqa,
+    register_packed_gqa_sdpa,
     slot_geometry,
 )
 
@@ -68,6 +70,9 @@ class SlotDecoder:
             rows, compacted whenever one finishes.
         sdpa_backends: PyTorch SDPA backends allowed on CUDA, in ``torch.nn.attention
             .SDPBackend`` names; the default leaves out cuDNN, which re-plans per shape.
+        packed_gqa: Run decode steps of a GQA model on its key/value heads without expanding
+            them (:func:`~textgym.policies.kv_slots.packed_gqa_sdpa`; ``None``: with ``sdpa``
+            attention where the installed ``transformers`` does not already do it).
 
     Raises:
         ValueError: an attention implementation other than ``sdpa`` or ``eager`` (e.g.
@@ -82,6 +87,7 @@ class SlotDecoder:
         sync_every: int | None = None,
         sdpa_backends: Sequence[str] = ("EFFICIENT_ATTENTION", "MATH"),
         bucketed: bool | None = None,
+        packed_gqa: bool | None = None,
     ) -> None:
         self.model = model
         self.geometry = slot_geometry(model)
@@ -92,6 +98,13 @@ class SlotDecoder:
                 f"{implementation!r}; load it with attn_implementation='sdpa' or use "
                 "decoder='transformers'"
             )
+        if packed_gqa is None:
+            packed_gqa = implementation == "sdpa" and not library_packs_gqa()
+        # The attention implementation set on the config for the engine's own forward passes
+        # (training and ``generate`` keep the model's): the name transformers dispatches on.
+        self._attention_name = (
+            register_packed_gqa_sdpa() if packed_gqa and implementation == "sdpa" else None
+        )
         self.device = model.device
         self.dtype = next(model.parameters()).dtype
         self.additive = self.dtype if implementation == "eager" else None
@@ -145,12 +158,28 @@ class SlotDecoder:
             self.cache = None
             self._tokens = self._cols = self._positions = None
 
+    @contextlib.contextmanager
     def _attention(self) -> Any:
-        if self.device.type != "cuda":
-            return contextlib.nullcontext()
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+        """The engine's attention for one forward pass: its SDPA backends on CUDA, and the
+        packed-GQA implementation where enabled (the model's own restored after)."""
+        with contextlib.ExitStack() as stack:
+            if self.device.type == "cuda":
+                from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        return sdpa_kernel([getattr(SDPBackend, name) for name in self.sdpa_backends])
+                stack.enter_context(
+                    sdpa_kernel([getattr(SDPBackend, name) for name in self.sdpa_backends])
+                )
+            config = self.model.config
+            previous = getattr(config, "_attn_implementation_internal", None)
+            if self._attention_name is not None:
+                # The internal attribute, not the setter: this config has no sub-configs to
+                # update, and the setter would walk them on every decode step.
+                config._attn_implementation_internal = self._attention_name
+            try:
+                yield
+            finally:
+                if self._attention_name is not None:
+                    config._attn_implementation_internal = previous
 
     # -- forward passes -----------------------------------------------------------------------
     def forward(
