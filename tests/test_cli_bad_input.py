@@ -312,3 +312,8 @@ def test_a_hub_id_that_is_not_cached_fails_fast_offline(workdir, capsys, hub_unr
     assert model in err and "Retrying" not in err
     assert elapsed < 40, f"{elapsed:.0f} s: the hub's retries ran (was about 80 s)"
     assert sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE is True
+
+
+def test_play_against_checks_the_sampling_options(workdir, capsys):
+    code = run_main(["play", TTT, "--against", "minimax", "--temperature", "-1"])
+    one_error_line(capsys, code, "--temperature", "-1")

@@ -50,6 +50,7 @@ class PlayConfig(ModelOptions, EnvOptions):
 
     def __post_init__(self) -> None:
         self.check_env()
+        self.check_sampling()
         if self.seed is not None and self.seed < 0:
             raise ValueError(
                 f"--seed must be >= 0 (episode seeds are non-negative), got {self.seed}"
