@@ -3,7 +3,9 @@
 
 - ``textgym list``: the registered environments.
 - ``textgym eval ENV_ID``: play episodes with a policy and report statistics.
-- ``textgym collect ENV_ID --output FILE``: play episodes and write chat-format JSONL for SFT.
+- ``textgym collect ENV_ID [--output FILE]``: play episodes and write chat-format JSONL for SFT
+  (default file: ``runs/collect-ENV-TIME.jsonl``); without ``--policy``, ``eval`` and
+  ``collect`` play the env's expert (``minimax``, ``gold``), else ``random``.
 - ``textgym play ENV_ID``: play an env yourself in the terminal (``--against`` a policy).
 - ``textgym sft --data FILE``: supervised fine-tuning on collected chat JSONL.
 - ``textgym train [ENV_ID]``: GRPO training of an LLM policy on an env.
