@@ -21,8 +21,10 @@ resuming in :mod:`textgym.algos.resume`; every name of those is importable from 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import shutil
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict
 from pathlib import Path
@@ -57,6 +59,7 @@ __all__ = [
     "RESUME_MAY_CHANGE",
     "TRAINER_STATE",
     "check_checkpoint_settings",
+    "check_disk_for_run",
     "check_free_disk",
     "check_resumable",
     "check_weight_files",
@@ -65,6 +68,7 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "model_bytes",
+    "optimizer_bytes",
     "prune_checkpoints",
     "read_trainer_state",
     "rng_state",
@@ -72,6 +76,8 @@ __all__ = [
     "save_model",
     "save_trainer_checkpoint",
     "set_rng_state",
+    "tokenizer_bytes",
+    "with_margin",
 ]
 
 
@@ -121,33 +127,44 @@ def _no_progress_bars() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-_DISK_MARGIN = 1.1  # the estimate of the next checkpoint's size, times this ...
-_DISK_SLACK = 64 * 2**20  # ... plus this many bytes (a tokenizer; file system overhead)
+_DISK_MARGIN = 1.05  # the estimate of the next save's size, times this ...
+_DISK_SLACK = 4 * 2**20  # ... plus this many bytes (small config files; file system blocks)
 
 
 def _mb(n: float) -> str:
-    return f"{n / 1e6:,.0f} MB"
+    return f"{n / 1e6:,.1f} MB" if n < 1e7 else f"{n / 1e6:,.0f} MB"
 
 
-def check_free_disk(directory: str | Path, needed: int, *, what: str, keeps: str) -> None:
+def with_margin(estimate: int) -> int:
+    """The free bytes asked for a save estimated at ``estimate`` bytes: 5% more and 4 MiB."""
+    return int(estimate * _DISK_MARGIN) + _DISK_SLACK
+
+
+def check_free_disk(
+    directory: str | Path, needed: int, *, what: str, keeps: str, fix: str | None = None
+) -> None:
     """Raise :class:`InsufficientDiskSpace` unless ``directory`` has ``needed`` bytes free.
 
     Args:
         directory: Where the file or folder will be written.
-        needed: Bytes it needs (an estimate with a margin).
+        needed: Bytes it needs (an estimate with a margin, :func:`with_margin`).
         what: What is about to be saved, for the message (``"checkpoint-8"``).
         keeps: What stays good when the save is refused, for the message.
+        fix: What to do, for the message; default: free some space, then ``--resume``.
 
     Raises:
         InsufficientDiskSpace: naming the directory, the bytes needed and free, and the fix.
     """
     free = shutil.disk_usage(directory).free
     if free < needed:
-        raise InsufficientDiskSpace(
+        fix = fix or "Free some space (or lower --save-total-limit), then continue with --resume"
+        error = InsufficientDiskSpace(
             f"not enough free disk in {directory} to save {what}: needs about {needed:,} bytes "
             f"({_mb(needed)}), {free:,} free ({_mb(free)}); nothing was written and {keeps}. "
-            "Free some space (or lower --save-total-limit), then continue with --resume"
+            f"{fix}"
         )
+        error.needed, error.free = needed, free  # type: ignore[attr-defined]
+        raise error
 
 
 def _dir_bytes(path: Path) -> int:
@@ -163,21 +180,48 @@ def _tensor_bytes(tensors: Any) -> int:
     return sum(seen.values())
 
 
-def checkpoint_bytes(output_dir: str | Path, model: Any, optimizer: torch.optim.Optimizer) -> int:
+def tokenizer_bytes(tokenizer: Any) -> int:
+    """An upper estimate of the bytes ``tokenizer.save_pretrained`` writes: twice its
+    ``tokenizer.json`` as serialized in memory (the file is indented), plus 64 KiB for its
+    small files (config, chat template); 1 MiB for a tokenizer without a fast backend."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    try:
+        return 2 * len(backend.to_str().encode()) + 2**16
+    except Exception:  # no fast backend (None, a slow tokenizer): its files are small
+        return 2**20
+
+
+def optimizer_bytes(model: Any, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the optimizer state ``optimizer.pt`` holds: its tensors, or two float32
+    moments per trainable weight (AdamW's) before its first step."""
+    moments = [t for s in optimizer.state.values() for t in s.values()]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    return _tensor_bytes(moments) or 2 * 4 * sum(p.numel() for p in trainable)
+
+
+def checkpoint_bytes(
+    output_dir: str | Path,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    tokenizer: Any = None,
+    *,
+    optimizer_state: bool = True,
+) -> int:
     """An estimate of the size of the next checkpoint in ``output_dir``, in bytes.
 
-    The size of the newest full checkpoint (with optimizer state) when there is one; else what
-    is saved counted from memory: the weights ``save_pretrained`` writes (the trainable
-    adapter's with LoRA, all of them otherwise) plus the optimizer state (its tensors, or two
-    float32 moments per trainable weight, AdamW's, before its first step).
+    The size of the newest full checkpoint (with optimizer state) when there is one (less its
+    ``optimizer.pt`` without ``optimizer_state``); else what is saved counted from memory: the
+    weights ``save_pretrained`` writes (the trainable adapter's with LoRA, all of them
+    otherwise), the optimizer state (:func:`optimizer_bytes`, with ``optimizer_state``) and the
+    tokenizer's files (:func:`tokenizer_bytes`; 1 MiB without ``tokenizer``).
     """
     last = latest_checkpoint(output_dir)
     if last is not None and (last / OPTIMIZER_STATE).is_file():
-        return _dir_bytes(last)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    moments = [t for s in optimizer.state.values() for t in s.values()]
-    state = _tensor_bytes(moments) or 2 * 4 * sum(p.numel() for p in trainable)
-    return model_bytes(model) + state
+        size = _dir_bytes(last)
+        return size if optimizer_state else size - (last / OPTIMIZER_STATE).stat().st_size
+    state = optimizer_bytes(model, optimizer) if optimizer_state else 0
+    words = tokenizer_bytes(tokenizer) if tokenizer is not None else 2**20
+    return model_bytes(model) + state + words
 
 
 def model_bytes(model: Any) -> int:
@@ -186,6 +230,39 @@ def model_bytes(model: Any) -> int:
     if getattr(model, "peft_config", None):
         return _tensor_bytes(p for p in model.parameters() if p.requires_grad)
     return _tensor_bytes(model.parameters())
+
+
+def check_disk_for_run(state: Any, *, final_model: bool = False) -> None:
+    """Check, before a run's first step, that ``config.output_dir`` has room for its next save:
+    a checkpoint (weights, optimizer state and tokenizer, :func:`checkpoint_bytes`), or with
+    ``final_model`` (SFT without ``save_every``) the finished model (weights and tokenizer).
+
+    ``state`` is a trainer's state with ``config``, ``model``, ``optimizer`` and ``tokenizer``
+    (a GRPO ``Learner``, an ``SFTRun``).
+
+    Raises:
+        InsufficientDiskSpace: naming the bytes needed and free, and the fix, before any step.
+    """
+    config = state.config
+    out = Path(config.output_dir)
+    size = checkpoint_bytes(
+        out, state.model, state.optimizer, state.tokenizer, optimizer_state=not final_model
+    )
+    what = "its model" if final_model else "a checkpoint"
+    parts = f"weights {_mb(model_bytes(state.model))}"
+    if not final_model:
+        parts += f", optimizer state {_mb(optimizer_bytes(state.model, state.optimizer))}"
+    check_free_disk(
+        out,
+        with_margin(size),
+        what=f"{what} of this run ({parts})",
+        keeps="no step was run",
+        fix=(
+            f"Free some space or choose another --output-dir (the run keeps at most "
+            f"--save-total-limit={config.save_total_limit} checkpoints, only the newest with "
+            "its optimizer state)"
+        ),
+    )
 
 
 def _remove_dir(path: Path) -> None:
@@ -215,11 +292,12 @@ def save_checkpoint(
     config: Any,
     extra: Mapping[str, Any] | None = None,
     save_total_limit: int | None = None,
+    optimizer_state: bool = True,
 ) -> Path:
     """Write ``output_dir/checkpoint-{step}`` (see the module docstring); return its path.
 
-    In order: the free disk is checked against :func:`checkpoint_bytes` times 1.1 plus 64 MiB;
-    the checkpoint is written under a temporary name and renamed when complete (a run killed
+    In order: the free disk is checked against :func:`checkpoint_bytes` with a margin
+    (:func:`with_margin`: 5% and 4 MiB); the checkpoint is written under a temporary name and renamed when complete (a run killed
     while saving never leaves a checkpoint that looks complete); then, and only then, the
     checkpoints beyond the newest ``save_total_limit`` are deleted (the meaning of TRL's and
     ``transformers``' ``save_total_limit``) and the optimizer state (``optimizer.pt``) is
@@ -228,6 +306,9 @@ def save_checkpoint(
 
     Args:
         save_total_limit: Most ``checkpoint-*`` folders kept (>= 1); ``None`` keeps all.
+        optimizer_state: Write ``optimizer.pt``. Without it (a light save, when the disk is too
+            full for a whole checkpoint) the older checkpoints keep theirs, and the checkpoint
+            resumes only a run that has no step left to take (:func:`read_trainer_state`).
 
     Raises:
         InsufficientDiskSpace: too little free disk; nothing was written or deleted.
@@ -239,39 +320,47 @@ def save_checkpoint(
     _clear_scratch(root)
     last = latest_checkpoint(root)
     keeps = f"{last} is the last good checkpoint" if last else "no checkpoint was saved yet"
-    needed = int(checkpoint_bytes(root, model, optimizer) * _DISK_MARGIN) + _DISK_SLACK
-    check_free_disk(root, needed, what=final.name, keeps=keeps)
+    size = checkpoint_bytes(root, model, optimizer, tokenizer, optimizer_state=optimizer_state)
+    check_free_disk(root, with_margin(size), what=final.name, keeps=keeps)
     scratch = root / f".checkpoint-{step}.tmp"
     scratch.mkdir()
     save_model(model, tokenizer, scratch, base=config.model, final_dir=final)
     state = {"step": step, "rng": rng_state(), "extra": dict(extra or {})}
     torch.save(state, scratch / TRAINER_STATE)
-    torch.save(
-        {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-        scratch / OPTIMIZER_STATE,
-    )
+    if optimizer_state:
+        torch.save(
+            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+            scratch / OPTIMIZER_STATE,
+        )
     (scratch / "trainer_config.json").write_text(
         json.dumps(asdict(config), indent=2, default=str) + "\n"
     )
     if final.exists():
         _remove_dir(final)
     scratch.rename(final)
-    prune_checkpoints(root, save_total_limit, keep=final)
+    prune_checkpoints(root, save_total_limit, keep=final, strip=optimizer_state)
     return final
 
 
 def save_trainer_checkpoint(
-    state: Any, step: int, *, extra: Mapping[str, Any] | None = None
+    state: Any, step: int, *, extra: Mapping[str, Any] | None = None, final: bool = False
 ) -> Path:
     """:func:`save_checkpoint` of a trainer's state after ``step``: ``state``'s ``model``,
     ``tokenizer``, ``optimizer``, ``scheduler`` and ``config`` (a GRPO ``Learner``, an
     ``SFTRun``) into ``config.output_dir``, keeping ``config.save_total_limit`` checkpoints.
 
+    With ``final`` (the run's last step: no step is left to take), a checkpoint the disk has no
+    room for is saved without its optimizer state when that fits, so the finished weights are
+    kept, and one line on stderr says what was kept and what works (``--resume`` finishes the
+    run, ``--model`` starts a new one from it).
+
     Raises:
-        InsufficientDiskSpace: too little free disk; nothing was written or deleted.
+        InsufficientDiskSpace: too little free disk (with ``final``: even for the weights);
+            nothing was written or deleted.
     """
     config = state.config
-    return save_checkpoint(
+    save = functools.partial(
+        save_checkpoint,
         config.output_dir,
         step,
         model=state.model,
@@ -282,11 +371,32 @@ def save_trainer_checkpoint(
         extra=extra,
         save_total_limit=config.save_total_limit,
     )
+    try:
+        return save()
+    except InsufficientDiskSpace as whole:
+        if not final:
+            raise
+        try:
+            path = save(optimizer_state=False)
+        except InsufficientDiskSpace:
+            raise whole from None
+        needed, free = getattr(whole, "needed", 0), getattr(whole, "free", 0)
+    print(
+        f"textgym: warning: not enough free disk for {path.name} with its optimizer state "
+        f"(needs about {_mb(needed)}, {_mb(free)} were free); saved {path} without it "
+        f"({_mb(_dir_bytes(path))}): the run's final weights are kept; --resume finishes the "
+        f"run, --model {path} starts a new one from them",
+        file=sys.stderr,
+        flush=True,
+    )
+    return path
 
 
-def prune_checkpoints(output_dir: str | Path, limit: int | None, *, keep: Path) -> list[Path]:
-    """Delete the oldest ``checkpoint-*`` folders beyond ``limit`` and the optimizer state of
-    every checkpoint but ``keep`` (the one just written, never deleted).
+def prune_checkpoints(
+    output_dir: str | Path, limit: int | None, *, keep: Path, strip: bool = True
+) -> list[Path]:
+    """Delete the oldest ``checkpoint-*`` folders beyond ``limit`` and (with ``strip``) the
+    optimizer state of every checkpoint but ``keep`` (the one just written, never deleted).
 
     Returns:
         The checkpoints deleted.
@@ -295,7 +405,7 @@ def prune_checkpoints(output_dir: str | Path, limit: int | None, *, keep: Path) 
     doomed = others[: max(0, len(others) - (limit - 1))] if limit is not None else []
     for path in doomed:
         _remove_dir(path)
-    for path in others[len(doomed) :]:
+    for path in others[len(doomed) :] if strip else []:
         (path / OPTIMIZER_STATE).unlink(missing_ok=True)
     return doomed
 

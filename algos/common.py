@@ -287,10 +287,12 @@ class StopOnInterrupt:
             raise KeyboardInterrupt
         # os.write, not print: a handler that prints while a progress line is being printed
         # would fail with "reentrant call".
+        # SIGTERM arrives here too when the caller forwards it (textgym.cli._trainer).
+        what = b"SIGTERM" if signum == signal.SIGTERM else b"Ctrl-C"
         os.write(
             sys.stderr.fileno(),
-            b"textgym: Ctrl-C: stopping after this step with a checkpoint "
-            b"(Ctrl-C again stops at once, without one)\n",
+            b"textgym: " + what + b": stopping after this step with a checkpoint "
+            b"(" + what + b" again stops at once, without one)\n",
         )
 
     @contextlib.contextmanager

@@ -41,6 +41,7 @@ import torch
 
 import textgym  # noqa: F401  (registers the envs)
 from textgym.algos.checkpoints import (
+    check_disk_for_run,
     checkpoint_to_resume,
     load_checkpoint,
     save_trainer_checkpoint,
@@ -71,6 +72,7 @@ from textgym.algos.grpo_update import (
     sampled_elsewhere,
     update,
 )
+from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metrics import (
     MetricsLogger,
     plot_metrics,
@@ -172,7 +174,9 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         return json.loads((out / "final_eval.json").read_text())
     run = _start_run(config, ctx, checkpoint)
     with run.logger, run.server or contextlib.nullcontext(), run.stop:
-        if checkpoint is not None:
+        if ctx.is_main:
+            check_disk_for_run(run.learner)  # before any step, not after the last
+        if config.resume:  # rows after the checkpoint (all rows: resumed from scratch) go
             run.logger.truncate_after(run.start)
         # Before the first step; or a run saved at its last step whose final evaluation did
         # not finish (it failed or was interrupted).
@@ -259,7 +263,7 @@ def _after_step(run: _Run, step: int) -> str | None:
     out_of_time, stopping = _any_rank([time.perf_counter() > run.deadline, run.stop.requested], ctx)
     saved = done or out_of_time or stopping or _every(config.save_every, step)
     if saved:  # save first: an evaluation that fails or is interrupted costs no work
-        _save(run.learner, run.policy, step)
+        _save(run.learner, run.policy, step, final=done)
     if stopping:
         raise TrainingInterrupted(step, run.out / f"checkpoint-{step}")
     if ctx.is_main and (done or _every(config.eval_every, step)):
@@ -276,7 +280,8 @@ def _finish_run(run: _Run) -> None:
     """Rank 0 plots the metrics and writes ``final_eval.json``; every rank waits for it, so
     the run's files are complete when :func:`train` returns."""
     if run.ctx.is_main:
-        plot_metrics(run.out / "metrics.jsonl", run.out / "plots")
+        if read_metrics(run.out / "metrics.jsonl"):
+            plot_metrics(run.out / "metrics.jsonl", run.out / "plots")
         (run.out / "final_eval.json").write_text(json.dumps(run.eval_metrics, indent=2) + "\n")
     barrier(run.ctx)
 
@@ -342,23 +347,31 @@ def _restore(checkpoint: Path | None, learner: Learner, policy: HFPolicy) -> int
     if checkpoint is None:
         return 0
     state = load_checkpoint(
-        checkpoint, model=learner.model, optimizer=learner.optimizer, scheduler=learner.scheduler
+        checkpoint,
+        model=learner.model,
+        optimizer=learner.optimizer,
+        scheduler=learner.scheduler,
+        # The last step's checkpoint may lack it (saved light on a full disk): no step is left.
+        optimizer_needed=checkpoint.name != f"checkpoint-{learner.config.steps}",
     )
     policy.set_sampling_state(state["extra"].get("sampling_state"))
     return int(state["step"])
 
 
-def _save(learner: Learner, policy: HFPolicy, step: int) -> Path | None:
+def _save(learner: Learner, policy: HFPolicy, step: int, *, final: bool = False) -> Path | None:
     """Checkpoint the learner and the sampling policy's RNG state after ``step`` (rank 0 only:
     the other ranks hold the same weights and optimizer state); return its path (``None`` on
-    other ranks). Older checkpoints beyond ``save_total_limit`` go once it is complete.
+    other ranks). Older checkpoints beyond ``save_total_limit`` go once it is complete. The
+    ``final`` step's checkpoint is saved without its optimizer state when the disk has room
+    only for that (:func:`~textgym.algos.checkpoints.save_trainer_checkpoint`).
 
     Raises:
         InsufficientDiskSpace: too little free disk; nothing was written or deleted.
     """
     if not learner.dist.is_main:
         return None
-    return save_trainer_checkpoint(learner, step, extra={"sampling_state": policy.sampling_state()})
+    extra = {"sampling_state": policy.sampling_state()}
+    return save_trainer_checkpoint(learner, step, extra=extra, final=final)
 
 
 def _logger(out: Path, config: GRPOConfig, ctx: DistributedContext) -> Any:

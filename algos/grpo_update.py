@@ -113,8 +113,8 @@ def update(learner: Learner, trajectories: list[Trajectory]) -> dict[str, float]
         FloatingPointError: from the guard when steps keep having a non-finite loss or gradient.
     """
     config = learner.config
-    rewards, mine = _batch_returns(trajectories, learner)  # [B] float32 (all ranks), own rows
-    advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
+    rewards, mine = _batch_returns(trajectories, learner)  # [B] float64 (all ranks), own rows
+    advantages = _loss_advantages(rewards, config)  # [B] float32
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     keep = (~flat).repeat_interleave(config.group_size)  # [B] bool
     metrics = {
@@ -187,8 +187,9 @@ def bf16_rollouts(learner: Learner) -> bool:
 
 
 def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[torch.Tensor, slice]:
-    """The episode returns of the whole batch, ``[B]`` float32 (every rank's rows, in rank
-    order), and the slice of them that ``trajectories`` (this rank's share) are.
+    """The episode returns of the whole batch, ``[B]`` float64 (every rank's rows, in rank
+    order: any finite return fits, up to 1.8e308), and the slice of them that
+    ``trajectories`` (this rank's share) are.
 
     Raises:
         ValueError: a return is NaN or inf; with more than one rank, a share that splits a
@@ -203,8 +204,32 @@ def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[to
         )
     shares = all_gather_objects(returns, ctx)
     start = sum(len(share) for share in shares[: ctx.rank])
-    rewards = torch.tensor([r for share in shares for r in share])  # [B] float32
+    rewards = torch.tensor([r for share in shares for r in share], dtype=torch.float64)  # [B]
     return rewards, slice(start, start + len(returns))
+
+
+def _loss_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
+    """The group advantages of ``rewards`` (``[B]`` float64, so any finite return is exact),
+    as the ``[B]`` float32 the loss is computed in.
+
+    With ``scale_rewards`` group or batch an advantage is at most ``sqrt(G)`` in size, so any
+    finite rewards fit; with none (Dr. GRPO) it is in reward units.
+
+    Raises:
+        ValueError: with ``scale_rewards='none'``, an advantage beyond float32's range (3.4e38).
+    """
+    advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B] f64
+    loss_advantages = advantages.float()  # [B] float32
+    if not bool(torch.isfinite(loss_advantages).all()):
+        row = int((~torch.isfinite(loss_advantages)).nonzero()[0, 0])
+        raise ValueError(
+            f"The advantage of row {row} is {float(advantages[row]):.3g} reward units "
+            f"(reward {float(rewards[row]):.3g}) with scale_rewards='none', beyond float32, "
+            f"the dtype of the loss (largest {torch.finfo(torch.float32).max:.3g}); use "
+            "--scale-rewards group or batch (with a --loss-type that allows it), or make the "
+            "env's rewards smaller (their reward components, or a wrapper that scales them)"
+        )
+    return loss_advantages
 
 
 def _normalizer(learner: Learner, batch: TokenBatch | None) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import sys
 import warnings
 from dataclasses import asdict
 from pathlib import Path
@@ -28,6 +29,7 @@ from textgym.algos.checkpoint_layout import (
 
 __all__ = [
     "RESUME_MAY_CHANGE",
+    "RUN_RECORD",
     "check_resumable",
     "check_weight_files",
     "checkpoint_to_resume",
@@ -76,11 +78,18 @@ def check_resumable(checkpoint: str | Path, config: Any) -> None:
         return
     try:
         saved = json.loads(saved_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        reason = "nested too deeply" if isinstance(error, RecursionError) else str(error)
         raise CheckpointError(
-            f"{saved_file} does not read as JSON ({error}); it is damaged: restore it from the "
+            f"{saved_file} does not read as JSON ({reason}); it is damaged: restore it from the "
             "run's record (run.json holds the config) or start a new --output-dir"
         ) from None
+    if not isinstance(saved, dict):
+        raise CheckpointError(
+            f"{saved_file} holds a {type(saved).__name__}, expected a JSON object of the run's "
+            "config; it is damaged: restore it from the run's record (run.json holds the "
+            "config) or start a new --output-dir"
+        )
     now = json.loads(json.dumps(asdict(config), default=str))
     changed = [
         f"{key}: {saved[key]!r} -> {value!r}"
@@ -95,27 +104,50 @@ def check_resumable(checkpoint: str | Path, config: Any) -> None:
         )
 
 
-def checkpoint_to_resume(output_dir: str | Path, config: Any) -> Path:
+#: What a trainer writes into its output directory when a run starts (before any step).
+RUN_RECORD = "run.json"
+
+
+def checkpoint_to_resume(output_dir: str | Path, config: Any) -> Path | None:
     """The checkpoint ``--resume`` continues: the newest in ``output_dir``, checked against
     ``config`` (:func:`check_resumable`) and read (:func:`read_trainer_state`) before anything
     else happens.
 
+    A run that stopped before its first checkpoint (killed, or stopped by a signal before its
+    first step was done) has its record (``run.json``) and no checkpoint: it has nothing to
+    keep, so it is started again from scratch (``None``, with one line on stderr saying so).
+
     Raises:
-        CheckpointError: ``output_dir`` holds no checkpoint (nothing to resume), or its newest
-            one is damaged.
+        CheckpointError: ``output_dir`` holds no run and no checkpoint (nothing to resume), or
+            its newest checkpoint is damaged.
         ValueError: the resume is refused by :func:`check_resumable`.
     """
     checkpoint = latest_checkpoint(output_dir)
     if checkpoint is None:
+        if (Path(output_dir) / RUN_RECORD).is_file():
+            print(
+                f"textgym: {output_dir} holds a run that stopped before its first checkpoint; "
+                "nothing to keep, so --resume starts it from scratch",
+                file=sys.stderr,
+                flush=True,
+            )
+            return None
         held = "does not exist" if not Path(output_dir).exists() else "holds no checkpoint-*"
         raise CheckpointError(
             f"resume: nothing to resume: {output_dir} {held}; run without --resume to start a "
             "new run, or pass the --output-dir of the run to continue"
         )
     check_resumable(checkpoint, config)
-    read_trainer_state(checkpoint)
+    read_trainer_state(checkpoint, optimizer_needed=not _last_step(checkpoint, config))
     check_weight_files(checkpoint)
     return checkpoint
+
+
+def _last_step(checkpoint: Path, config: Any) -> bool:
+    """Whether ``checkpoint`` is of the run's last step (``config.steps``; a GRPO run), after
+    which no optimizer step is left to take."""
+    steps = getattr(config, "steps", None)
+    return steps is not None and Path(checkpoint).name == f"checkpoint-{steps}"
 
 
 def _damaged(file: Path, problem: str) -> CheckpointError:
@@ -144,10 +176,14 @@ def _load_data(file: Path) -> Any:
         raise _damaged(file, f"does not load ({type(error).__name__}: {error})") from None
 
 
-def read_trainer_state(path: str | Path) -> dict[str, Any]:
+def read_trainer_state(path: str | Path, *, optimizer_needed: bool = True) -> dict[str, Any]:
     """The saved trainer state of a checkpoint: ``step``, ``rng``, ``extra``, ``optimizer`` and
     ``scheduler`` (from ``optimizer.pt``, or from ``trainer_state.pt`` in checkpoints written
     before the optimizer state got its own file), checked for every key.
+
+    Without ``optimizer_needed`` (the run's last step, saved without its optimizer state when
+    the disk was full) a checkpoint without ``optimizer.pt`` gives no ``optimizer`` and
+    ``scheduler`` keys.
 
     Raises:
         CheckpointError: a file is missing, truncated, not data (pickled objects), or lacks a
@@ -167,6 +203,8 @@ def read_trainer_state(path: str | Path) -> dict[str, Any]:
         raise _damaged(state_file, f"lacks keys (expected {', '.join(needed)}, got {seen})")
     if "optimizer" not in state:
         optimizer_file = path / OPTIMIZER_STATE
+        if not optimizer_file.is_file() and not optimizer_needed:
+            return state
         if not optimizer_file.is_file():
             raise CheckpointError(
                 f"{path} holds no optimizer state ({OPTIMIZER_STATE}): only the newest "
@@ -216,9 +254,19 @@ def check_weight_files(path: str | Path) -> None:
 
 
 def load_checkpoint(
-    path: str | Path, *, model: Any, optimizer: torch.optim.Optimizer, scheduler: Any
+    path: str | Path,
+    *,
+    model: Any,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    optimizer_needed: bool = True,
 ) -> dict[str, Any]:
     """Load weights, optimizer, scheduler and RNG states from a checkpoint into live objects.
+
+    Args:
+        optimizer_needed: Refuse a checkpoint without optimizer state (see
+            :func:`read_trainer_state`); without it, such a checkpoint leaves ``optimizer`` and
+            ``scheduler`` as they are.
 
     Returns:
         The saved trainer state (``step``, ``extra``).
@@ -227,20 +275,39 @@ def load_checkpoint(
         CheckpointError: (a ValueError) ``path`` is not a complete checkpoint, a file is
             truncated or lacks a key, ``trainer_state.pt`` holds anything but tensors and plain
             data (it is loaded with ``weights_only=True`` and never unpickled as arbitrary
-            objects), or the weights do not fit ``model`` or are not finite.
+            objects), the weights do not fit ``model`` or are not finite, or the optimizer
+            state does not fit ``model``'s trainable weights (other counts or shapes).
     """
     path = Path(path)
-    state = read_trainer_state(path)
+    state = read_trainer_state(path, optimizer_needed=optimizer_needed)
     _load_weights(model, path)
     try:
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
+        if "optimizer" in state:
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
         set_rng_state(state["rng"])
     except (KeyError, ValueError, TypeError, RuntimeError, IndexError) as error:
         raise _damaged(
             path / OPTIMIZER_STATE, f"does not fit this run ({type(error).__name__}: {error})"
         ) from None
+    _check_optimizer_shapes(optimizer, path / OPTIMIZER_STATE)
     return state
+
+
+def _check_optimizer_shapes(optimizer: torch.optim.Optimizer, file: Path) -> None:
+    """Raise :class:`CheckpointError` if a loaded optimizer state tensor (AdamW's moments) has
+    another shape than its weight: ``load_state_dict`` checks only the counts, and the first
+    update would then fail deep inside the optimizer."""
+    for group in optimizer.param_groups:
+        for index, param in enumerate(group["params"]):
+            for key, value in optimizer.state.get(param, {}).items():
+                if isinstance(value, torch.Tensor) and value.dim() and value.shape != param.shape:
+                    raise CheckpointError(
+                        f"{file} holds optimizer state {key!r} of shape {tuple(value.shape)} "
+                        f"for weight {index} of shape {tuple(param.shape)}; it was written for "
+                        "another model: resume with the --model the run was started with, or "
+                        "start a new --output-dir"
+                    )
 
 
 def _load_weights(model: Any, path: Path) -> None:

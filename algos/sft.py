@@ -30,12 +30,15 @@ import torch
 from textgym.algos.batches import make_token_batch, micro_batch_rows, sequence_log_probs
 from textgym.algos.checkpoints import (
     check_checkpoint_settings,
+    check_disk_for_run,
     check_free_disk,
     checkpoint_to_resume,
     load_checkpoint,
     model_bytes,
     save_model,
     save_trainer_checkpoint,
+    tokenizer_bytes,
+    with_margin,
 )
 from textgym.algos.common import (
     NonFiniteGuard,
@@ -55,6 +58,7 @@ from textgym.algos.distributed import (
     broadcast_parameters,
     init_distributed,
 )
+from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations
@@ -65,6 +69,7 @@ __all__ = [
     "ROLES",
     "SFTConfig",
     "SFTRun",
+    "check_epochs_left",
     "conversation_tokens",
     "read_conversations",
     "sft_step",
@@ -176,11 +181,14 @@ def train(config: SFTConfig) -> dict[str, Any]:
     if ctx.is_main:
         write_run_record(out, config)
     run, sequences, dropped = _start_run(config, ctx, conversations)
+    check_epochs_left(checkpoint, run.total_steps, config)
     start = _restore(run, checkpoint)
+    if ctx.is_main:
+        check_disk_for_run(run, final_model=not config.save_every)
     began = time.perf_counter()
-    logger = _logger(out, config, ctx, resume=checkpoint is not None)
+    logger = _logger(out, config, ctx, resume=config.resume)
     with logger, StopOnInterrupt() as stop:
-        if checkpoint is not None:
+        if config.resume:  # rows after the checkpoint (all rows: resumed from scratch) go
             logger.truncate_after(start)
         steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
     if not ctx.is_main:
@@ -205,7 +213,7 @@ def _checkpoint_to_resume(config: SFTConfig, out: Path) -> Path | None:
         CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.
     """
     checkpoint = checkpoint_to_resume(out, config) if config.resume else None
-    if checkpoint is None and (
+    if not config.resume and (
         (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists()
     ):
         raise ValueError(
@@ -214,6 +222,25 @@ def _checkpoint_to_resume(config: SFTConfig, out: Path) -> Path | None:
             "to continue its newest checkpoint"
         )
     return checkpoint
+
+
+def check_epochs_left(checkpoint: Path | None, total_steps: int, config: SFTConfig) -> None:
+    """Refuse a resume whose checkpoint is past the run's last step (fewer ``epochs`` than the
+    run it continues).
+
+    Raises:
+        ValueError: naming the checkpoint's step, the run's steps and the fix.
+    """
+    if checkpoint is None:
+        return
+    done = int(checkpoint.name.rsplit("-", 1)[1])
+    if done > total_steps:
+        per_epoch = total_steps // config.epochs
+        raise ValueError(
+            f"Cannot resume from {checkpoint} with epochs={config.epochs}: the run is already "
+            f"past it (step {done}; {config.epochs} epoch(s) of {per_epoch} steps are "
+            f"{total_steps}); pass --epochs >= {-(-done // per_epoch)}"
+        )
 
 
 def _start_run(
@@ -268,7 +295,8 @@ def _finish_run(run: SFTRun, summary: dict[str, Any], began: float) -> dict[str,
     ``elapsed_s``, the run's seconds since ``began``) last; every rank waits for it."""
     out = Path(run.config.output_dir)
     _save_final(run.model, run.tokenizer, run.config)
-    plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
+    if read_metrics(out / "metrics.jsonl"):  # none when a resume had no step left to log
+        plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
     summary["elapsed_s"] = time.perf_counter() - began
     (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     barrier(run.dist)
@@ -413,7 +441,7 @@ def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
     out = Path(config.output_dir)
     scratch = out / ".model.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
-    needed = int(model_bytes(model) * 1.1) + 64 * 2**20  # a margin, and the tokenizer
+    needed = with_margin(model_bytes(model) + tokenizer_bytes(tokenizer))
     check_free_disk(out, needed, what="the model", keeps="the checkpoints in it are intact")
     save_model(model, tokenizer, scratch, base=config.model, final_dir=out)
     for item in scratch.iterdir():

@@ -108,7 +108,8 @@ def test_a_save_refused_for_lack_of_disk_keeps_the_last_checkpoint(tmp_path, mon
     def disk_usage(path):
         saves.append(path)
         usage = real(path)
-        free = usage.free if len(saves) == 1 else 1000  # the second save finds a full disk
+        # The check before the first step and the first save find room; the second a full disk.
+        free = usage.free if len(saves) <= 2 else 1000
         return namedtuple("usage", "total used free")(usage.total, usage.used, free)
 
     monkeypatch.setattr("textgym.algos.checkpoints.shutil.disk_usage", disk_usage)

@@ -10,6 +10,12 @@ continues its run (``train``) or ``--overwrite`` replaces it (the earlier run's 
 deleted first). A run that fails after it started on a reward that is NaN, infinite or beyond
 the reward tensor's range, or on a loss that keeps being non-finite, ends in one
 ``textgym: error:`` line and exit code 1.
+
+SIGTERM (how ``kill``, SLURM and Kubernetes stop a job) is handled as a Ctrl-C: the step in
+progress finishes (an evaluation is abandoned), the last completed step is saved as a
+checkpoint whatever ``save_every`` says, the output directory's lock is released, and one line
+says what was kept and how to continue; the exit code is 143 (128 + SIGTERM). A second SIGTERM
+stops at once, the last checkpoint intact.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,7 +36,7 @@ from textgym.cli.building import build_env
 from textgym.cli.outputs import claim_dir, json_safe
 from textgym.cli.usage import UsageError, raised_in
 
-__all__ = ["OutputOptions", "check_device", "run_trainer", "trainer_config"]
+__all__ = ["TERMINATED", "OutputOptions", "check_device", "run_trainer", "trainer_config"]
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -103,8 +111,8 @@ def _world_size() -> int:
 
 def _runtime_failure(exc: BaseException) -> str | None:
     """One line on a failure of a started run that is the data's or the numbers', not a bug:
-    an episode return that is NaN or infinite (the trainer's refusal, or the statistics'), a
-    reward beyond the reward tensor's range, a loss that keeps being non-finite; else None."""
+    an episode return that is NaN or infinite (the trainer's refusal, or the statistics'), an
+    advantage beyond the loss's float32 (``scale_rewards='none'``), a loss that keeps being non-finite; else None."""
     from textgym.algos.common import NonFiniteGuard
     from textgym.algos.losses import group_advantages, zero_variance_groups
     from textgym.evaluation import check_finite_return, mean_stderr
@@ -114,6 +122,9 @@ def _runtime_failure(exc: BaseException) -> str | None:
     grpo = sys.modules.get("textgym.algos.grpo")
     if grpo is not None and hasattr(grpo, "_finite_returns"):
         checks.append(grpo._finite_returns)
+    grpo_update = sys.modules.get("textgym.algos.grpo_update")
+    if grpo_update is not None and hasattr(grpo_update, "_loss_advantages"):
+        checks.append(grpo_update._loss_advantages)  # an advantage beyond float32 (Dr. GRPO)
     if isinstance(exc, ValueError) and raised_in(exc, *checks):
         return one_line(exc)
     if isinstance(exc, FloatingPointError) and raised_in(exc, NonFiniteGuard.step):
@@ -125,22 +136,103 @@ def _runtime_failure(exc: BaseException) -> str | None:
 Report = Callable[[Any, dict[str, Any], float], None]
 
 
+#: The exit code of a run stopped by SIGTERM: 128 + 15, as a shell reports a process it killed.
+TERMINATED = 128 + signal.SIGTERM
+
+
+class _SigtermAsInterrupt:
+    """SIGTERM handled as a Ctrl-C for the block: the handler SIGINT has at that moment is
+    called (the trainer's :class:`~textgym.algos.common.StopOnInterrupt`, which stops after the
+    step with a checkpoint; else the default one, which raises ``KeyboardInterrupt`` so that
+    the output directory's lock is released as the stack unwinds). Outside the main thread,
+    where no handler can be set, it does nothing.
+
+    Attributes:
+        received: A SIGTERM arrived.
+    """
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _SigtermAsInterrupt:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+            self._previous = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.received = True
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signum, frame)
+        else:  # SIGINT ignored (a background job) or not set from Python
+            raise KeyboardInterrupt
+
+
+def _terminated_line(exc: KeyboardInterrupt, output_dir: Path) -> str:
+    """The one line for a run stopped by SIGTERM: what was kept and the command that works."""
+    from textgym.algos.checkpoint_layout import latest_checkpoint
+    from textgym.algos.common import TrainingInterrupted
+    from textgym.algos.resume import RUN_RECORD
+
+    if isinstance(exc, TrainingInterrupted):
+        return (
+            f"textgym: terminated (SIGTERM) after step {exc.step}; saved {exc.checkpoint} "
+            "(continue with --resume)"
+        )
+    last = latest_checkpoint(output_dir) if output_dir.is_dir() else None
+    if last is not None:
+        return (
+            f"textgym: terminated (SIGTERM) during a step; {last} is the last checkpoint "
+            "(continue with --resume)"
+        )
+    if (output_dir / RUN_RECORD).is_file():
+        return (
+            "textgym: terminated (SIGTERM) before the first step was done; nothing to keep: "
+            "the same command with --resume starts the run again"
+        )
+    return "textgym: terminated (SIGTERM) before the run started; run the same command again"
+
+
 def run_trainer(
     config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None = None
 ) -> int:
     """Check what can be checked, run ``train(config)`` and print its summary: ``report``
-    (:mod:`textgym.cli.training_tables`), or the result as JSON without one.
+    (:mod:`textgym.cli.training_tables`), or the result as JSON without one; a SIGTERM is
+    handled as a Ctrl-C (see the module docstring).
 
     Returns:
         0 when the run finished; 1 when it stopped on a runtime failure of the data or the
-        numbers (:func:`_runtime_failure`, one ``textgym: error:`` line).
+        numbers (:func:`_runtime_failure`, one ``textgym: error:`` line); 143 when a SIGTERM
+        stopped it (one ``textgym: terminated`` line).
 
     Raises:
         UsageError: a device this machine does not have, an env that cannot be made, an output
             directory that cannot be written, is locked by another run or holds a run that
             neither ``--resume`` nor ``--overwrite`` was given for, a model or data file that
             cannot be loaded, a resume that is refused.
+        KeyboardInterrupt: a Ctrl-C (:class:`~textgym.algos.common.TrainingInterrupted` when
+            the last completed step was saved).
     """
+    with _SigtermAsInterrupt() as sigterm:
+        try:
+            return _claim_and_train(config, train, report)
+        except KeyboardInterrupt as exc:
+            if not sigterm.received:
+                raise
+            print(_terminated_line(exc, Path(config.output_dir)), file=sys.stderr, flush=True)
+            return TERMINATED
+
+
+def _claim_and_train(
+    config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None
+) -> int:
+    """:func:`run_trainer` without its SIGTERM handling."""
     check_device(config.device)
     overwrite = getattr(config, "overwrite", False)
     config = _plain(config)
@@ -162,7 +254,7 @@ def _train(config: Any, train: Callable[[Any], dict[str, Any]], report: Report |
     from textgym.algos.checkpoints import check_resumable
     from textgym.algos.distributed import shutdown_distributed
     from textgym.algos.server_rollouts import gguf_architecture, server_model_path
-    from textgym.algos.sft import read_conversations
+    from textgym.algos.sft import check_epochs_left, read_conversations
     from textgym.data import read_jsonl
     from textgym.models import load_model
     from textgym.serving.llama_cpp import find_llama_server
@@ -173,7 +265,7 @@ def _train(config: Any, train: Callable[[Any], dict[str, Any]], report: Report |
     except (ValueError, OSError, ImportError, FloatingPointError) as exc:
         # Raised while loading the model or the data, or refusing a resume: before training.
         # Or while preparing the rollout server: no binary, no base model GGUF.
-        setup = (load_model, read_jsonl, check_resumable, read_conversations)
+        setup = (load_model, read_jsonl, check_resumable, read_conversations, check_epochs_left)
         setup += (find_llama_server, server_model_path, gguf_architecture)
         if raised_in(exc, *setup):
             raise UsageError(one_line(exc)) from None
