@@ -254,15 +254,13 @@ def test_a_collect_file_of_a_tool_env(runs):
 def test_a_train_run_gives_curves_and_its_final_evaluation(runs):
     run = load_run(runs["train"])
     assert run.kind == "train" and len(run.metrics) == 9
-    charts, not_logged = chart_specs([run])
+    charts, not_logged, _ = chart_specs([run])
     by_title = {c["title"]: c for c in charts}
-    reward = by_title["Reward (train) and its components"]
-    assert [s["label"] for s in reward["series"]] == [
-        "reward_mean",
-        "reward/outcome",
-        "reward/invalid_action",
-    ]
-    assert reward["series"][0]["points"] == [[s, pytest.approx(0.1 * s)] for s in range(1, 7)]
+    reward = by_title["Reward (train, mean over the step's episodes)"]
+    components = by_title["Reward components (train)"]
+    assert [s["label"] for s in reward["series"]] == ["reward_mean"]
+    assert [s["label"] for s in components["series"]] == ["reward/outcome", "reward/invalid_action"]
+    assert reward["series"][0]["points"] == [[s, pytest.approx(0.1 * s), None] for s in range(1, 7)]
     wdl = by_title["Evaluation vs random: win / draw / loss"]
     assert [s["label"] for s in wdl["series"]] == ["win", "draw", "loss"]
     assert [p[0] for p in wdl["series"][0]["points"]] == [0, 3, 6]
@@ -270,7 +268,7 @@ def test_a_train_run_gives_curves_and_its_final_evaluation(runs):
     rows = dict(summary_rows([run]))
     assert rows["training steps"] == ["6"]
     assert rows["updates skipped (equal rewards in every group)"] == ["1 of 6"]
-    assert rows["final eval random: win / draw / loss"] == ["60.0% / 10.0% / 30.0%"]
+    assert rows["eval vs random: win / draw / loss"] == ["60.0% / 10.0% / 30.0%"]
 
 
 def test_runs_side_by_side(runs, tmp_path):

@@ -136,7 +136,7 @@ def iter_jsonl(
         path: The file.
         skip: ``None``: a line that is not a JSON object is an error. Else it is called as
             ``skip(line number, what was found)`` (``"invalid JSON (Expecting value)"``,
-            ``"list"``) and the line is passed over, and bytes that are not UTF-8 are read as
+            ``"list"``, ``"JSON nested too deeply to read"``) and the line is passed over, and bytes that are not UTF-8 are read as
             U+FFFD: for a file a crash may have cut in half a line.
 
     Raises:
@@ -152,6 +152,8 @@ def iter_jsonl(
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
                 found = f"invalid JSON ({exc.msg})"
+            except RecursionError:  # nested deeper than Python's parser goes
+                found = "JSON nested too deeply to read"
             else:
                 if isinstance(row, dict):
                     yield number, row

@@ -136,7 +136,10 @@ def from_chat_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
             function = call.get("function") or {}
             name, arguments = function.get("name"), function.get("arguments", {})
             if isinstance(arguments, str):
-                arguments = json.loads(arguments)
+                try:
+                    arguments = json.loads(arguments)
+                except RecursionError:  # nested deeper than Python's parser goes: invalid
+                    arguments = None
             if not isinstance(name, str) or not isinstance(arguments, dict):
                 raise ValueError(f"message {index} has a tool call without a name or arguments")
             blocks.append(

@@ -5,9 +5,12 @@ directory (``summary.json``, or ``trajectories.jsonl`` when the summary is missi
 directory (``metrics.jsonl``, ``final_eval.json``) or an SFT directory. The table holds one row
 per metric and one column per run, named alike across kinds: an eval run's numbers are
 ``eval/return_mean``, ``eval/win_rate``, ``eval/invalid_rate`` ..., the names a train run's
-last evaluation has for an env without named settings (tic-tac-toe's are
-``eval/random/win_rate``, ``eval/optimal/...``); train and SFT runs add ``train/<metric>``, the
-last value logged. With ``--plots DIR`` the curves of the train and SFT runs are overlaid
+last evaluation has for an env without named settings. Where the train runs' evaluation names
+settings (tic-tac-toe's ``eval/random/win_rate``, ``eval/optimal/...``), an eval run's return,
+outcome and invalid rates go on the rows of the setting its env played
+(:func:`textgym.report.alignment.eval_setting`: made with no arguments, tic-tac-toe plays
+``optimal``), so both kinds of run share those rows. Train and SFT runs add
+``train/<metric>``, the last value logged. With ``--plots DIR`` the curves of the train and SFT runs are overlaid
 (:func:`textgym.algos.metrics.plot_runs`; an eval run has none).
 """
 
@@ -82,6 +85,34 @@ def eval_rows(summary: Mapping[str, Any]) -> dict[str, float]:
     return {key: float(value) for key, value in rows.items() if is_number(value)}
 
 
+def _aligned(run: Any, runs: list[Any], notes: list[str]) -> dict[str, float]:
+    """An eval run's rows (:func:`eval_rows`), its return, outcome and invalid rates moved to
+    the rows of the train runs' evaluation setting it played (``eval/optimal/return_mean`` for
+    tic-tac-toe against minimax; :func:`textgym.report.alignment.eval_setting`), so the two
+    kinds of run share rows. Where the train runs logged named settings and the eval run played
+    none of them, a note for ``notes`` says so and its rows stay ``eval/<metric>``."""
+    from textgym.report.alignment import SHARED_METRICS, eval_setting, shared_eval
+
+    rows = eval_rows(run.summary)
+    logged = dict.fromkeys(
+        s for other in runs if other.kind == "train" for s in shared_eval(other) if s != "eval"
+    )
+    if not logged:
+        return rows
+    setting = eval_setting(run.summary)
+    if setting in logged:
+        return {
+            f"eval/{setting}/{key[5:]}" if key[5:] in SHARED_METRICS else key: value
+            for key, value in rows.items()
+        }
+    kwargs = run.summary.get("env_kwargs") or {}
+    notes.append(
+        f"{run.name}: its env (env_kwargs {kwargs}) plays none of the evaluation settings the "
+        f"train runs logged ({', '.join(logged)}); its numbers are on the eval/<metric> rows"
+    )
+    return rows
+
+
 def _load(paths: tuple[str, ...]) -> list[Any]:
     """The runs, read as ``textgym report`` reads them (no episodes kept).
 
@@ -119,9 +150,11 @@ def run(config: CompareConfig) -> int:
     table: dict[str, dict[str, Any]] = {}
     for row in compare_rows(curves):
         table[row["metric"]] = row
+    notes: list[str] = []
     for r in runs:
         if r.kind == "eval" and r.summary is not None:
-            for metric, value in eval_rows(r.summary).items():
+            rows = _aligned(r, runs, notes)
+            for metric, value in rows.items():
                 table.setdefault(metric, {"metric": metric})[r.name] = value
     paths: list[Path] = []
     if config.plots is not None and curves:
@@ -136,6 +169,8 @@ def run(config: CompareConfig) -> int:
     for r in runs:
         for note in r.notes:
             print(f"{r.name}: {note}")
+    for note in notes:
+        print(note)
     if config.plots is not None and not curves:
         print("no plots: none of the runs is a train or sft run with curves")
     for path in paths:

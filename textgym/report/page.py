@@ -17,11 +17,19 @@ import html
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
 from textgym.checks import is_number
+from textgym.report.alignment import shared_eval
+from textgym.report.curves import (
+    RUN_COLORS,
+    chart_specs,
+    skipped_updates,
+    step_axes,
+    task_tables,
+)
 from textgym.report.runs import Interner, Run
 
 __all__ = ["chart_specs", "render_page", "script_json", "summary_rows"]
@@ -125,20 +133,28 @@ def _train_rows(run: Run) -> Iterable[tuple[int, str, str]]:
     if any("skipped_update" in r for r in train):
         skipped = sum(1 for r in train if r.get("skipped_update"))
         yield 5, "updates skipped (equal rewards in every group)", f"{skipped} of {len(train)}"
-    final = run.final_eval
-    if final is None:  # no final_eval.json yet: the last evaluation logged
-        evals = [r for r in run.metrics if r.get("stage") == "eval"]
-        final = {k: v for k, v in (evals[-1] if evals else {}).items() if "/" in k}
-    for setting in dict.fromkeys(k.split("/", 1)[0] for k in final if "/" in k):
-        get = lambda metric, s=setting: final.get(f"{s}/{metric}")  # noqa: E731
-        yield 5, f"final eval {setting}: return", _num(get("return_mean"))
+
+
+def _shared_rows(
+    evaluation: dict[str, dict[str, float]], settings: Iterable[str]
+) -> Iterable[tuple[int, str, str]]:
+    """(section, label, text) rows of the evaluation settings both eval and train runs hold
+    (:func:`textgym.report.alignment.shared_eval`): the same labels for both kinds of run."""
+    for setting in settings:
+        get = (evaluation.get(setting) or {}).get
+        if not evaluation.get(setting):
+            continue
+        text = _num(get("return_mean"))
+        if get("return_stderr") is not None:
+            text += f" ± {_num(get('return_stderr'))}"
+        yield 5, f"eval vs {setting}: return", text
         if get("win_rate") is not None:
             yield (
                 5,
-                f"final eval {setting}: win / draw / loss",
+                f"eval vs {setting}: win / draw / loss",
                 _wdl(get("win_rate"), get("draw_rate"), get("loss_rate")),
             )
-        yield 5, f"final eval {setting}: invalid actions", _pct(get("invalid_rate"))
+        yield 5, f"eval vs {setting}: invalid actions", _pct(get("invalid_rate"))
 
 
 def summary_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
@@ -146,11 +162,17 @@ def summary_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
     none); rows grouped (what ran, return and components, outcomes, rates, tasks, training),
     first seen first within a group. Eval and collect runs give the statistics of
     ``textgym eval`` (:func:`textgym.evaluation.summarize`); train and SFT runs their config,
-    last step and final evaluation."""
+    last step and final evaluation, as ``eval vs <setting>: ...`` rows, which an eval run that
+    played a setting the train runs logged shares (:mod:`textgym.report.alignment`)."""
     table: dict[str, list[str]] = {"kind": [run.kind for run in runs]}
     section = {"kind": -1}
+    evaluations = [shared_eval(run) for run in runs]
+    trained = [s for run, e in zip(runs, evaluations) if run.kind == "train" for s in e]
+    settings = list(dict.fromkeys(trained))
     for i, run in enumerate(runs):
         rows = _eval_rows(run.summary, run) if run.summary is not None else _train_rows(run)
+        if run.kind == "train" or run.summary is not None:  # eval runs: beside a train run's
+            rows = [*rows, *_shared_rows(evaluations[i], settings)]
         for part, label, text in rows:
             table.setdefault(label, [_MISSING] * len(runs))[i] = text
             section.setdefault(label, part)
@@ -159,14 +181,16 @@ def summary_rows(runs: Sequence[Run]) -> list[tuple[str, list[str]]]:
 
 def _summary_html(runs: Sequence[Run]) -> str:
     esc = html.escape
-    head = "".join(f"<th scope=col>{esc(run.name)}</th>" for run in runs)
+    head = "".join(
+        f'<th scope=col class=run-name title="{esc(run.name)}">{esc(run.name)}</th>' for run in runs
+    )
     body = []
     for label, cells in summary_rows(runs):
         indent = " class=sub" if label.startswith("  ") else ""
         tds = "".join(
             f"<td>{esc(c)}</td>"
             if len(c) <= 40
-            else f'<td><span class=long title="{esc(c)}">{esc(c)}</span></td>'
+            else f'<td><span class=long title="{esc(c)}">{esc(c)}</span></td>'  # wraps, not cut
             for c in cells
         )
         body.append(f"<tr><th scope=row{indent}>{esc(label.strip())}</th>{tds}</tr>")
@@ -174,117 +198,6 @@ def _summary_html(runs: Sequence[Run]) -> str:
         f'<table class="summary"><thead><tr><th scope=col>statistic</th>{head}</tr></thead>'
         f"<tbody>{''.join(body)}</tbody></table>"
     )
-
-
-# --- curves ------------------------------------------------------------------------------------
-
-_Select = Callable[[list[dict[str, Any]]], list[tuple[str, str, str]]]  # (stage, key, label)
-
-
-def _keys(rows: Iterable[dict[str, Any]], stage: str, keep: Callable[[str], bool]) -> list[str]:
-    seen: dict[str, None] = {}
-    for row in rows:
-        if row.get("stage") == stage:
-            seen.update((k, None) for k in row if k not in ("step", "stage") and keep(k))
-    return list(seen)
-
-
-def _settings(rows: list[dict[str, Any]]) -> list[str]:
-    """Evaluation settings (``random``, ``optimal``, ``eval``) of the eval rows, in order."""
-    keys = _keys(rows, "eval", lambda k: "/" in k)
-    return list(dict.fromkeys(k.split("/", 1)[0] for k in keys))
-
-
-def _train(*keys: str) -> _Select:
-    return lambda rows: [("train", k, k) for k in keys]
-
-
-#: (title, y-axis label, rates in [0, 1], which series) of each chart, in page order.
-_CHARTS: list[tuple[str, str, bool, _Select]] = [
-    (
-        "Reward (train) and its components",
-        "reward",
-        False,
-        lambda rows: [
-            ("train", k, k)
-            for k in _keys(rows, "train", lambda k: k == "reward_mean" or k.startswith("reward/"))
-        ],
-    ),
-    (
-        "Invalid-action rate",
-        "rate",
-        True,
-        lambda rows: (
-            [("train", "invalid_rate", "train")]
-            + [
-                ("eval", k, f"eval {k}")
-                for k in _keys(rows, "eval", lambda k: k.endswith("/invalid_rate"))
-            ]
-        ),
-    ),
-    (
-        "Evaluation return",
-        "return",
-        False,
-        lambda rows: [
-            ("eval", k, k.split("/", 1)[0])
-            for k in _keys(rows, "eval", lambda k: k.endswith("/return_mean"))
-        ],
-    ),
-    ("KL to the reference policy (train)", "nats", False, _train("kl")),
-    ("Policy entropy (train)", "nats", False, _train("entropy")),
-    ("Loss", "loss", False, _train("loss")),
-    ("Clipped fraction (train)", "fraction", True, _train("clip_fraction")),
-]
-
-
-def _points(rows: Iterable[dict[str, Any]], stage: str, key: str) -> list[list[float]]:
-    points = []
-    for row in rows:
-        value, step = row.get(key), row.get("step")
-        if row.get("stage") == stage and isinstance(step, int) and _finite(value):
-            points.append([step, float(value)])
-    return sorted(points)
-
-
-def chart_specs(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The curves of the train and SFT runs, overlaid run by run.
-
-    Returns:
-        ``(charts, not_logged)``: each chart ``{"title", "ylabel", "rate", "series": [{"run":
-        run index, "label", "points": [[step, value], ...]}]}`` with at least one point (steps
-        are optimizer updates; ``rate`` charts span [0, 1]); one ``Evaluation vs <setting>:
-        win / draw / loss`` chart per evaluation setting that logs outcome rates; and the
-        titles of the charts no run logged a finite value for (e.g. KL with ``--beta 0``).
-    """
-    trained = [(i, run) for i, run in enumerate(runs) if run.metrics]
-    charts: list[tuple[str, str, bool, _Select]] = list(_CHARTS)
-    settings = dict.fromkeys(s for _, run in trained for s in _settings(run.metrics))
-    for setting in settings:
-        charts.insert(
-            3,
-            (
-                f"Evaluation vs {setting}: win / draw / loss",
-                "rate",
-                True,
-                lambda rows, s=setting: [
-                    ("eval", f"{s}/{o}_rate", o) for o in ("win", "draw", "loss")
-                ],
-            ),
-        )
-    specs, not_logged = [], []
-    for title, ylabel, rate, select in charts:
-        series = []
-        for index, run in trained:
-            for stage, key, label in select(run.metrics):
-                points = _points(run.metrics, stage, key)
-                if points:
-                    series.append({"run": index, "label": label, "points": points})
-        if series:
-            specs.append({"title": title, "ylabel": ylabel, "rate": rate, "series": series})
-        elif trained:
-            not_logged.append(title)
-    return specs, not_logged
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -335,7 +248,8 @@ def render_page(
     """
     import textgym
 
-    charts, not_logged = chart_specs(runs)
+    charts, not_logged, all_zero = chart_specs(runs)
+    axes = [step_axes(run) for run in runs]
     episodes = [dict(episode, run=i) for i, run in enumerate(runs) for episode in run.episodes]
     data = {
         "runs": [
@@ -346,14 +260,20 @@ def render_page(
                 "episodes_total": run.episodes_total,
                 "episodes_shown": len(run.episodes),
                 "notes": run.notes,
+                "color": RUN_COLORS[i % len(RUN_COLORS)],
+                "axes": {name: sorted(values.items()) for name, values in axes[i].items()},
+                "skipped": skipped_updates(run) if run.kind == "train" else None,
             }
-            for run in runs
+            for i, run in enumerate(runs)
         ],
         "max_episodes": max_episodes,
         "shared": shared.values,
         "episodes": episodes,
         "charts": charts,
         "not_logged": not_logged,
+        "all_zero": all_zero,
+        "x_axes": ["step", *(a for a in ("wall", "tokens") if any(a in x for x in axes))],
+        "tasks": task_tables(runs),
     }
     title = title or "textgym report: " + ", ".join(run.name for run in runs)
     generated = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

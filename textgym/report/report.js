@@ -5,8 +5,6 @@
 (function () {
   const DATA = JSON.parse(document.getElementById("report-data").textContent);
   const SVG = "http://www.w3.org/2000/svg";
-  const PALETTE = ["#2f6fde", "#e8590c", "#2b8a3e", "#ae3ec9", "#c92a2a", "#0c8599",
-    "#b08900", "#5f3dc4", "#d6336c", "#495057"];
   const DASHES = ["", "6 3", "2 3", "8 3 2 3", "1 2"];
   const PAGE = 300; // episodes listed before "show more"
 
@@ -40,8 +38,8 @@
     const cards = el("div", { class: "runs" });
     DATA.runs.forEach((run, i) => {
       const card = el("div", { class: "run-card" },
-        el("span", { class: "swatch", style: "background:" + PALETTE[i % PALETTE.length] }),
-        el("b", { text: run.name }), " ", el("span", { class: "badge", text: run.kind }),
+        el("span", { class: "swatch", style: "background:" + run.color }),
+        el("b", { text: run.name, title: run.name }), " ", el("span", { class: "badge", text: run.kind }),
         el("div", { class: "meta", text: run.path }));
       if (run.episodes_total > run.episodes_shown) {
         card.appendChild(el("div", { class: "meta",
@@ -73,13 +71,56 @@
     return a !== 0 && (a >= 1e4 || a < 1e-3) ? t.toExponential(1) : String(+t.toPrecision(4));
   }
 
-  function drawChart(spec) {
+  const MARKERS = ["circle", "square", "triangle", "diamond", "cross"];
+  const AXIS_NAMES = { step: "training step", wall: "wall time (s)", tokens: "tokens" };
+  const AXES = DATA.runs.map((run) => {
+    const maps = {};
+    for (const [name, pairs] of Object.entries(run.axes || {})) maps[name] = new Map(pairs);
+    return maps;
+  });
+  // Exponential moving average, debiased as TensorBoard's (weight 0: the values as logged).
+  function smooth(values, weight) {
+    if (!weight) return values;
+    let last = 0, n = 0;
+    return values.map((v) => { last = last * weight + (1 - weight) * v; n += 1;
+      return last / (1 - Math.pow(weight, n)); });
+  }
+  // A series' points on the chosen x axis: [x, y, stderr, step]; points off that axis dropped.
+  function placed(s, axis, weight) {
+    const pts = [];
+    for (const p of s.points) {
+      const x = axis === "step" ? p[0] : (AXES[s.run][axis] ? AXES[s.run][axis].get(p[0]) : undefined);
+      if (x !== undefined && x !== null) pts.push([x, p[1], p[2], p[0]]);
+    }
+    const ys = smooth(pts.map((p) => p[1]), weight);
+    return pts.map((p, i) => [p[0], ys[i], p[2], p[3], p[1]]);
+  }
+  function marker(kind, x, y, color) {
+    const r = 3;
+    switch (MARKERS[kind % MARKERS.length]) {
+      case "square": return svg("rect", { x: x - r, y: y - r, width: 2 * r, height: 2 * r, fill: color });
+      case "triangle": return svg("polygon", { points: [x, y - r - 1, x - r, y + r, x + r, y + r].join(" "), fill: color });
+      case "diamond": return svg("polygon", { points: [x, y - r - 1, x + r + 1, y, x, y + r + 1, x - r - 1, y].join(" "), fill: color });
+      case "cross": return svg("path", { d: "M" + (x - r) + " " + (y - r) + "L" + (x + r) + " " + (y + r) +
+        "M" + (x - r) + " " + (y + r) + "L" + (x + r) + " " + (y - r), stroke: color, "stroke-width": 1.6 });
+      default: return svg("circle", { cx: x, cy: y, r: r - 0.4, fill: color });
+    }
+  }
+
+  function drawChart(spec, axis, weight) {
     const W = 440, H = 230, L = 48, R = 12, T = 10, B = 30;
-    const multiRun = new Set(spec.series.map((s) => s.run)).size > 1;
-    const labels = [...new Set(spec.series.map((s) => s.label))];
-    const pts = spec.series.flatMap((s) => s.points);
+    const series = spec.series.map((s) => Object.assign({}, s, { placed: placed(s, axis, weight) }))
+      .filter((s) => s.placed.length);
+    const figure = el("figure", { class: "chart", "data-title": spec.title }, el("h3", { text: spec.title }));
+    if (!series.length) {
+      figure.appendChild(el("p", { class: "meta", text: "Nothing logged on this x axis." }));
+      return figure;
+    }
+    const pts = series.flatMap((s) => s.placed);
+    const lows = pts.map((p) => p[2] === null ? p[1] : p[1] - p[2]);
+    const highs = pts.map((p) => p[2] === null ? p[1] : p[1] + p[2]);
     const xs = niceTicks(Math.min(...pts.map((p) => p[0])), Math.max(...pts.map((p) => p[0])), 6);
-    let ylo = Math.min(...pts.map((p) => p[1])), yhi = Math.max(...pts.map((p) => p[1]));
+    let ylo = Math.min(...lows), yhi = Math.max(...highs);
     if (spec.rate) { ylo = Math.min(0, ylo); yhi = Math.max(1, yhi); }
     const ys = niceTicks(ylo, yhi, 5);
     const X = (v) => L + (v - xs.lo) / (xs.hi - xs.lo) * (W - L - R);
@@ -92,44 +133,96 @@
       label.textContent = tickText(t);
     }
     for (const t of xs.ticks) {
-      if (!Number.isInteger(t)) continue;
+      if (axis === "step" && !Number.isInteger(t)) continue;
       const label = root.appendChild(svg("text", { x: X(t), y: H - B + 14, "text-anchor": "middle" }));
       label.textContent = tickText(t);
     }
     root.appendChild(svg("line", { x1: L, x2: L, y1: T, y2: H - B, class: "axis" }));
     root.appendChild(svg("line", { x1: L, x2: W - R, y1: H - B, y2: H - B, class: "axis" }));
+    const xlabel = root.appendChild(svg("text", { x: W - R, y: H - 3, "text-anchor": "end", class: "xlabel" }));
+    xlabel.textContent = AXIS_NAMES[axis];
     const ylabel = root.appendChild(svg("text", { x: 10, y: T + (H - T - B) / 2,
       transform: "rotate(-90 10 " + (T + (H - T - B) / 2) + ")", "text-anchor": "middle" }));
     ylabel.textContent = spec.ylabel;
     const legend = el("div", { class: "legend" });
-    spec.series.forEach((s, i) => {
-      const li = labels.indexOf(s.label);
-      const color = PALETTE[(multiRun ? s.run : i) % PALETTE.length];
-      const dash = multiRun ? DASHES[li % DASHES.length] : "";
-      const line = svg("polyline", { fill: "none", stroke: color, "stroke-width": 1.8,
-        "stroke-dasharray": dash, points: s.points.map((p) => X(p[0]) + "," + Y(p[1])).join(" ") });
-      root.appendChild(line);
-      const name = (multiRun || DATA.runs.length > 1 ? DATA.runs[s.run].name + ": " : "") + s.label;
-      if (s.points.length <= 60) {
-        for (const p of s.points) {
-          const dot = root.appendChild(svg("circle", { cx: X(p[0]), cy: Y(p[1]), r: 2.6, fill: color }));
-          dot.appendChild(svg("title")).textContent = name + " · step " + p[0] + ": " + fmt(p[1], 4);
+    const named = DATA.runs.length > 1;
+    for (const s of series) {
+      const dash = DASHES[s.dash % DASHES.length];
+      root.appendChild(svg("polyline", { fill: "none", stroke: s.color, "stroke-width": 1.8,
+        "stroke-dasharray": dash, "data-label": s.label,
+        points: s.placed.map((p) => X(p[0]) + "," + Y(p[1])).join(" ") }));
+      const name = (named ? DATA.runs[s.run].name + ": " : "") + s.label;
+      for (const p of s.placed) {
+        if (p[2] !== null && p[2] !== undefined) {
+          root.appendChild(svg("line", { x1: X(p[0]), x2: X(p[0]), y1: Y(p[1] - p[2]), y2: Y(p[1] + p[2]),
+            stroke: s.color, class: "bar" }));
         }
       }
-      const key = el("i", { style: "border-color:" + color + (dash ? ";border-top-style:dashed" : "") });
-      legend.appendChild(el("span", {}, key, name));
-    });
-    return el("figure", { class: "chart" }, el("h3", { text: spec.title }), root, legend);
+      if (s.placed.length <= 60) {
+        for (const p of s.placed) {
+          const dot = root.appendChild(marker(s.marker, X(p[0]), Y(p[1]), s.color));
+          dot.appendChild(svg("title")).textContent = name + " · step " + p[3] +
+            (axis === "step" ? "" : " · " + AXIS_NAMES[axis] + " " + tickText(p[0])) + ": " + fmt(p[4], 4) +
+            (p[2] === null || p[2] === undefined ? "" : " ± " + fmt(p[2], 4) + " (standard error)");
+        }
+      }
+      const key = el("i", { style: "border-color:" + s.color + (dash ? ";border-top-style:dashed" : "") });
+      legend.appendChild(el("span", { title: name }, key, name));
+    }
+    figure.append(root, legend);
+    return figure;
   }
 
   function drawCurves() {
-    if (!DATA.charts.length) return;
+    if (!DATA.charts.length && !DATA.all_zero.length) return;
     document.getElementById("curves-section").hidden = false;
     const box = document.getElementById("curves");
-    for (const spec of DATA.charts) box.appendChild(drawChart(spec));
+    const axisSelect = document.getElementById("x-axis");
+    for (const a of DATA.x_axes) axisSelect.appendChild(el("option", { value: a, text: AXIS_NAMES[a] }));
+    const slider = document.getElementById("smooth");
+    const redraw = () => {
+      const weight = Number(slider.value);
+      document.getElementById("smooth-value").textContent = weight ? String(weight) : "0 (none)";
+      document.getElementById("x-note").textContent = "x: " + AXIS_NAMES[axisSelect.value];
+      box.replaceChildren(...DATA.charts.map((spec) => drawChart(spec, axisSelect.value, weight)));
+    };
+    axisSelect.addEventListener("change", redraw);
+    slider.addEventListener("input", redraw);
+    document.getElementById("curve-controls").addEventListener("submit", (ev) => ev.preventDefault());
+    redraw();
+    const skipped = DATA.runs.filter((r) => r.skipped && r.skipped[0]);
+    if (skipped.length) {
+      document.getElementById("skipped-note").textContent =
+        "A training step whose groups all had equal rewards makes no optimizer update (skipped): " +
+        skipped.map((r) => r.name + " skipped " + r.skipped[0] + " of " + r.skipped[1] + " steps").join("; ") + ".";
+    }
     if (DATA.not_logged.length) {
       document.getElementById("not-logged").textContent =
         "No finite values logged for: " + DATA.not_logged.join("; ") + ".";
+    }
+    if (DATA.all_zero.length) {
+      document.getElementById("all-zero").textContent =
+        "Not drawn, every value logged is 0: " + DATA.all_zero.join("; ") + ".";
+    }
+  }
+
+  function drawTasks() {
+    if (!DATA.tasks.length) return;
+    document.getElementById("tasks-section").hidden = false;
+    const box = document.getElementById("tasks");
+    for (const t of DATA.tasks) {
+      const run = DATA.runs[t.run];
+      const head = el("tr", {}, el("th", { text: "task" }), el("th", { text: "successes" }),
+        el("th", { text: "pass@1" }), t.k > 1 ? el("th", { text: "pass@" + t.k }) : null);
+      const body = el("tbody");
+      for (const r of t.rows) {
+        body.appendChild(el("tr", {}, el("td", { text: r.task, title: r.task }),
+          el("td", { text: r.successes + " of " + r.rollouts }),
+          el("td", { text: fmt(100 * r["pass@1"], 1) + "%" }),
+          t.k > 1 ? el("td", { text: r["pass@k"] === null ? "–" : fmt(100 * r["pass@k"], 1) + "%" }) : null));
+      }
+      box.appendChild(el("h3", { text: run.name }));
+      box.appendChild(el("table", { class: "tasks", "data-run": String(t.run) }, el("thead", {}, head), body));
     }
   }
 
@@ -194,7 +287,7 @@
       const row = el("tr", { class: "ep", tabindex: "0", "data-key": e.run + ":" + e.index },
         el("td", { class: "num", text: String(e.index) }),
         manyRuns ? el("td", { class: "run", text: DATA.runs[e.run].name, title: DATA.runs[e.run].name }) : null,
-        el("td", { text: e.task === null ? "–" : String(e.task), title: String(e.task) }),
+        el("td", { class: "task", text: e.task === null ? "–" : String(e.task), title: String(e.task) }),
         outcome,
         el("td", { class: "num", text: fmt(e.return) }),
         el("td", { class: "num", text: e.steps === null ? "–" : String(e.steps) }));
@@ -304,6 +397,7 @@
 
   drawRuns();
   drawCurves();
+  drawTasks();
   if (DATA.episodes.length) {
     document.getElementById("episodes-section").hidden = false;
     const capped = DATA.runs.filter((r) => r.episodes_total > r.episodes_shown);

@@ -64,6 +64,8 @@ class Run:
         episodes: The embedded episodes (at most ``max_episodes``), as the page draws them.
         episodes_total: Episodes the run holds (all of them, embedded or not).
         notes: What could not be read, in plain sentences, for the page.
+        tasks: The rows of ``per_task.jsonl`` of an eval run's walk over the tasks
+            (``task_id``, ``rollouts``, ``successes`` ...), else empty.
     """
 
     name: str
@@ -76,6 +78,7 @@ class Run:
     episodes: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     episodes_total: int = 0
     notes: list[str] = dataclasses.field(default_factory=list)
+    tasks: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def note(self, text: str) -> None:
         """Keep a note for the page (the first :data:`_MAX_NOTES`, then a count)."""
@@ -91,8 +94,8 @@ def read_jsonl_lenient(path: Path, run: Run) -> Iterator[tuple[int, dict[str, An
     A blank line is skipped; a line that is not JSON, nested too deeply for Python's parser
     (``RecursionError``), or not an object, becomes a note on ``run`` and is skipped (a run
     cut by a crash or Ctrl-C may end in half a line); bytes that are not UTF-8 are read as
-    U+FFFD. What :func:`textgym.data.iter_jsonl` does with a ``skip``, which does not catch
-    the ``RecursionError``.
+    U+FFFD. What :func:`textgym.data.iter_jsonl` does with a ``skip``; this one writes the
+    note on the run.
     """
 
     def skip(number: int, found: str) -> None:
@@ -438,6 +441,8 @@ def load_run(
             running = _load_trajectories(path / "trajectories.jsonl", run, max_episodes, interner)
         if (path / "summary.json").is_file():
             run.summary = _read_json(path / "summary.json", run)
+        if (path / "per_task.jsonl").is_file():
+            run.tasks = [row for _, row in read_jsonl_lenient(path / "per_task.jsonl", run)]
         if run.summary is None and running is not None:
             run.summary = running.result()
             run.note(
