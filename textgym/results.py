@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -47,6 +48,36 @@ def _file_above(path: Path) -> Path | None:
     return None
 
 
+def _dangling(path: Path) -> Path | None:
+    """``path`` or the nearest of its ancestors that is a symbolic link to nothing, if any."""
+    for link in (path, *path.parents):
+        if link.is_symlink() and not link.exists():
+            return link
+    return None
+
+
+def _dangling_message(link: Path, flag: str, path: Path) -> str:
+    target = Path(os.path.join(link.parent, os.readlink(link)))
+    where = f"{flag} {path}" if link == path else f"{flag} {path}: {link}"
+    return (
+        f"{where} is a symbolic link to {target}, which does not exist; create it "
+        f"(mkdir -p {target}) or choose another {flag}"
+    )
+
+
+#: What a path that is neither a file nor a directory is, in words.
+_KINDS = (
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a named pipe (FIFO)"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+
+
 def check_dir(path: Path, flag: str) -> None:
     """Create the directory ``path`` (with its parents) now, and check that files can be made in it.
 
@@ -55,13 +86,16 @@ def check_dir(path: Path, flag: str) -> None:
         flag: The option that named it (``"--output"``), for the message.
 
     Raises:
-        ValueError: ``path`` is an existing file, cannot be created, or is not writable; the
-            message names ``flag``, the path and the operating system's reason.
+        ValueError: ``path`` is an existing file, a symbolic link to nothing (or under one),
+            cannot be created, or is not writable; the message names ``flag``, the path and the
+            operating system's reason.
     """
     if path.exists() and not path.is_dir():
         raise ValueError(f"{flag} {path} is a file; expected a directory (or a path to create one)")
     if (blocker := _file_above(path)) is not None:
         raise ValueError(f"cannot write to {flag} {path}: {blocker} is a file, not a directory")
+    if (link := _dangling(path)) is not None:
+        raise ValueError(_dangling_message(link, flag, path))
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -73,29 +107,43 @@ def check_dir(path: Path, flag: str) -> None:
 def check_file(path: Path, flag: str) -> None:
     """Check now that the file ``path`` can be written: create its folder, leave the file as it is.
 
+    Nothing is opened that could block or write elsewhere: a path that is not a regular file (a
+    device such as ``/dev/full``, a FIFO, a socket) is refused by its type alone.
+
     Args:
-        path: The output file. An existing file is not changed; a new one is created and removed.
+        path: The output file. An existing file is not changed; a new one is created and removed
+            (through a symbolic link: where the link points).
         flag: The option that named it, for the message.
 
     Raises:
-        ValueError: ``path`` is a directory, its folder cannot be created (e.g. it lies under a
-            file), or the file cannot be opened for writing.
+        ValueError: ``path`` is a directory or not a regular file, its folder cannot be created
+            (e.g. it lies under a file), or the file cannot be opened for writing.
     """
     if path.is_dir():
         raise ValueError(
             f"{flag} {path} is a directory; expected a file, e.g. {path / 'sft.jsonl'}"
         )
+    with contextlib.suppress(OSError):
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError(
+                f"{flag} {path} is {_kind(mode)}, not a regular file; expected a file to write "
+                f"JSONL records into, e.g. sft.jsonl"
+            )
     if (blocker := _file_above(path)) is not None:
         raise ValueError(f"cannot write {flag} {path}: {blocker} is a file, not a directory")
-    existed = path.exists()
+    if (link := _dangling(path.parent)) is not None:
+        raise ValueError(_dangling_message(link, flag, path))
+    real = path.resolve()  # a dangling symlink: the file it names
+    existed = real.exists()
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "ab"):  # append mode: an existing file keeps its bytes
+        real.parent.mkdir(parents=True, exist_ok=True)
+        with open(real, "ab"):  # append mode: an existing file keeps its bytes
             pass
     except OSError as exc:
         raise ValueError(f"cannot write {flag} {path}: {_reason(exc)}") from None
     if not existed:
-        path.unlink()
+        real.unlink()
 
 
 @contextlib.contextmanager
@@ -164,15 +212,18 @@ def write_json(path: Path, value: Any) -> None:
 
 
 class JsonlWriter:
-    """A JSONL file written one record at a time, each flushed as it is written.
+    """A JSONL file written one record at a time, each on disk (unbuffered) as it is written.
 
-    Made by :func:`open_jsonl`, which truncates the file back to the end of the last whole
-    record when its block ends (also on Ctrl-C or an error), so the file always holds valid
-    JSONL: exactly :attr:`count` records.
+    Made by :func:`open_jsonl`. A record that cannot be written in full (a full disk, an I/O
+    error) is cut off at once, with ``ftruncate`` on the file descriptor (no buffer is flushed
+    first: there is none), and the write's ``OSError`` raised, naming the file; on leaving the
+    block the file is cut back to its last whole record again (also on Ctrl-C). So the file
+    always holds valid JSONL: exactly :attr:`count` records.
     """
 
-    def __init__(self, fh: BinaryIO):
+    def __init__(self, fh: BinaryIO, path: Path):
         self._fh = fh
+        self._path = path
         # (bytes of whole records, records): one attribute, so a Ctrl-C leaves both old or both new.
         self._written = (0, 0)
 
@@ -182,25 +233,42 @@ class JsonlWriter:
         return self._written[1]
 
     def write(self, line: str) -> None:
-        """Append one record: ``line`` is its JSON text, without a newline."""
-        self._fh.write(line.encode("utf-8") + b"\n")
-        self._fh.flush()
-        self._written = (self._fh.tell(), self._written[1] + 1)
+        """Append one record: ``line`` is its JSON text, without a newline.
+
+        Raises:
+            OSError: it could not be written in full (``ENOSPC``: the disk is full); the part
+                that was written is cut off, and ``filename`` names the file.
+        """
+        data = memoryview(line.encode("utf-8") + b"\n")
+        try:
+            while data:  # an unbuffered write may take part of it
+                data = data[self._fh.write(data) or 0 :]
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = str(self._path)
+            self.cut()
+            raise
+        self._written = (self._written[0] + len(line.encode("utf-8")) + 1, self._written[1] + 1)
 
     def cut(self) -> None:
-        """Drop a half-written last line, if any."""
-        self._fh.truncate(self._written[0])  # flushes first, then cuts
+        """Drop a half-written last line, if any (nothing to cut on a device such as a pipe)."""
+        fd = self._fh.fileno()
+        info = os.fstat(fd)
+        if stat.S_ISREG(info.st_mode) and info.st_size != self._written[0]:
+            os.ftruncate(fd, self._written[0])
 
 
 @contextlib.contextmanager
 def open_jsonl(path: Path) -> Iterator[JsonlWriter]:
-    """Open ``path`` (truncated) for :class:`JsonlWriter`; on leaving, cut any half-written line.
+    """Open ``path`` (truncated, unbuffered) for :class:`JsonlWriter`; on leaving, cut any
+    half-written line.
 
     Raises:
-        OSError: the file cannot be opened for writing.
+        OSError: the file cannot be opened, or a record cannot be written (see
+            :meth:`JsonlWriter.write`).
     """
-    with open(path, "wb") as fh:
-        writer = JsonlWriter(fh)
+    with open(path, "wb", buffering=0) as fh:
+        writer = JsonlWriter(fh, path)
         try:
             yield writer
         finally:
