@@ -40,7 +40,7 @@ from textgym.evaluation import (
 from textgym.policies import Policy
 from textgym.policies.gold import GOLD_INFO_KEY
 from textgym.progress import EpisodeProgress
-from textgym.results import hold_interrupts
+from textgym.results import JsonlWriter, hold_interrupts
 from textgym.rollout import Trajectory, iter_rollout
 
 __all__ = [
@@ -262,7 +262,9 @@ def play(
     Ctrl-C, an endpoint failure of ``--policy openai`` (:func:`endpoint_failure`), or an
     episode whose return is NaN or infinite (:func:`~textgym.evaluation.check_finite_return`;
     that episode is not kept) stops the play; the episodes finished by then, held back or
-    not, are all kept. ``keep`` runs with Ctrl-C held back
+    not, are all kept. A record ``keep`` cannot write (:meth:`JsonlWriter.write`: a full
+    disk) stops it too, and the episodes held back are dropped (the file holds whole
+    records). ``keep`` runs with Ctrl-C held back
     (:func:`~textgym.results.hold_interrupts`), so it never stops half way.
 
     Progress (``--progress``, :class:`~textgym.progress.EpisodeProgress`) advances as each
@@ -299,6 +301,11 @@ def play(
             played.interrupted = True
         except Exception as exc:
             played.error = endpoint_failure(config.policy, exc)
+            if isinstance(exc, OSError) and raised_in(exc, JsonlWriter.write):
+                # The output cannot be written (a full disk): what it holds is whole records.
+                played.error = f"cannot write {exc.filename}: {exc.strerror}"
+                played.endpoint = False
+                held.clear()  # not saved: the summary counts what the file holds
             if played.error is None and raised_in(exc, check_finite_return):
                 played.error, played.endpoint = one_line(exc), False
             if played.error is None:

@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,23 @@ def _run(config: EvalConfig, plan: batch_play.Setup, out_dir: Path | None) -> in
     summary = batch_play.run_summary(config, plan, policy, running, tasks, played)
     files: list[Path] = []
     if out_dir is not None:
-        with hold_interrupts():
-            if tasks is not None:
-                with open_jsonl(out_dir / "per_task.jsonl") as rows:
-                    for row in tasks.rows():
-                        rows.write(json.dumps(json_safe(row), ensure_ascii=False))
-            write_json(out_dir / "summary.json", json_safe(summary))
+        try:
+            with hold_interrupts():
+                if tasks is not None:
+                    with open_jsonl(out_dir / "per_task.jsonl") as rows:
+                        for row in tasks.rows():
+                            rows.write(json.dumps(json_safe(row), ensure_ascii=False))
+                write_json(out_dir / "summary.json", json_safe(summary))
+        except OSError as exc:  # a full disk: one line, and what the trajectories file holds
+            assert sink is not None
+            cause = f"{played.error}; " if played.error else ""
+            print(
+                f"textgym: error: {cause}cannot write the summary into {out_dir} "
+                f"({exc.strerror or exc}); {out_dir / 'trajectories.jsonl'} holds "
+                f"{sink.count} whole episodes (valid JSONL)",
+                file=sys.stderr,
+            )
+            return 1
         files = [
             out_dir / name
             for name in ("summary.json", "trajectories.jsonl", "per_task.jsonl")
