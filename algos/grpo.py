@@ -142,8 +142,9 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     With ``resume``, the latest checkpoint in ``output_dir`` is continued; a run that already
     finished its ``steps`` returns its ``final_eval.json`` untouched.
 
-    A step is saved before it is evaluated, so an evaluation that fails or is interrupted
-    costs no training. A Ctrl-C lets the step in progress finish (an evaluation is abandoned),
+    With ``resume`` and an ``output_dir`` whose run stopped before its first checkpoint, the
+    run starts again from scratch. A step is saved before it is evaluated, so an evaluation
+    that fails or is interrupted costs no training. A Ctrl-C lets the step in progress finish (an evaluation is abandoned),
     saves the last completed step and raises :class:`~textgym.algos.common.TrainingInterrupted`
     naming the checkpoint; a second Ctrl-C stops at once (:class:`StopOnInterrupt`).
 
@@ -154,13 +155,16 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     Raises:
         ValueError: an env or model that cannot be used (see the messages); a resume whose
             config differs in what the run learns (:func:`~textgym.algos.checkpoints.check_resumable`)
-            or whose checkpoint is past ``steps``; an episode return that is NaN or inf;
+            or whose checkpoint is past ``steps``; an episode return that is NaN or inf (with
+            ``scale_rewards='none'``, an advantage beyond the loss's float32);
             ``groups_per_step`` not a multiple of the number of ranks.
         CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
             load (damaged files, missing keys, NaN/inf or wrongly shaped weights), found before
             any step runs.
-        InsufficientDiskSpace: too little free disk for the next checkpoint; the run stops
-            with its last checkpoint intact.
+        InsufficientDiskSpace: too little free disk for a checkpoint, found before the first
+            step (:func:`~textgym.algos.checkpoints.check_disk_for_run`), or at a save: the run
+            stops with its last checkpoint intact (the last step's save falls back to the
+            weights without the optimizer state when only they fit).
         TrainingInterrupted: Ctrl-C; the last completed step was saved.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.

@@ -103,7 +103,7 @@ class SFTConfig(OptimizationConfig):
     """Write metrics.jsonl every this many optimizer steps (the loss is averaged over them)."""
     save_every: int = 0
     """Also save a resumable checkpoint (output_dir/checkpoint-N) every this many optimizer
-    steps (0: only on Ctrl-C); the finished model is saved in output_dir itself."""
+    steps (0: only on Ctrl-C or SIGTERM); the finished model is saved in output_dir itself."""
     save_total_limit: int | None = 2
     """Most checkpoint-* folders kept in output_dir (TRL's save_total_limit): the oldest are
     deleted once a new one is complete, and only the newest keeps the optimizer state. None
@@ -164,10 +164,12 @@ def train(config: SFTConfig) -> dict[str, Any]:
     Raises:
         ValueError: a malformed record (:func:`read_conversations`, with its record number),
             no conversation that fits ``max_length``, an ``output_dir`` that already holds
-            an SFT run (without ``resume``), or a resume with another config.
+            an SFT run (without ``resume``), a resume with another config, or one whose
+            checkpoint is past the run's last step (fewer ``epochs``: :func:`check_epochs_left`).
         CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
             load (damaged files, missing keys, NaN/inf or wrongly shaped weights).
-        InsufficientDiskSpace: too little free disk for a checkpoint or the model.
+        InsufficientDiskSpace: too little free disk for a checkpoint or the model (checked
+            before the first step too: :func:`~textgym.algos.checkpoints.check_disk_for_run`).
         TrainingInterrupted: Ctrl-C; the last completed step was saved.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm.
     """

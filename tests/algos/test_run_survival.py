@@ -150,7 +150,21 @@ def test_sigterm_in_sft_saves_the_last_step_releases_the_lock_and_resumes(tmp_pa
     assert not (run / DIR_LOCK).exists()
 
 
+@pytest.fixture
+def sigterm_fails_the_test():
+    """A SIGTERM the code under test does not handle fails the test (instead of killing the
+    test session, as its default action would)."""
+
+    def unhandled(signum, frame):
+        pytest.fail("SIGTERM was not handled by textgym", pytrace=False)
+
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
 @pytest.mark.slow
+@pytest.mark.usefixtures("sigterm_fails_the_test")
 def test_sigterm_before_any_step_says_how_to_start_again(tmp_path, data, capsys, monkeypatch):
     """SIGTERM while the model loads: no checkpoint, the lock released, exit 143, and the
     command the line names works (it did not: "nothing to resume" / "not empty")."""
