@@ -136,8 +136,9 @@ def iter_jsonl(
         path: The file.
         skip: ``None``: a line that is not a JSON object is an error. Else it is called as
             ``skip(line number, what was found)`` (``"invalid JSON (Expecting value)"``,
-            ``"list"``, ``"JSON nested too deeply to read"``) and the line is passed over, and bytes that are not UTF-8 are read as
-            U+FFFD: for a file a crash may have cut in half a line.
+            ``"list"``, ``"JSON nested too deeply to read"``) and the line is passed over, and
+            bytes that are not UTF-8 are read as U+FFFD: for a file a crash may have cut in
+            half a line.
 
     Raises:
         FileNotFoundError: if the file does not exist.
