@@ -199,7 +199,7 @@ def _flock_held(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _flocked(real: Path, output: Path, flag: str, lock: Path) -> Iterator[None]:
+def _flocked(real: Path, output: Path, flag: str) -> Iterator[None]:
     """Hold an ``flock`` on the output file itself for the block: every path to it (a hard link
     in another folder too) meets it. A no-op where there is no ``flock``.
 
@@ -215,8 +215,11 @@ def _flocked(real: Path, output: Path, flag: str, lock: Path) -> Iterator[None]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _in_use(output, flag, lock) from None
+        except BlockingIOError:  # its lock file is beside another name: holder unknown here
+            raise UsageError(
+                f"{flag} {output} is in use by another run, which writes the same file through "
+                f"another path (a hard link); wait for it to finish or choose another {flag}"
+            ) from None
         yield
     finally:
         os.close(fd)
@@ -513,7 +516,7 @@ def claim_file(path: Path, flag: str, *, overwrite: bool) -> Iterator[Path]:
     claimed = False
     try:
         lock = lock_path(real, directory=False)
-        with _locked(path, flag, lock), _flocked(real, path, flag, lock):
+        with _locked(path, flag, lock), _flocked(real, path, flag):
             size = real.stat().st_size
             if size and not overwrite:
                 raise UsageError(
