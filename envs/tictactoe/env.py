@@ -17,6 +17,7 @@ from textgym.envs.tictactoe.text import (
     played_sentence,
     read_action,
     render_board,
+    start_position_sentence,
 )
 from textgym.spaces import UnicodeText
 
@@ -61,7 +62,8 @@ class TicTacToeEnv(TextEnv):
     Starting State:
         An empty board. When the agent plays O the opponent's opening move is already played
         and reported in the first observation. ``agent_mark="random"`` draws the mark from
-        ``np_random`` at each reset.
+        ``np_random`` at each reset. ``reset(options={"board": ...})`` starts from a given
+        position instead, the agent to move (Arguments).
 
     Rewards:
         ``outcome`` only, paid on the final step: win 1.0, draw 0.5, loss 0.0; 0.0 on every
@@ -128,7 +130,13 @@ class TicTacToeEnv(TextEnv):
           ``over OUTCOME``): about a fifth of the tokens, for small models trained on a CPU.
           Rules, rewards and info are the same.
 
-        ``reset(options=...)`` accepts the same three keys to override them for one episode.
+        ``reset(options=...)`` accepts the same three keys to override them for one episode,
+        and ``board``: a start position (9 characters ``X``/``O``/``.``, row-major) reachable
+        in a legal game and not finished. The agent then plays the mark to move on it (X when
+        the counts are equal); an ``agent_mark`` given with it must be that mark, and the
+        env's own ``agent_mark`` is not used. The episode is the rest of that game: the same
+        opponent, rewards and step limit, the first observation reporting the position. For
+        start-state distributions (training from the positions a policy misreads).
 
     Raises:
         ValueError: from ``__init__`` or ``reset`` for an argument outside the values above.
@@ -137,8 +145,9 @@ class TicTacToeEnv(TextEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
-          (``"too_long"``), not parsed (issue 15); the ``opponent`` styles beyond
-          ``"minimax"`` and ``"random"`` added (issue 23), the default behaviour unchanged.
+          (``"too_long"``), not parsed; the ``opponent`` styles beyond ``"minimax"`` and
+          ``"random"`` added, then the ``board`` reset option; the default behaviour
+          unchanged.
     """
 
     #: How `textgym play` turns a bare number typed by a person into an action.
@@ -214,12 +223,13 @@ class TicTacToeEnv(TextEnv):
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
         options = dict(options or {})
-        unknown = set(options) - {"opponent", "random_move_prob", "agent_mark"}
+        unknown = set(options) - {"opponent", "random_move_prob", "agent_mark", "board"}
         if unknown:
             raise ValueError(
                 f"Unknown reset options {sorted(unknown)}; expected any of "
-                "'opponent', 'random_move_prob', 'agent_mark'"
+                "'opponent', 'random_move_prob', 'agent_mark', 'board'"
             )
+        start = _check_start_board(options.get("board"), options.get("agent_mark"))
         # The constructor checked self.opponent; only a per-episode override needs checking.
         styles = _check_opponent(options["opponent"]) if "opponent" in options else self.opponent
         self._episode_prob = check_probability(
@@ -228,7 +238,9 @@ class TicTacToeEnv(TextEnv):
         mark = check_choice("agent_mark", options.get("agent_mark", self.agent_mark), AGENT_MARKS)
         # Draw order is fixed (key, then mark) so a seed always gives the same episode.
         self._episode_key = int(self.np_random.integers(0, 2**63))
-        if mark == "random":
+        if start is not None:
+            mark = B.to_move(start)
+        elif mark == "random":
             mark = "X" if self.np_random.random() < 0.5 else "O"
         self._mark = mark
         # Drawn only for a list of styles, after the key and the mark: a single style's
@@ -238,12 +250,12 @@ class TicTacToeEnv(TextEnv):
         else:
             self._episode_opponent = styles[int(self.np_random.integers(len(styles)))]
         self._task_id = f"tictactoe-{mark}-{self._episode_opponent}-p{self._episode_prob:.3f}"
-        self._board = B.EMPTY_BOARD
+        self._board = B.EMPTY_BOARD if start is None else start
         self._done = False
 
         opp_move, opp_random = None, False
-        news = [new_game_sentence(mark)]
-        if mark == "O":
+        news = [new_game_sentence(mark) if start is None else start_position_sentence(mark)]
+        if mark == "O" and start is None:
             opp_move, opp_random = self._opponent_reply()
             news.append(opponent_played_sentence(B.other(mark), opp_move))
         obs = self._text.observation(self._board, mark, news, opp_move)
@@ -325,6 +337,30 @@ class TicTacToeEnv(TextEnv):
             "opponent_move_random": bool(opp_random),
             "outcome": outcome,
         }
+
+
+def _check_start_board(board: Any, agent_mark: Any) -> str | None:
+    """The ``board`` reset option checked: ``None``, or a legal unfinished position whose mark
+    to move is ``agent_mark`` when that is given as ``"X"``/``"O"``.
+
+    Raises:
+        ValueError: a board that is not 9 characters of X/O/., unreachable in a legal game,
+            already won or full, or whose mark to move differs from ``agent_mark``.
+    """
+    if board is None:
+        return None
+    B.validate_board(board)
+    if B.winner(board) is not None or B.is_full(board):
+        raise ValueError(
+            f"Expected a start board with a move left to play, got the finished {board!r}"
+        )
+    mover = B.to_move(board)
+    if agent_mark in ("X", "O") and agent_mark != mover:
+        raise ValueError(
+            f"Expected agent_mark {mover!r} for the start board {board!r} ({mover} is to "
+            f"move), got {agent_mark!r}; leave agent_mark out to play the mark to move"
+        )
+    return board
 
 
 def _check_opponent(value: Any) -> str | tuple[str, ...]:

@@ -36,6 +36,7 @@ __all__ = [
     "opponent_played_sentence",
     "played_sentence",
     "read_action",
+    "start_position_sentence",
     "read_move",
     "render_board",
     "status_text",
@@ -144,6 +145,12 @@ def new_game_sentence(mark: str) -> str:
     if mark == "X":
         return "A new game begins. You play X and move first."
     return f"A new game begins. You play {mark}."
+
+
+def start_position_sentence(mark: str) -> str:
+    """The first news of a game started from a given position (``reset(options={"board":
+    ...})``): ``"A game continues from this position. You play O and it is your move."``."""
+    return f"A game continues from this position. You play {mark} and it is your move."
 
 
 def played_sentence(move: int) -> str:

@@ -1,0 +1,101 @@
+"""``reset(options={"board": ...})``: an episode from a given position, the agent to move."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import textgym  # noqa: F401
+from textgym.envs.tictactoe import board as B
+from textgym.envs.tictactoe.env import TicTacToeEnv
+
+
+def _unfinished_positions() -> list[str]:
+    """Every position reachable in a legal game with a move left to play."""
+    seen, frontier = set(), [B.EMPTY_BOARD]
+    while frontier:
+        board = frontier.pop()
+        if board in seen or B.winner(board) is not None or B.is_full(board):
+            continue
+        seen.add(board)
+        frontier += [B.apply_move(board, cell) for cell in B.legal_moves(board)]
+    return sorted(seen)
+
+
+POSITIONS = _unfinished_positions()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    board=st.sampled_from(POSITIONS),
+    seed=st.integers(0, 2**31),
+    style=st.sampled_from(["full", "compact"]),
+)
+def test_an_episode_starts_from_the_board_with_the_mark_to_move(board, seed, style):
+    env = TicTacToeEnv(opponent="minimax", prompt_style=style, agent_mark="X")
+    obs, info = env.reset(seed=seed, options={"board": board})
+    assert info["board"] == env.board == board
+    assert info["agent_mark"] == B.to_move(board)
+    assert info["legal_moves"] == B.legal_moves(board)
+    assert info["opponent_move"] is None and info["outcome"] is None
+    move = B.legal_moves(board)[0]
+    _, reward, terminated, truncated, info = env.step(f"<move>{move}</move>")
+    assert not info["invalid_action"] and info["agent_move"] == move
+    after = B.apply_move(board, move)
+    if info["opponent_move"] is None:
+        assert info["board"] == after and terminated
+    else:
+        assert info["board"] == B.apply_move(after, info["opponent_move"])
+    assert not truncated and isinstance(reward, float)
+
+
+def test_the_same_seed_and_board_give_the_same_episode():
+    env = gym.make("textgym/TicTacToe-v0", opponent="minimax", random_move_prob=0.5)
+    runs = []
+    for _ in range(2):
+        obs, info = env.reset(seed=7, options={"board": "X...O...."})
+        trace = [obs]
+        done = False
+        while not done:
+            move = info["legal_moves"][0]
+            obs, reward, terminated, truncated, info = env.step(f"<move>{move}</move>")
+            trace.append((obs, reward))
+            done = terminated or truncated
+        runs.append(trace)
+    assert runs[0] == runs[1]
+
+
+def test_the_start_position_is_reported_in_the_first_observation():
+    env = TicTacToeEnv()
+    obs, info = env.reset(seed=0, options={"board": "XX.OO...."})
+    assert "continues from this position" in obs and "You play X" in obs
+    assert info["agent_mark"] == "X"
+    _, reward, terminated, _, info = env.step("<move>2</move>")  # completes the top row
+    assert terminated and reward == 1.0 and info["outcome"] == "win"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"board": "XXX......"}, "Impossible mark counts"),
+        ({"board": "XXXOO...."}, "finished"),
+        ({"board": "XOXXOOOXX"}, "finished"),
+        ({"board": "X........", "agent_mark": "X"}, "Expected agent_mark 'O'"),
+        ({"board": "abc"}, "9-character"),
+        ({"board": 123}, "9-character"),
+    ],
+)
+def test_a_bad_start_board_is_refused_in_one_line(options, message):
+    env = TicTacToeEnv()
+    with pytest.raises(ValueError, match=message) as caught:
+        env.reset(seed=0, options=options)
+    assert "\n" not in str(caught.value)
+
+
+def test_without_a_board_episodes_are_unchanged():
+    """The option is off by default: the seeded episodes are those of before it existed."""
+    for mark in ("X", "O", "random"):
+        env, plain = TicTacToeEnv(agent_mark=mark), TicTacToeEnv(agent_mark=mark)
+        assert env.reset(seed=3) == plain.reset(seed=3, options={})
