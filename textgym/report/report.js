@@ -57,7 +57,9 @@
   // --- curves ----------------------------------------------------------------------------------
   // Ticks at round steps (1, 2, 2.5, 5 x 10^k) from at or below lo to at or above hi.
   function niceTicks(lo, hi, count) {
-    if (lo === hi) { lo -= 0.5; hi += 0.5; }
+    if (!(hi - lo > 1e-9 * Math.max(1, Math.abs(lo), Math.abs(hi)))) { // equal, up to rounding
+      const mid = (lo + hi) / 2; lo = mid - 0.5; hi = mid + 0.5;
+    }
     const raw = (hi - lo) / count;
     const mag = Math.pow(10, Math.floor(Math.log10(raw)));
     const step = [1, 2, 2.5, 5, 10].map((m) => m * mag).find((s) => s >= raw * (1 - 1e-9));
