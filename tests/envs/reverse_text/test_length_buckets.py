@@ -1,0 +1,72 @@
+"""The ReverseText train/test split by task-id hash and the per-length-bucket results."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from textgym.envs.reverse_text import load_passages
+from textgym.envs.reverse_text.lengths import LengthEpisode, length_bucket_summary, passage_split
+
+
+def test_split_is_deterministic_disjoint_and_near_its_fraction():
+    ids = [p.task_id for p in load_passages()]
+    first = {i: passage_split(i) for i in ids}
+    assert first == {i: passage_split(i) for i in reversed(ids)}  # order does not matter
+    test = [i for i in ids if first[i] == "test"]
+    assert 0.1 < len(test) / len(ids) < 0.3  # 229 passages, fraction 0.2
+    assert {passage_split(i, 0.0) for i in ids} == {"train"}
+    assert {passage_split(i, 1.0) for i in ids} == {"test"}
+    # A larger fraction only moves passages into the test side.
+    assert set(test) <= {i for i in ids if passage_split(i, 0.5) == "test"}
+
+
+def test_split_refuses_a_fraction_outside_0_1():
+    with pytest.raises(ValueError, match=r"test_fraction in \[0, 1\]"):
+        passage_split("corpus-00000", 1.5)
+
+
+def test_buckets_group_by_length_with_their_statistics():
+    episodes = [
+        LengthEpisode("a", 50, 1.0, True),
+        LengthEpisode("a", 50, 0.5, False),
+        LengthEpisode("b", 100, 0.25, False),
+        LengthEpisode("b", 100, 0.75, False),
+        LengthEpisode("c", 101, 0.9, False),
+        LengthEpisode("c", 101, 0.8, False),
+    ]
+    rows = length_bucket_summary(episodes, edges=(100, 200), ks=(1, 2))
+    assert [r["bucket"] for r in rows] == ["1-100", "101-200", "201+"]
+    short, middle, long = rows
+    assert (short["episodes"], short["tasks"], short["high"]) == (4, 2, 100)
+    assert short["lcs"]["mean"] == pytest.approx(0.625)
+    values = [1.0, 0.5, 0.25, 0.75]
+    std = math.sqrt(sum((v - 0.625) ** 2 for v in values) / 3)
+    assert short["lcs"]["stderr"] == pytest.approx(std / 2)
+    assert short["exact"]["rate"] == 0.25
+    assert short["exact"]["stderr"] == pytest.approx(math.sqrt(0.25 * 0.75 / 4))
+    # pass@1 per passage (a: 1/2, b: 0), pass@2 (a: 1, b: 0), averaged over passages
+    assert short["pass@1"] == pytest.approx(0.25) and short["pass@2"] == pytest.approx(0.5)
+    assert middle["episodes"] == 2 and middle["lcs"]["mean"] == pytest.approx(0.85)
+    assert middle["exact"]["rate"] == 0.0 and middle["pass@2"] == 0.0
+    assert long["episodes"] == 0 and long["high"] is None and math.isnan(long["lcs"]["mean"])
+    assert "pass@1" not in long
+
+
+def test_pass_at_k_left_out_when_a_passage_has_fewer_rollouts():
+    rows = length_bucket_summary([LengthEpisode("a", 5, 1.0, True)], edges=(10,), ks=(1, 4))
+    assert rows[0]["pass@1"] == 1.0 and "pass@4" not in rows[0]
+
+
+@pytest.mark.parametrize(
+    ("edges", "episode", "match"),
+    [
+        ((100, 100), LengthEpisode("a", 1, 0.5, False), "strictly increasing"),
+        ((0,), LengthEpisode("a", 1, 0.5, False), "strictly increasing"),
+        ((100,), LengthEpisode("a", 1, 1.5, False), r"lcs in \[0, 1\]"),
+    ],
+)
+def test_bad_edges_and_scores_are_refused(edges, episode, match):
+    with pytest.raises(ValueError, match=match):
+        length_bucket_summary([episode], edges)
