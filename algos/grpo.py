@@ -72,6 +72,8 @@ from textgym.algos.grpo_update import (
     sampled_elsewhere,
     update,
 )
+from textgym.algos.learnability import hint_rule
+from textgym.algos.losses import group_advantages, zero_variance_groups
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metrics import (
     MetricsLogger,
@@ -81,7 +83,9 @@ from textgym.algos.metrics import (
     write_run_record,
 )
 from textgym.algos.model_loading import load_trainable_model, resolve_device
+from textgym.algos.policy_drift import start_policy_drift
 from textgym.algos.server_rollouts import ServerRollouts
+from textgym.algos.train_episodes import TrainEpisodesLog, episode_records
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 
@@ -90,6 +94,7 @@ __all__ = [
     "Learner",
     "bf16_rollouts",
     "check_world_size",
+    "dry_run",
     "evaluate",
     "make_learner",
     "sampled_elsewhere",
@@ -169,6 +174,8 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
+    if config.dry_run:
+        return dry_run(config)
     torch.manual_seed(config.seed)
     ctx, out = init_distributed(config.device), Path(config.output_dir)
     check_world_size(config, ctx)
@@ -182,6 +189,8 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             check_disk_for_run(run.learner)  # before any step, not after the last
         if config.resume:  # rows after the checkpoint (all rows: resumed from scratch) go
             run.logger.truncate_after(run.start)
+            if ctx.is_main:
+                run.episodes.truncate_after(run.start)
         # Before the first step; or a run saved at its last step whose final evaluation did
         # not finish (it failed or was interrupted).
         if ctx.is_main and run.start in (0, config.steps):
@@ -191,7 +200,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         for step in range(run.start + 1, config.steps + 1):
             metrics = _train_step(run, step)
             run.logger.log(step, metrics)
-            _report_progress(config, step, metrics, ctx)
+            _report_progress(run, step, metrics)
             if _after_step(run, step) == "out of time":
                 break
     _finish_run(run)
@@ -213,7 +222,9 @@ class _Run:
     deadline: float  # time.perf_counter() at the time limit (inf without one)
     logger: Any  # MetricsLogger on rank 0, NullLogger on the others
     stop: StopOnInterrupt
+    episodes: TrainEpisodesLog  # a sample of each step's rollouts (train_episodes.jsonl)
     eval_metrics: dict[str, Any] = field(default_factory=dict)  # the last evaluation's
+    hint_rule: str | None = None  # the learnability rule of the last hint printed
 
     @property
     def out(self) -> Path:
@@ -251,6 +262,7 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
         deadline=deadline,
         logger=logger,
         stop=stop,
+        episodes=TrainEpisodesLog(out, config.log_completions),
     )
 
 
@@ -307,6 +319,9 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
     rolled = time.perf_counter()
     metrics = update(learner, trajectories) | rollout_metrics(trajectories, ctx)
+    metrics |= start_policy_drift(learner, trajectories)  # the start policy is not updated
+    if ctx.is_main:
+        run.episodes.write(_episode_records(trajectories, config, step))
     if server is not None:
         if not config.async_rollouts and step < config.steps:
             sync_s = server.push()  # the next step samples from this update's weights
@@ -418,12 +433,13 @@ def _timing(learner: Learner, began: float, rolled: float) -> dict[str, float]:
     return metrics
 
 
-def _report_progress(
-    config: GRPOConfig, step: int, metrics: dict[str, float], ctx: DistributedContext
-) -> None:
+def _report_progress(run: _Run, step: int, metrics: dict[str, float]) -> None:
     """One line on stderr (``progress``, rank 0): loss, reward, step time, sampled tokens per
     second, and why no update ran when none did (every group had equal rewards; a non-finite
-    loss or gradient norm)."""
+    loss or gradient norm). When the step barely learns, a second line, ``hint: ...``, names
+    the measured state and the knob to turn (:func:`~textgym.algos.learnability.hint_rule`),
+    printed when its rule differs from the last hint's (not again for every step alike)."""
+    config, ctx = run.config, run.ctx
     if config.progress and ctx.is_main:
         tokens = metrics["completion_tokens_mean"] * config.batch_size
         line = progress_line(
@@ -436,6 +452,75 @@ def _report_progress(
             note=skipped_update_note(metrics, config.groups_per_step),
         )
         print(line, file=sys.stderr, flush=True)
+        rule = hint_rule(metrics)
+        if rule is not None and rule[0] != run.hint_rule:
+            print(f"hint: {rule[1]}", file=sys.stderr, flush=True)
+        run.hint_rule = None if rule is None else rule[0]
+
+
+def _episode_records(
+    trajectories: list[Any], config: GRPOConfig, step: int
+) -> list[dict[str, Any]]:
+    """The records of step ``step``'s first ``log_completions`` groups (this rank's)."""
+    return episode_records(
+        trajectories,
+        step=step,
+        groups=config.log_completions,
+        group_size=config.group_size,
+        scale_rewards=config.scale_rewards,
+    )
+
+
+def dry_run(config: GRPOConfig) -> dict[str, float]:
+    """``textgym train --dry-run``: play one step's rollouts (in this process, step 1's tasks),
+    update nothing, print their diagnostics and the learnability hint on stderr, and return the
+    diagnostics; nothing is written to ``output_dir``.
+
+    Returns:
+        :func:`rollout_metrics` of the episodes, with ``zero_variance_fraction``,
+        ``advantage_abs_mean`` and ``skipped_update`` (1.0 when every group had equal rewards:
+        the update would be skipped).
+
+    Raises:
+        ValueError: as :func:`train` (an env or model that cannot be used; an episode return
+            that is NaN or inf).
+    """
+    torch.manual_seed(config.seed)
+    ctx = init_distributed(config.device)
+    task = training_env(config)
+    learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
+    policy, _ = rollout_policies(learner, task)
+    trajectories = rollout_step(task, policy, config, 0, ctx)
+    rewards = torch.tensor(_finite_returns(trajectories), dtype=torch.float64)  # [B]
+    flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
+    advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
+    metrics = rollout_metrics(trajectories, ctx) | {
+        "zero_variance_fraction": float(flat.float().mean()),
+        "advantage_abs_mean": float(advantages.abs().mean()),
+        "skipped_update": float(bool(flat.all())),
+    }
+    if ctx.is_main:
+        rule = hint_rule(metrics)
+        for line in _dry_run_lines(config, metrics, None if rule is None else rule[1]):
+            print(line, file=sys.stderr, flush=True)
+    return metrics
+
+
+def _dry_run_lines(config: GRPOConfig, metrics: dict[str, float], hint: str | None) -> list[str]:
+    """What :func:`dry_run` prints: the measured state, then the hint."""
+    state = (
+        f"dry run: {config.batch_size} episodes in {config.groups_per_step} groups of "
+        f"{config.group_size}: reward mean {metrics['reward_mean']:.4g} "
+        f"(std {metrics['reward_std']:.4g}), "
+        f"{metrics['zero_variance_fraction']:.0%} of groups had equal rewards, "
+        f"invalid actions {metrics['invalid_rate']:.0%}, "
+        f"sampled entropy {metrics['sampled_entropy']:.3g} nats/token, "
+        f"|advantage| mean {metrics['advantage_abs_mean']:.3g}"
+    )
+    verdict = (
+        f"hint: {hint}" if hint else "hint: none (the groups' rewards differ: GRPO has signal)"
+    )
+    return [state, verdict]
 
 
 def _evaluate(

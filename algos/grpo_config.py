@@ -131,6 +131,14 @@ class GRPOConfig(OptimizationConfig):
     time_limit_minutes: float | None = None
     """Wall-clock budget of this invocation in minutes: after the step that crosses it, save a
     checkpoint and return (a later run with resume goes on). None: no limit."""
+    log_completions: int = 2
+    """Groups of each step's rollouts kept in output_dir/train_episodes.jsonl (the eval
+    trajectory record plus step, group and advantage; textgym report shows them); 0 keeps
+    none."""
+    dry_run: bool = False
+    """Play one step's rollouts without updating, print their diagnostics (reward spread, share
+    of groups with equal rewards, invalid rate, entropy) and the hint of why the run would not
+    learn, and exit: nothing is written to output_dir."""
 
     # Derived in __post_init__.
     batch_size: int = field(init=False)
@@ -242,6 +250,7 @@ _RULES = (
         _scale_rewards_problem,
     ),
     *(_not_negative(name) for name in ("epsilon_low", "epsilon_high", "eval_temperature", "beta")),
+    _not_negative("log_completions"),
     _Rule(
         "temperature",
         lambda c: c.temperature <= 0,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import random
 import sys
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.algos.distributed import DistributedContext, all_gather_objects
+from textgym.algos.distributed import DistributedContext, all_gather_objects, all_reduce_sum
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_update import Learner, bf16_rollouts
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
@@ -150,17 +151,32 @@ def rollout_policies(learner: Learner, task: TrainingEnv) -> tuple[HFPolicy, HFP
 
 
 def rollout_metrics(trajectories: list[Trajectory], ctx: DistributedContext) -> dict[str, float]:
-    """Reward, its components, outcomes and invalid rate of the training rollouts (of every
-    rank's: their episodes are gathered without their messages and token ids and log-probs)."""
+    """Reward (mean and ``reward_std``, the population standard deviation of the episode
+    returns), its components, outcomes and invalid rate of the training rollouts (of every
+    rank's: their episodes are gathered without their messages and token ids and log-probs),
+    and ``sampled_entropy``: minus the mean sampling log-prob per generated token, a Monte
+    Carlo estimate of the sampler's per-token entropy (nats; at the sampling temperature, and
+    lowered by ``top_p`` < 1) that every step has, skipped update or not."""
+    surprise = [
+        -sum(t.token_logprobs[i] for i, m in enumerate(t.loss_mask) if m) for t in trajectories
+    ]
+    sampled = [sum(surprise), float(sum(sum(t.loss_mask) for t in trajectories))]
     if ctx.distributed:
+        sampled = all_reduce_sum(sampled, ctx)
         light = [
             dataclasses.replace(t, messages=[], token_ids=[], token_logprobs=[])
             for t in trajectories
         ]
         trajectories = [t for share in all_gather_objects(light, ctx) for t in share]
     summary = summarize(trajectories)
+    returns = [t.episode_return for t in trajectories]
+    mean = sum(returns) / len(returns)
     metrics = {
         "reward_mean": summary["mean_return"],
+        "reward_std": 0.0
+        if min(returns) == max(returns)  # exactly 0 for equal returns (no rounding of the mean)
+        else math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)),
+        "sampled_entropy": sampled[0] / sampled[1] if sampled[1] else math.nan,
         "invalid_rate": summary["invalid_action_rate"],
         "length_truncated_rate": summary["length_truncated_rate"],
         "completion_tokens_mean": sum(sum(t.loss_mask) for t in trajectories) / len(trajectories),

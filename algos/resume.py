@@ -55,6 +55,8 @@ RESUME_MAY_CHANGE = frozenset(
         "tensorboard",
         "report_to",
         "progress",
+        "log_completions",
+        "dry_run",
         "device",
         "output_dir",
     }

@@ -44,13 +44,20 @@ def progress_text(
         actions: Agent actions taken so far (one per live episode per batched turn).
         elapsed: Seconds since the phase began.
 
+    Until the first episode finishes (a batch whose games all end on one turn finishes them
+    together, at the end), the rate is of actions, which move with every batched turn.
+
     Example:
         >>> progress_text("eval textgym/TicTacToe-v0", 40, 100, 130, 12.5)
         'eval textgym/TicTacToe-v0: 40/100 episodes (40%), 130 actions, 12.5 s, 3.20 episodes/s'
+        >>> progress_text("eval textgym/TicTacToe-v0", 0, 20, 60, 12.0)
+        'eval textgym/TicTacToe-v0: 0/20 episodes (0%), 60 actions, 12.0 s, 5.00 actions/s, no episode finished yet'
     """
     share = f" ({done / total:.0%})" if total else ""
     count = f"{done}/{total}" if total is not None else str(done)
     rate = f"{done / elapsed:.2f} episodes/s" if elapsed > 0 else "- episodes/s"
+    if done == 0 and actions > 0 and elapsed > 0:
+        rate = f"{actions / elapsed:.2f} actions/s, no episode finished yet"
     return f"{description}: {count} episodes{share}, {actions} actions, {elapsed:.1f} s, {rate}"
 
 
@@ -210,10 +217,14 @@ def _rich_bar(stream: IO[str], transient: bool) -> Any:
     from rich.text import Text
 
     class RateColumn(ProgressColumn):
-        """Finished episodes per second since the phase began."""
+        """Finished episodes per second since the phase began (actions per second until the
+        first episode finishes)."""
 
         def render(self, task: Any) -> Text:
             elapsed = task.elapsed or 0.0
+            actions = task.fields.get("actions", 0)
+            if not task.completed and actions and elapsed > 0:
+                return Text(f"{actions / elapsed:.2f} actions/s")
             rate = f"{task.completed / elapsed:.2f}" if elapsed > 0 else "-"
             return Text(f"{rate} episodes/s")
 

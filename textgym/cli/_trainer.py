@@ -242,6 +242,8 @@ def _claim_and_train(
         probe.close()
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 claims the directory
         return _train(config, train, report)
+    if getattr(config, "dry_run", False):  # writes nothing: the directory is left as it is
+        return _train(config, train, None)
     resume = getattr(config, "resume", None)  # train has --resume; sft has none
     with claim_dir(
         Path(config.output_dir), "--output-dir", overwrite=overwrite, resume=resume, clear=True

@@ -60,7 +60,13 @@ _TRASH = ".textgym-overwrite.tmp"
 #: The results ``eval --output-dir`` writes (and replaces on ``--overwrite``).
 _EVAL_FILES = ("summary.json", "trajectories.jsonl", "per_task.jsonl")
 #: The records ``train`` and ``sft`` write at the top of their run directory.
-_TRAINER_FILES = ("run.json", "metrics.jsonl", "sft_summary.json", "final_eval.json")
+_TRAINER_FILES = (
+    "run.json",
+    "metrics.jsonl",
+    "sft_summary.json",
+    "final_eval.json",
+    "train_episodes.jsonl",
+)
 #: A directory textgym wrote a run into holds one of these (train and sft: run.json, written
 #: first; eval: summary.json or trajectories.jsonl).
 _RUN_MARKERS = ("run.json", "summary.json", "trajectories.jsonl")

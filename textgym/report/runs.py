@@ -8,8 +8,9 @@ A run is what one textgym command wrote:
 - ``textgym collect --output FILE``: one JSONL file of chat records
   (:func:`textgym.collect.sft_record`); the file itself is the run.
 - ``textgym train --output-dir DIR``: ``metrics.jsonl`` (rows ``{"step", "stage", ...}`` of
-  :class:`textgym.algos.metrics.MetricsLogger`, stage ``train`` and ``eval``), ``run.json`` and
-  ``final_eval.json``; ``textgym sft``: ``metrics.jsonl`` and ``sft_summary.json``.
+  :class:`textgym.algos.metrics.MetricsLogger`, stage ``train`` and ``eval``), ``run.json``,
+  ``final_eval.json`` and ``train_episodes.jsonl`` (a sample of each step's rollouts, read as
+  the run's episodes); ``textgym sft``: ``metrics.jsonl`` and ``sft_summary.json``.
 
 Reading is forgiving where the page can say what went wrong: a broken JSONL line, a record of
 the wrong shape or an unreadable summary becomes a note shown in the report, and the rest is
@@ -458,6 +459,8 @@ def load_run(
             run.info[key] = value
     if (path / "final_eval.json").is_file():
         run.final_eval = _read_json(path / "final_eval.json", run)
+    if (path / "train_episodes.jsonl").is_file():  # a sample of a train run's rollouts
+        _load_trajectories(path / "train_episodes.jsonl", run, max_episodes, interner)
     if not run.metrics:
         run.note("metrics.jsonl holds no rows yet")
     return run
