@@ -170,6 +170,7 @@ def test_a_run_whose_groups_are_all_equal_prints_the_hint_and_logs_the_drift(tmp
 
 
 @pytest.mark.llm
+@pytest.mark.slow
 def test_dry_run_prints_the_diagnostics_and_writes_nothing(tmp_path, capsys):
     from textgym.algos import grpo
 
