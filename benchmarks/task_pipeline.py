@@ -1,0 +1,502 @@
+"""The suite learns (issue 33): base eval -> SFT on expert data -> GRPO over a curriculum -> held-out eval.
+
+One command per task, ``python benchmarks/task_pipeline.py TASK`` with ``TASK`` ``reverse_text``
+(``textgym/ReverseText-v0``) or ``email`` (``textgym/EmailToolUse-v1``). Every stage runs the
+``textgym`` command line in this process (:func:`textgym.cli.main`, the commands a user types),
+writes ``WORK/<stage>.json`` and is skipped when that file exists, so an interrupted run goes
+on where it stopped (GRPO resumes its curriculum stage from the last checkpoint):
+
+1. ``base-eval``: evaluate ``--model`` on the held-out tasks.
+2. ``sft-data``: expert episodes through ``textgym collect --policy gold`` (ReverseText: the
+   env's ``gold_completion``, each training passage up to the last curriculum length once;
+   email: the generator's gold calls as tool-calling conversations, ``--sft-episodes`` spread
+   over the curriculum's difficulty settings, seeds from :data:`SFT_SEED`).
+3. ``sft``: ``textgym sft`` on them (LoRA with ``--lora-rank``).
+4. ``grpo``: ``textgym train`` with the env's own reward (no wrappers), one run per curriculum
+   stage (``--curriculum``: a JSON list of ``{"steps": N, "env_kwargs": {...}}``), each starting
+   from the previous stage's final checkpoint (the first from the SFT model), each with its
+   own seed (``--seed`` + stage index) so that no two stages train on the same tasks.
+   ``--grpo-time-limit`` (minutes per run) checkpoints and stops; the next run resumes.
+5. ``eval``: evaluate the SFT and the final GRPO model on the held-out tasks.
+6. ``report``: ``textgym report`` of every run (``WORK/report.html``) and one result JSON
+   (``--output``, default ``benchmarks/results/task_pipeline_{task}_{model}_{device}.json``)
+   with the commit, the machine, the settings, every stage and the RL-over-SFT differences.
+
+Held-out tasks. ReverseText: the bundled corpus is split by a hash of each passage's task id
+(:func:`textgym.envs.reverse_text.lengths.passage_split`, ``--test-fraction``) into
+``WORK/data/train.jsonl`` and ``test.jsonl``; SFT and GRPO see only the first, evaluations only
+the second, at the last curriculum stage's ``max_chars`` (the trained length), with results per
+length bucket (edges: the curriculum's ``max_chars``). Email: evaluation seeds start at
+:data:`EVAL_SEED`, apart from GRPO's (``seed * 10**6 + ...``, its in-training evaluations at
+``10**9 + ...``) and SFT's; each evaluation also counts the task ids it shares with the
+training episodes (0 expected), and diagnoses every tool call against the gold calls
+(:mod:`textgym.envs.email_tool_use.diagnostics`).
+
+Each evaluation plays greedily (one rollout per task) and sampled at ``--temperature``
+(``--rollouts-per-task`` K rollouts per task: pass@1 .. pass@K). Success and its standard error
+are computed over tasks (a task's score: the mean of its rollouts' task component, ``lcs`` or
+``outcome``), so rollouts of one task do not count as independent.
+
+    # the smoke test's sizes: every stage with the tiny model, in a minute or so
+    python benchmarks/task_pipeline.py reverse_text --smoke --work-dir /tmp/tp-reverse
+    # Gemma 3 270M with LoRA on the CPU (hours; see docs/suite_learning.md)
+    python benchmarks/task_pipeline.py reverse_text --model gemma-3-270m --work-dir runs/suite_reverse
+    python benchmarks/task_pipeline.py email --model gemma-3-270m --work-dir runs/suite_email
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module
+
+from textgym.algos.checkpoints import latest_checkpoint
+from textgym.cli import main as textgym_cli
+from textgym.envs.email_tool_use.diagnostics import (
+    diagnose_tool_calls,
+    gold_calls_of,
+    summarize_call_diagnoses,
+)
+from textgym.envs.reverse_text import load_passages
+from textgym.envs.reverse_text.lengths import LengthEpisode, length_bucket_summary, passage_split
+from textgym.evaluation import TASK_COMPONENTS, mean_stderr
+
+STAGES = ("base-eval", "sft-data", "sft", "grpo", "eval", "report")
+#: First reset seed of the email evaluations (task g: EVAL_SEED + g).
+EVAL_SEED = 2 * 10**9
+#: First reset seed of the email SFT episodes (curriculum stage i: SFT_SEED + i * 10**6 + g).
+SFT_SEED = 3 * 10**9
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task's env and defaults: the curriculum, the evaluation's env kwargs (``None``: the last
+    curriculum stage's) and the longest completion per turn."""
+
+    env_id: str
+    curriculum: tuple[dict[str, Any], ...]
+    eval_env_kwargs: dict[str, Any] | None
+    max_new_tokens: int
+
+
+TASKS = {
+    # Short passages first (the corpus has 57-558 characters; 48 up to 80, 93 up to 160).
+    "reverse_text": Task(
+        "textgym/ReverseText-v0",
+        (
+            {"steps": 60, "env_kwargs": {"max_chars": 80}},
+            {"steps": 60, "env_kwargs": {"max_chars": 120}},
+            {"steps": 80, "env_kwargs": {"max_chars": 160}},
+        ),
+        None,
+        192,
+    ),
+    # Fewer distractors first, then the env's defaults (num_steps 1, distractors 2).
+    "email": Task(
+        "textgym/EmailToolUse-v1",
+        (
+            {"steps": 60, "env_kwargs": {"num_steps": 1, "distractors": 0}},
+            {"steps": 90, "env_kwargs": {"num_steps": 1, "distractors": 2}},
+        ),
+        {},
+        256,
+    ),
+}
+
+
+def _run(*argv: Any) -> None:
+    """``textgym ARGV`` in this process; a non-zero exit is an error here."""
+    args = [str(a) for a in argv]
+    print("$ textgym " + shlex.join(args), flush=True)
+    code = textgym_cli(args)
+    if code != 0:
+        raise SystemExit(f"textgym {args[0]} exited with {code}")
+
+
+def _curriculum(args: argparse.Namespace) -> list[dict[str, Any]]:
+    return json.loads(args.curriculum) if args.curriculum else list(TASKS[args.task].curriculum)
+
+
+def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """ReverseText: the bundled corpus split into ``WORK/data/{train,test}.jsonl`` (rewritten
+    each time: deterministic)."""
+    folder = work / "data"
+    folder.mkdir(parents=True, exist_ok=True)
+    sides: dict[str, list[str]] = {"train": [], "test": []}
+    for p in load_passages():
+        row = json.dumps({"id": p.task_id, "text": p.text}, ensure_ascii=False)
+        sides[passage_split(p.task_id, args.test_fraction)].append(row + "\n")
+    paths = {}
+    for side, rows in sides.items():
+        paths[side] = folder / f"{side}.jsonl"
+        paths[side].write_text("".join(rows), encoding="utf-8")
+    return paths
+
+
+def _env_kwargs(args: argparse.Namespace, work: Path, kwargs: dict[str, Any], side: str) -> str:
+    """A stage's env kwargs as JSON; ReverseText's read the ``side`` of the split."""
+    if args.task == "reverse_text":
+        kwargs = {**kwargs, "data_path": str(_split_files(args, work)[side])}
+    return json.dumps(kwargs)
+
+
+def _eval_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    if args.eval_env_kwargs is not None:
+        return json.loads(args.eval_env_kwargs)
+    default = TASKS[args.task].eval_env_kwargs
+    return dict(_curriculum(args)[-1]["env_kwargs"] if default is None else default)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _task_score(record: dict[str, Any]) -> float:
+    totals = record["component_totals"]
+    return next((totals[n] for n in TASK_COMPONENTS if n in totals), record["return"])
+
+
+def _success(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean task score over tasks (each the mean of its rollouts) with its standard error."""
+    per_task: dict[str, list[float]] = {}
+    for r in records:
+        per_task.setdefault(r["task_id"], []).append(_task_score(r))
+    mean, stderr = mean_stderr([sum(v) / len(v) for v in per_task.values()])
+    return {"mean": mean, "stderr": stderr, "tasks": len(per_task)}
+
+
+def _trained_task_ids(work: Path) -> set[str]:
+    ids = set()
+    for path in [
+        work / "sft_data.jsonl",
+        *sorted((work / "grpo").glob("stage-*/train_episodes.jsonl")),
+    ]:
+        if path.is_file():
+            ids.update(r["task_id"] for r in _read_jsonl(path))
+    return ids
+
+
+def _details(args: argparse.Namespace, records: list[dict[str, Any]], k: int) -> dict[str, Any]:
+    """Per-length buckets with pass@1 and pass@``k`` (ReverseText) or per-tool-call diagnostics
+    (email)."""
+    if args.task == "reverse_text":
+        lengths = {p.task_id: len(p.text) for p in load_passages()}
+        episodes = [
+            LengthEpisode(
+                r["task_id"],
+                lengths[r["task_id"]],
+                r["component_totals"]["lcs"],
+                r["component_totals"]["lcs"] == 1.0,
+            )
+            for r in records
+        ]
+        # Bucket edges: the curriculum's lengths; the last is the evaluation's own bound.
+        stages = _curriculum(args)
+        edges = sorted({s["env_kwargs"].get("max_chars", 0) for s in stages} - {0})
+        buckets = length_bucket_summary(episodes, edges[:-1] or edges, sorted({1, k}))
+        return {"length_buckets": buckets}
+    knobs = _eval_kwargs(args)
+    gold_knobs = {k: knobs[k] for k in ("inbox_size", "distractors", "num_steps") if k in knobs}
+    diagnoses = [
+        diagnose_tool_calls(
+            [m["content"] for m in r["messages"] if m["role"] == "assistant"],
+            gold_calls_of(r["task_id"], **gold_knobs),
+            knobs.get("max_calls_per_step", 32),
+        )
+        for r in records
+    ]
+    return {"tool_calls": summarize_call_diagnoses(diagnoses)}
+
+
+def evaluate(args: argparse.Namespace, work: Path, model: str, name: str) -> dict[str, Any]:
+    """Greedy and sampled evaluation of ``model`` on the held-out tasks, under ``WORK/eval/name``."""
+    task = TASKS[args.task]
+    kwargs = _env_kwargs(args, work, _eval_kwargs(args), "test")
+    trained = _trained_task_ids(work)
+    result: dict[str, Any] = {"model": model, "env_kwargs": json.loads(kwargs)}
+    for mode, temperature, k in (
+        ("greedy", 0.0, 1),
+        ("sampled", args.temperature, args.rollouts_per_task),
+    ):
+        out = work / "eval" / name / mode
+        summary_path = out / "summary.json"
+        if not (summary_path.is_file() and json.loads(summary_path.read_text())["complete"]):
+            limit = [] if args.eval_tasks is None else ["--limit", args.eval_tasks]
+            seed = ["--seed", EVAL_SEED] if args.task == "email" else []
+            _run(
+                "eval", task.env_id, "--policy", "hf", "--model", model,
+                "--env-kwargs", kwargs, "--dtype", args.eval_dtype,
+                "--max-new-tokens", args.max_new_tokens or task.max_new_tokens,
+                "--temperature", temperature, "--rollouts-per-task", k, *limit, *seed,
+                "--rollout-batch-size", args.batch_size, "--no-progress",
+                "--output-dir", out, "--overwrite",
+            )  # fmt: skip
+        summary = json.loads(summary_path.read_text())
+        records = _read_jsonl(out / "trajectories.jsonl")
+        result[mode] = {
+            "run": str(out),
+            "success": _success(records),
+            "mean_return": summary["mean_return"],
+            "stderr_return": summary["stderr_return"],
+            "invalid_action_rate": summary["invalid_action_rate"],
+            "tasks": summary["tasks"],
+            "shared_with_training": len({r["task_id"] for r in records} & trained),
+            **_details(args, records, k),
+        }
+    return result
+
+
+def stage_base_eval(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    return evaluate(args, work, args.model, "base")
+
+
+def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Expert episodes through ``textgym collect --policy gold`` into ``WORK/sft_data.jsonl``."""
+    task, stages = TASKS[args.task], _curriculum(args)
+    data, parts = work / "sft_data.jsonl", []
+    if args.task == "reverse_text":  # each training passage up to the last length, once
+        limit = [] if args.sft_episodes is None else ["--limit", args.sft_episodes]
+        parts.append((stages[-1]["env_kwargs"], limit))
+    else:  # --sft-episodes spread over the curriculum's settings, each from its own seeds
+        n = args.sft_episodes or 400
+        for i, stage in enumerate(stages):
+            count = n // len(stages) + (i < n % len(stages))
+            parts.append(
+                (stage["env_kwargs"], ["--episodes", count, "--seed", SFT_SEED + i * 10**6])
+            )
+    rows = []
+    for i, (kwargs, extra) in enumerate(parts):
+        part = work / "sft_data" / f"part-{i}.jsonl"
+        part.parent.mkdir(parents=True, exist_ok=True)
+        _run(
+            "collect", task.env_id, "--policy", "gold", "--env-kwargs",
+            _env_kwargs(args, work, kwargs, "train"), *extra, "--no-progress",
+            "--output", part, "--overwrite",
+        )  # fmt: skip
+        rows += part.read_text(encoding="utf-8").splitlines(keepends=True)
+    data.write_text("".join(rows), encoding="utf-8")
+    return {"data": str(data), "episodes": len(rows), "parts": [str(p) for p, _ in parts]}
+
+
+def stage_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    out = work / "sft"
+    _run(
+        "sft", "--data", work / "sft_data.jsonl", "--model", args.model, "--output-dir", out,
+        "--epochs", args.sft_epochs, "--batch-size", args.sft_batch_size,
+        "--learning-rate", args.sft_lr, "--lora-rank", args.lora_rank,
+        "--micro-batch-size", args.micro_batch_size, "--seed", args.seed,
+        "--device", args.device, "--no-progress", "--no-tensorboard", "--overwrite",
+    )  # fmt: skip
+    return {"model": str(out), "summary": json.loads((out / "sft_summary.json").read_text())}
+
+
+def stage_grpo(args: argparse.Namespace, work: Path) -> dict[str, Any] | None:
+    """The curriculum: one ``textgym train`` per stage; ``None`` while a time limit stops one."""
+    task, model, done = TASKS[args.task], str(work / "sft"), []
+    for i, stage in enumerate(_curriculum(args)):
+        out, steps = work / "grpo" / f"stage-{i}", int(stage["steps"])
+        last = latest_checkpoint(out) if out.is_dir() else None
+        if last is None or last.name != f"checkpoint-{steps}":
+            again = ["--resume"] if last is not None else ["--overwrite"]
+            _run(
+                "train", task.env_id, "--model", model, "--output-dir", out,
+                "--env-kwargs", _env_kwargs(args, work, stage["env_kwargs"], "train"),
+                "--wrappers", "--steps", steps, "--seed", args.seed + i,
+                "--groups-per-step", args.groups_per_step, "--group-size", args.group_size,
+                "--rollout-batch-size", args.batch_size,
+                "--micro-batch-size", args.micro_batch_size,
+                "--max-new-tokens", args.max_new_tokens or task.max_new_tokens,
+                "--temperature", args.temperature, "--learning-rate", args.grpo_lr,
+                "--lora-rank", args.lora_rank, "--eval-every", args.eval_every,
+                "--eval-episodes", args.eval_every_episodes,
+                "--save-every", max(1, steps // 10), "--device", args.device,
+                *(["--time-limit-minutes", args.grpo_time_limit] if args.grpo_time_limit else []),
+                "--no-progress", "--no-tensorboard", *again,
+            )  # fmt: skip
+            last = latest_checkpoint(out)
+            if last is None or last.name != f"checkpoint-{steps}":
+                return None
+        model = str(last)
+        done.append({"stage": i, **stage, "run": str(out), "checkpoint": model})
+    return {"stages": done, "model": model}
+
+
+def stage_eval(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    final = json.loads((work / "grpo.json").read_text())["model"]
+    return {
+        "sft": evaluate(args, work, str(work / "sft"), "sft"),
+        "grpo": evaluate(args, work, final, "grpo"),
+    }
+
+
+def _difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
+    """``b - a`` of two success means, its standard error and the difference in standard errors."""
+    delta = b["mean"] - a["mean"]
+    stderr = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
+    return {"delta": delta, "stderr": stderr, "z": delta / stderr if stderr > 0 else None}
+
+
+def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    stages = {
+        s: json.loads((work / f"{s}.json").read_text())
+        for s in STAGES[:-1]
+        if (work / f"{s}.json").exists()
+    }
+    later = stages.get("eval", {})
+    evals = {"base": stages.get("base-eval"), "sft": later.get("sft"), "grpo": later.get("grpo")}
+    table = []
+    for name, ev in evals.items():
+        for mode in ("greedy", "sampled") if ev else ():
+            passes = {k: v for k, v in ev[mode]["tasks"].items() if k.startswith("pass@")}
+            table.append({"model": name, "mode": mode, **ev[mode]["success"], **passes})
+    for row in table:
+        print(
+            "  ".join(
+                f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
+            )
+        )
+    rl_vs_sft = {
+        mode: _difference(evals["sft"][mode]["success"], evals["grpo"][mode]["success"])
+        for mode in ("greedy", "sampled")
+        if evals.get("sft") and evals.get("grpo")
+    }
+    runs = [work / "eval" / n / m for n in ("base", "sft", "grpo") for m in ("greedy", "sampled")]
+    runs = [r for r in runs if r.is_dir()] + [work / "sft_data.jsonl", work / "sft"]
+    runs += sorted(p for p in (work / "grpo").glob("stage-*") if p.is_dir())
+    _run("report", *[r for r in runs if r.exists()], "--output", work / "report.html")
+    device = args.device
+    name = f"task_pipeline_{args.task}_{Path(args.model).name}_{device}"
+    output = (
+        Path(args.output) if args.output else REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
+    )
+    record = {
+        "benchmark": "task_pipeline",
+        "task": args.task,
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain")),
+        "command": shlex.join(["python", "benchmarks/task_pipeline.py", *sys.argv[1:]]),
+        "settings": vars(args),
+        "machine": machine_info(),
+        "table": table,
+        "rl_vs_sft": rl_vs_sft,
+        "stages": stages,
+        "report_html": str(work / "report.html"),
+    }
+    write_result(output, record)
+    return {"output": str(output), "report_html": str(work / "report.html")}
+
+
+RUNNERS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any] | None]] = {
+    "base-eval": stage_base_eval,
+    "sft-data": stage_sft_data,
+    "sft": stage_sft,
+    "grpo": stage_grpo,
+    "eval": stage_eval,
+    "report": stage_report,
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task", choices=sorted(TASKS))
+    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument(
+        "--stage",
+        choices=("all", *STAGES),
+        default="all",
+        help="run one stage, or every stage whose JSON is missing",
+    )
+    parser.add_argument(
+        "--curriculum",
+        default=None,
+        help='JSON list of {"steps": N, "env_kwargs": {...}} (default: the task\'s)',
+    )
+    parser.add_argument(
+        "--eval-env-kwargs",
+        default=None,
+        help="JSON (default: reverse_text the last curriculum stage's, email the env's defaults)",
+    )
+    parser.add_argument(
+        "--test-fraction", type=float, default=0.2, help="reverse_text: passages held out"
+    )
+    parser.add_argument(
+        "--sft-episodes",
+        type=int,
+        default=None,
+        help="expert episodes (reverse_text: passages; None: all; email: 400)",
+    )
+    parser.add_argument("--sft-epochs", type=int, default=3)
+    parser.add_argument("--sft-lr", type=float, default=2e-4)
+    parser.add_argument("--sft-batch-size", type=int, default=16)
+    parser.add_argument("--lora-rank", type=int, default=16, help="0: full fine-tuning")
+    parser.add_argument("--grpo-lr", type=float, default=5e-5)
+    parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
+    parser.add_argument("--groups-per-step", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="None: the task's")
+    parser.add_argument("--temperature", type=float, default=1.0, help="GRPO and sampled evals")
+    parser.add_argument("--rollouts-per-task", type=int, default=4, help="sampled evals: pass@1..K")
+    parser.add_argument(
+        "--eval-tasks",
+        type=int,
+        default=None,
+        help="held-out tasks (None: reverse_text all, email 100)",
+    )
+    parser.add_argument(
+        "--eval-every", type=int, default=20, help="GRPO steps between its own evals"
+    )
+    parser.add_argument("--eval-every-episodes", type=int, default=32)
+    parser.add_argument("--eval-dtype", default="float32")
+    parser.add_argument("--batch-size", type=int, default=32, help="episodes in flight")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--work-dir", default=None, help="default runs/task_pipeline_TASK")
+    parser.add_argument("--output", default=None)
+    parser.add_argument("--smoke", action="store_true", help="tiny model, smallest sizes (tests)")
+    args = parser.parse_args(argv)
+    if args.task == "email" and args.eval_tasks is None:
+        args.eval_tasks = 100
+    if args.smoke:
+        first = TASKS[args.task].curriculum[:2]
+        args.model, args.sft_episodes, args.sft_epochs, args.eval_tasks = "tiny", 2, 1, 2
+        args.curriculum = json.dumps([{**s, "steps": 1} for s in first])
+        args.groups_per_step, args.group_size, args.rollouts_per_task = 1, 2, 2
+        args.eval_every, args.eval_every_episodes, args.max_new_tokens = 0, 1, 4
+        args.batch_size, args.micro_batch_size, args.sft_batch_size = 4, 4, 2
+    args.work_dir = args.work_dir or f"runs/task_pipeline_{args.task}"
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    for stage in STAGES if args.stage == "all" else (args.stage,):
+        done = work / f"{stage}.json"
+        if done.exists() and stage != "report":
+            print(f"{stage}: done ({done})")
+            continue
+        began = time.perf_counter()
+        result = RUNNERS[stage](args, work)
+        if result is None:
+            print(f"{stage}: stopped at its time limit; run again to resume")
+            return 0
+        result["stage_seconds"] = time.perf_counter() - began
+        done.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"{stage}: {result['stage_seconds']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

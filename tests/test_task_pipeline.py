@@ -1,0 +1,110 @@
+"""benchmarks/task_pipeline.py end to end with the tiny model (``--smoke``), for both tasks:
+every stage writes its JSON, the curriculum chains its GRPO runs, the evaluations are held out
+and carry their per-length or per-tool-call results, and a second run resumes (skips every
+finished stage)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+pytestmark = [pytest.mark.llm, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parent.parent
+STAGES = ("base-eval", "sft-data", "sft", "grpo", "eval", "report")
+
+
+def run_pipeline(task: str, work: Path) -> str:
+    command = [
+        sys.executable,
+        str(REPO / "benchmarks" / "task_pipeline.py"),
+        task,
+        "--smoke",
+        "--work-dir",
+        str(work),
+        "--output",
+        str(work / "result.json"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def check_common(work: Path, stdout: str) -> dict:
+    assert all((work / f"{s}.json").is_file() for s in STAGES)
+    result = json.loads((work / "result.json").read_text())
+    assert result["commit"] and result["machine"]["cores"]
+    assert {(row["model"], row["mode"]) for row in result["table"]} == {
+        (m, mode) for m in ("base", "sft", "grpo") for mode in ("greedy", "sampled")
+    }
+    assert set(result["rl_vs_sft"]) == {"greedy", "sampled"}
+    assert (work / "report.html").stat().st_size > 0
+    # The curriculum: stage 1 starts from stage 0's final checkpoint, with its own env kwargs.
+    grpo = json.loads((work / "grpo.json").read_text())
+    first, second = grpo["stages"]
+    config = json.loads((work / "grpo" / "stage-1" / "run.json").read_text())["config"]
+    assert config["model"] == first["checkpoint"] and config["wrappers"] == []
+    for key, value in second["env_kwargs"].items():
+        assert config["env_kwargs"][key] == value
+    assert grpo["model"] == second["checkpoint"]
+    evals = json.loads((work / "eval.json").read_text())
+    assert evals["grpo"]["model"] == grpo["model"]
+    for ev in (evals["sft"], evals["grpo"], json.loads((work / "base-eval.json").read_text())):
+        assert ev["greedy"]["tasks"]["rollouts_per_task"] == 1
+        assert ev["sampled"]["tasks"]["rollouts_per_task"] == 2
+        assert "pass@2" in ev["sampled"]["tasks"]
+        for mode in ("greedy", "sampled"):
+            assert ev[mode]["shared_with_training"] == 0
+            assert ev[mode]["success"]["tasks"] == 2
+    return evals
+
+
+def check_resumes(task: str, work: Path) -> None:
+    stdout = run_pipeline(task, work)
+    for stage in STAGES[:-1]:
+        assert f"{stage}: done" in stdout
+
+
+def test_reverse_text_pipeline(tmp_path):
+    work = tmp_path / "reverse"
+    evals = check_common(work, run_pipeline("reverse_text", work))
+    test_ids = {
+        json.loads(x)["id"] for x in (work / "data" / "test.jsonl").read_text().splitlines()
+    }
+    train_ids = {
+        json.loads(x)["id"] for x in (work / "data" / "train.jsonl").read_text().splitlines()
+    }
+    assert test_ids and train_ids and not test_ids & train_ids
+    sft = [json.loads(x) for x in (work / "sft_data.jsonl").read_text().splitlines()]
+    assert len(sft) == 2 and all(r["task_id"] in train_ids for r in sft)
+    assert all(r["return"] > 1.0 for r in sft)  # the gold answers: lcs 1 + format 0.1
+    sampled = evals["grpo"]["sampled"]
+    assert evals["grpo"]["env_kwargs"]["max_chars"] == 120  # the last smoke stage's length
+    buckets = sampled["length_buckets"]
+    assert [b["bucket"] for b in buckets] == ["1-80", "81+"]
+    assert sum(b["episodes"] for b in buckets) == 4
+    records = (work / "eval" / "grpo" / "sampled" / "trajectories.jsonl").read_text().splitlines()
+    assert {json.loads(r)["task_id"] for r in records} <= test_ids
+    check_resumes("reverse_text", work)
+
+
+def test_email_pipeline(tmp_path):
+    work = tmp_path / "email"
+    evals = check_common(work, run_pipeline("email", work))
+    sft = [json.loads(x) for x in (work / "sft_data.jsonl").read_text().splitlines()]
+    assert len(sft) == 2 and all(r["return"] == 1.0 and r["tools"] for r in sft)
+    for ev in (evals["sft"], evals["grpo"]):
+        calls = ev["sampled"]["tool_calls"]
+        assert calls["episodes"] == 4
+        assert sum(calls["verdicts"].values()) == 4
+        assert sum(calls["call_kinds"].values()) == calls["calls"]
+    records = (work / "eval" / "grpo" / "greedy" / "trajectories.jsonl").read_text().splitlines()
+    assert sorted(json.loads(r)["seed"] for r in records) == [2 * 10**9, 2 * 10**9 + 1]
+    check_resumes("email", work)
