@@ -73,7 +73,6 @@ from textgym.algos.grpo_update import (
     update,
 )
 from textgym.algos.learnability import hint_rule
-from textgym.algos.losses import group_advantages, zero_variance_groups
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metrics import (
     MetricsLogger,
@@ -94,7 +93,6 @@ __all__ = [
     "Learner",
     "bf16_rollouts",
     "check_world_size",
-    "dry_run",
     "evaluate",
     "make_learner",
     "sampled_elsewhere",
@@ -174,7 +172,9 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm
             (:class:`~textgym.algos.common.NonFiniteGuard`); nothing non-finite is saved.
     """
-    if config.dry_run:
+    if config.dry_run:  # its own module; imported here, as it builds on this one
+        from textgym.algos.grpo_dry_run import dry_run
+
         return dry_run(config)
     torch.manual_seed(config.seed)
     ctx, out = init_distributed(config.device), Path(config.output_dir)
@@ -469,58 +469,6 @@ def _episode_records(
         group_size=config.group_size,
         scale_rewards=config.scale_rewards,
     )
-
-
-def dry_run(config: GRPOConfig) -> dict[str, float]:
-    """``textgym train --dry-run``: play one step's rollouts (in this process, step 1's tasks),
-    update nothing, print their diagnostics and the learnability hint on stderr, and return the
-    diagnostics; nothing is written to ``output_dir``.
-
-    Returns:
-        :func:`rollout_metrics` of the episodes, with ``zero_variance_fraction``,
-        ``advantage_abs_mean`` and ``skipped_update`` (1.0 when every group had equal rewards:
-        the update would be skipped).
-
-    Raises:
-        ValueError: as :func:`train` (an env or model that cannot be used; an episode return
-            that is NaN or inf).
-    """
-    torch.manual_seed(config.seed)
-    ctx = init_distributed(config.device)
-    task = training_env(config)
-    learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
-    policy, _ = rollout_policies(learner, task)
-    trajectories = rollout_step(task, policy, config, 0, ctx)
-    rewards = torch.tensor(_finite_returns(trajectories), dtype=torch.float64)  # [B]
-    flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
-    advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
-    metrics = rollout_metrics(trajectories, ctx) | {
-        "zero_variance_fraction": float(flat.float().mean()),
-        "advantage_abs_mean": float(advantages.abs().mean()),
-        "skipped_update": float(bool(flat.all())),
-    }
-    if ctx.is_main:
-        rule = hint_rule(metrics)
-        for line in _dry_run_lines(config, metrics, None if rule is None else rule[1]):
-            print(line, file=sys.stderr, flush=True)
-    return metrics
-
-
-def _dry_run_lines(config: GRPOConfig, metrics: dict[str, float], hint: str | None) -> list[str]:
-    """What :func:`dry_run` prints: the measured state, then the hint."""
-    state = (
-        f"dry run: {config.batch_size} episodes in {config.groups_per_step} groups of "
-        f"{config.group_size}: reward mean {metrics['reward_mean']:.4g} "
-        f"(std {metrics['reward_std']:.4g}), "
-        f"{metrics['zero_variance_fraction']:.0%} of groups had equal rewards, "
-        f"invalid actions {metrics['invalid_rate']:.0%}, "
-        f"sampled entropy {metrics['sampled_entropy']:.3g} nats/token, "
-        f"|advantage| mean {metrics['advantage_abs_mean']:.3g}"
-    )
-    verdict = (
-        f"hint: {hint}" if hint else "hint: none (the groups' rewards differ: GRPO has signal)"
-    )
-    return [state, verdict]
 
 
 def _evaluate(
