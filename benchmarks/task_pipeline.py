@@ -7,10 +7,13 @@ writes ``WORK/<stage>.json`` and is skipped when that file exists, so an interru
 on where it stopped (GRPO resumes its curriculum stage from the last checkpoint):
 
 1. ``base-eval``: evaluate ``--model`` on the held-out tasks.
-2. ``sft-data``: expert episodes through ``textgym collect --policy gold`` (ReverseText: the
-   env's ``gold_completion``, each training passage up to the last curriculum length once;
-   email: the generator's gold calls as tool-calling conversations, ``--sft-episodes`` spread
-   over the curriculum's difficulty settings, seeds from :data:`SFT_SEED`).
+2. ``sft-data``: expert episodes (ReverseText: ``textgym collect --policy gold``, the env's
+   ``gold_completion``, each training passage up to the last curriculum length once; email:
+   the generator's gold writes played by
+   :class:`~textgym.envs.email_tool_use.expert.LookupExpertPolicy`, which first looks up the
+   ids and addresses they need, or with ``--sft-expert gold`` ``textgym collect --policy gold``,
+   which writes them unseen; ``--sft-episodes`` spread over the curriculum's difficulty
+   settings, seeds from :data:`SFT_SEED`), as tool-calling conversations.
 3. ``sft``: ``textgym sft`` on them (LoRA with ``--lora-rank``).
 4. ``grpo``: ``textgym train`` with the env's own reward (no wrappers), one run per curriculum
    stage (``--curriculum``: a JSON list of ``{"steps": N, "env_kwargs": {...}}``), each starting
@@ -60,15 +63,19 @@ from typing import Any
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module
 
 from textgym.algos.checkpoints import latest_checkpoint
+from textgym.builder import EnvRecipe
 from textgym.cli import main as textgym_cli
+from textgym.collect import sft_record
 from textgym.envs.email_tool_use.diagnostics import (
     diagnose_tool_calls,
     gold_calls_of,
     summarize_call_diagnoses,
 )
+from textgym.envs.email_tool_use.expert import LookupExpertPolicy
 from textgym.envs.reverse_text import load_passages
 from textgym.envs.reverse_text.lengths import LengthEpisode, length_bucket_summary, passage_split
 from textgym.evaluation import TASK_COMPONENTS, mean_stderr
+from textgym.rollout import rollout
 
 STAGES = ("base-eval", "sft-data", "sft", "grpo", "eval", "report")
 #: First reset seed of the email evaluations (task g: EVAL_SEED + g).
@@ -260,8 +267,19 @@ def stage_base_eval(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return evaluate(args, work, args.model, "base")
 
 
+def _lookup_expert_episodes(kwargs: dict[str, Any], episodes: int, seed: int, path: Path) -> None:
+    """Email: ``episodes`` episodes of :class:`LookupExpertPolicy` (reset seeds ``seed + g``)
+    as chat records (:func:`textgym.collect.sft_record`, what ``textgym collect`` writes)."""
+    knobs = {k: kwargs[k] for k in ("inbox_size", "distractors", "num_steps") if k in kwargs}
+    expert = LookupExpertPolicy(**knobs)
+    make = EnvRecipe(TASKS["email"].env_id, kwargs).make
+    games = rollout(make, expert, [seed + g for g in range(episodes)], batch_size=64)
+    path.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games), encoding="utf-8")
+
+
 def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    """Expert episodes through ``textgym collect --policy gold`` into ``WORK/sft_data.jsonl``."""
+    """Expert episodes into ``WORK/sft_data.jsonl``: ``textgym collect --policy gold``, or for
+    email :class:`LookupExpertPolicy` by default (``--sft-expert``)."""
     task, stages = TASKS[args.task], _curriculum(args)
     data, parts = work / "sft_data.jsonl", []
     if args.task == "reverse_text":  # each training passage up to the last length, once
@@ -274,18 +292,23 @@ def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             parts.append(
                 (stage["env_kwargs"], ["--episodes", count, "--seed", SFT_SEED + i * 10**6])
             )
-    rows = []
+    rows, paths = [], []
     for i, (kwargs, extra) in enumerate(parts):
         part = work / "sft_data" / f"part-{i}.jsonl"
         part.parent.mkdir(parents=True, exist_ok=True)
-        _run(
-            "collect", task.env_id, "--policy", "gold", "--env-kwargs",
-            _env_kwargs(args, work, kwargs, "train"), *extra, "--no-progress",
-            "--output", part, "--overwrite",
-        )  # fmt: skip
+        if args.task == "email" and args.sft_expert == "lookup":
+            _lookup_expert_episodes(kwargs, extra[1], extra[3], part)
+        else:
+            _run(
+                "collect", task.env_id, "--policy", "gold", "--env-kwargs",
+                _env_kwargs(args, work, kwargs, "train"), *extra, "--no-progress",
+                "--output", part, "--overwrite",
+            )  # fmt: skip
         rows += part.read_text(encoding="utf-8").splitlines(keepends=True)
+        paths.append(str(part))
     data.write_text("".join(rows), encoding="utf-8")
-    return {"data": str(data), "episodes": len(rows), "parts": [str(p) for p, _ in parts]}
+    expert = args.sft_expert if args.task == "email" else "gold"
+    return {"data": str(data), "episodes": len(rows), "parts": paths, "expert": expert}
 
 
 def stage_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -434,6 +457,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=int,
         default=None,
         help="expert episodes (reverse_text: passages; None: all; email: 400)",
+    )
+    parser.add_argument(
+        "--sft-expert",
+        choices=("lookup", "gold"),
+        default="lookup",
+        help="email: lookup (LookupExpertPolicy: looks ids and addresses up first) or gold "
+        "(textgym collect --policy gold: writes ids it never looked up)",
     )
     parser.add_argument("--sft-epochs", type=int, default=3)
     parser.add_argument("--sft-lr", type=float, default=2e-4)

@@ -100,6 +100,9 @@ def test_email_pipeline(tmp_path):
     evals = check_common(work, run_pipeline("email", work))
     sft = [json.loads(x) for x in (work / "sft_data.jsonl").read_text().splitlines()]
     assert len(sft) == 2 and all(r["return"] == 1.0 and r["tools"] for r in sft)
+    # The look-up-first expert: a lookup reply before the writes, so more than two turns.
+    assert json.loads((work / "sft-data.json").read_text())["expert"] == "lookup"
+    assert all(r["num_steps"] >= 3 for r in sft)
     for ev in (evals["sft"], evals["grpo"]):
         calls = ev["sampled"]["tool_calls"]
         assert calls["episodes"] == 4
