@@ -388,6 +388,16 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()
             )
         )
+    for name, ev in evals.items():
+        for mode in ("greedy", "sampled") if ev else ():
+            if "length_buckets" in ev[mode]:
+                parts = [
+                    f"{b['bucket']}: lcs {b['lcs']['mean']:.3f} exact {b['exact']['rate']:.3f}"
+                    for b in ev[mode]["length_buckets"]
+                ]
+            else:
+                parts = [f"{v} {r:.3f}" for v, r in ev[mode]["tool_calls"]["verdict_rates"].items()]
+            print(f"{name}/{mode}: " + "; ".join(parts))
     rl_vs_sft = {
         mode: _difference(evals["sft"][mode]["success"], evals["grpo"][mode]["success"])
         for mode in ("greedy", "sampled")
