@@ -194,12 +194,22 @@ def _names(names: Any) -> str:
     return ", ".join(listed[:_SHOWN]) + more
 
 
-def _nonfinite(model: Any) -> str | None:
-    """The name of the first weight of ``model`` holding NaN or inf, else None."""
+def _finite(tensor: Any) -> bool:
+    """Whether a tensor holds no NaN or inf: its sum first (NaN and inf carry through it; 30x
+    faster than ``isfinite`` over Gemma 3 270M's 168M-entry embedding on a 2-core CPU), the
+    exact check only when the sum is not finite (it could also overflow)."""
     import torch
 
+    if not tensor.is_floating_point():
+        return True
+    with torch.no_grad():
+        return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
+
+
+def _nonfinite(model: Any) -> str | None:
+    """The name of the first weight of ``model`` holding NaN or inf, else None."""
     for name, param in model.named_parameters():
-        if param.is_floating_point() and not bool(torch.isfinite(param).all()):
+        if not _finite(param):
             return name
     return None
 
@@ -266,7 +276,6 @@ def check_adapter_dir(folder: Path) -> tuple[dict[str, Any], dict[str, Path]]:
             weights, pickled ones (without the opt-in), a file that does not read, or a tensor
             that is not floating-point or holds NaN or inf.
     """
-    import torch
     from safetensors import safe_open
 
     config = read_json_object(folder / "adapter_config.json")
@@ -276,7 +285,7 @@ def check_adapter_dir(folder: Path) -> tuple[dict[str, Any], dict[str, Path]]:
         owners |= dict.fromkeys(_read_header(file), file)
         with safe_open(str(file), framework="pt") as weights:  # adapters are small: read all
             for name in weights.keys():  # noqa: SIM118
-                if not bool(torch.isfinite(weights.get_tensor(name)).all()):
+                if not _finite(weights.get_tensor(name)):
                     raise ModelLoadError(
                         f"{file}: tensor {name} holds NaN or inf values, so the merged model "
                         "would output NaN; the adapter is damaged: use an earlier checkpoint"
@@ -296,16 +305,19 @@ def check_adapter_loaded(model: Any, owners: Mapping[str, Path], folder: Path) -
         return
     from peft import get_peft_model_state_dict
 
-    expected = set(get_peft_model_state_dict(model))
+    # save_embedding_layers given: its default "auto" asks the hub for the base's config.json.
+    # Without the embedding layers: what must be there; with them: what may be.
+    needed = set(get_peft_model_state_dict(model, save_embedding_layers=False))
+    allowed = set(get_peft_model_state_dict(model, save_embedding_layers=True))
     file = next(iter(owners.values()))
-    unexpected = set(owners) - expected
+    unexpected = set(owners) - allowed
     if unexpected:
         raise ModelLoadError(
             f"{file}: tensor(s) {_names(unexpected)} match no LoRA layer that "
             f"{folder / 'adapter_config.json'} puts on the base model; the adapter was trained "
             "on another base model: point base_model_name_or_path at that one"
         )
-    missing = expected - set(owners)
+    missing = needed - set(owners)
     if missing:
         raise ModelLoadError(
             f"{file} lacks tensor(s) {_names(missing)} of the LoRA layers that "
