@@ -115,6 +115,21 @@ def _run(argv: list[str]) -> int:
     return module.run(config)
 
 
+def _passive_openmp_threads() -> None:
+    """Let torch's OpenMP threads sleep, not spin, while they wait (``OMP_WAIT_POLICY=PASSIVE``),
+    unless the user chose a policy; only effective before torch is first imported.
+
+    On a 2-core machine shared with other busy processes, spinning threads take the cores from
+    the threads that have work: a decode-sized loop of 12 linear layers ran 2-9x faster with
+    the passive policy under 0, 1 and 4 busy neighbours (``benchmarks/cpu_contention.py``,
+    ``benchmarks/results/cpu_contention.json``), the README's main job likewise.
+    """
+    import os
+
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``textgym`` console script; returns the exit code.
 
@@ -124,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     130: interrupted by Ctrl-C (one line; ``eval``/``collect`` keep and report what they
     saved).
     """
+    _passive_openmp_threads()
     try:
         return _run(list(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:

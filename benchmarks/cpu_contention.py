@@ -1,0 +1,125 @@
+"""Speed of CPU work when the machine is shared: OpenMP wait policies under busy neighbours.
+
+Runs a workload in a fresh process while ``N`` neighbour processes spin on the CPU, for each
+OpenMP wait policy, alternating policies within a round so slow drifts of the machine's load
+hit them alike:
+
+* ``default``: libgomp's own behaviour (threads spin a while before sleeping; the variable is
+  set to the empty string, which libgomp ignores, so ``textgym``'s CLI leaves it alone);
+* ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep), what the CLI sets unless the
+  user chose a policy.
+
+Workloads: ``micro`` (12 linear layers of Gemma 3 270M's widths at 32 rows, the shape of a
+batched decode step, for ``--seconds``; steps per second) and ``main-job`` (the README's main
+job, ``textgym eval ... --policy hf --model gemma-3-270m``, with ``--episodes``; wall seconds).
+
+    python benchmarks/cpu_contention.py --workload micro --neighbours 0 1 4
+    python benchmarks/cpu_contention.py --workload main-job --episodes 4 --neighbours 0 1 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _provenance import REPO_ROOT, git, machine_info, write_result  # noqa: E402
+
+POLICIES = {"default": "", "passive": "PASSIVE"}
+
+_MICRO = """
+import sys, time, torch
+torch.manual_seed(0)
+up = [torch.nn.Linear(640, 2048) for _ in range(6)]
+down = [torch.nn.Linear(2048, 640) for _ in range(6)]
+x = torch.randn(32, 640)
+def step():
+    h = x
+    for a, b in zip(up, down):
+        h = b(torch.nn.functional.gelu(a(h))) + x
+with torch.no_grad():
+    for _ in range(10):
+        step()
+    began, n = time.perf_counter(), 0
+    while time.perf_counter() - began < float(sys.argv[1]):
+        step()
+        n += 1
+print(n / (time.perf_counter() - began))
+"""
+
+
+def _neighbours(count: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+
+
+def _run(workload: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
+    env = dict(os.environ, OMP_WAIT_POLICY=POLICIES[policy])
+    if workload == "micro":
+        command = [sys.executable, "-c", _MICRO, str(args.seconds)]
+    else:
+        command = [
+            *("textgym", "eval", "textgym/TicTacToe-v0", "--policy", "hf"),
+            *("--model", "gemma-3-270m", "--episodes", str(args.episodes)),
+            *("--max-new-tokens", "64", "--output-dir", f"/tmp/cpu_contention_{policy}"),
+            "--overwrite",
+        ]
+    began = time.perf_counter()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - began
+    if done.returncode != 0:
+        raise SystemExit(f"{workload} ({policy}) failed: {done.stderr.strip()[-500:]}")
+    result: dict[str, Any] = {"wall_s": round(wall, 2)}
+    if workload == "micro":
+        result["steps_per_s"] = round(float(done.stdout.split()[-1]), 2)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=["micro", "main-job"], default="micro")
+    parser.add_argument("--neighbours", type=int, nargs="+", default=[0, 1, 4])
+    parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=4.0, help="micro: seconds per run")
+    parser.add_argument("--episodes", type=int, default=4, help="main-job: episodes per run")
+    parser.add_argument("--note", default="", help="what else ran on the machine")
+    parser.add_argument("--output", default="benchmarks/results/cpu_contention.json")
+    args = parser.parse_args(argv)
+
+    rows = []
+    for count in args.neighbours:
+        spinners = _neighbours(count)
+        try:
+            time.sleep(0.5)
+            for repeat in range(args.repeats):
+                for policy in args.policies:
+                    load = os.getloadavg()[0]
+                    result = _run(args.workload, policy, args)
+                    row = {"neighbours": count, "policy": policy, "repeat": repeat}
+                    rows.append({**row, "load_1m_before": round(load, 2), **result})
+                    print(rows[-1], flush=True)
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+    write_result(
+        REPO_ROOT / args.output,
+        {
+            "benchmark": "cpu_contention",
+            "commit": git("rev-parse", "HEAD"),
+            "dirty": bool(git("status", "--porcelain")),
+            "machine": machine_info(),
+            "settings": {k: v for k, v in vars(args).items() if k != "output"},
+            "rows": rows,
+        },
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
