@@ -370,9 +370,8 @@ def _adapter_base_of(path: Path, config: dict[str, Any]) -> str:
     base = config.get("base_model_name_or_path")
     if not isinstance(base, str) or not base:
         raise ModelLoadError(
-            f"Expected {config_file} to name the adapter's base model in "
-            f"base_model_name_or_path, got {base!r}; write one of {', '.join(MODEL_NAMES)} or "
-            "the base model's folder there"
+            f"{config_file} names no base model (base_model_name_or_path is {base!r}); write "
+            f"one of {', '.join(MODEL_NAMES)} or the base model's folder there"
         )
     resolved = _resolve_adapter_base(base, path)
     if resolved not in _LOADERS and not Path(resolved).is_dir():
