@@ -19,7 +19,7 @@ import time
 import pytest
 
 import textgym.cli.batch_play
-from textgym.cli import _hub, main
+from textgym.cli import hub_offline, main
 from textgym.cli.evaluate import verdict
 
 TTT = "textgym/TicTacToe-v0"
@@ -270,14 +270,14 @@ def hub_unreachable(monkeypatch):
         raise OSError("Name or service not known")
 
     monkeypatch.setattr(socket, "create_connection", refused)
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *_hub._PROXY_VARIABLES):
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", *hub_offline.PROXY_VARIABLES):
         monkeypatch.setenv(name, "")  # empty: unset, and restored by monkeypatch
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     return constants
 
 
 def test_an_unreachable_hub_switches_offline_mode_on(hub_unreachable):
-    assert _hub.offline_unless_reachable() is True
+    assert hub_offline.offline_unless_reachable() is True
     assert os.environ["HF_HUB_OFFLINE"] == "1" and hub_unreachable.HF_HUB_OFFLINE is True
 
 
@@ -297,7 +297,7 @@ def test_only_a_hub_id_about_to_be_loaded_is_probed(argv, model):
 
     module = __import__(f"textgym.cli.{SUBCOMMANDS[argv[0]].module}", fromlist=["Config"])
     config = parse_config(module.Config, argv[1:], "textgym", "")
-    assert _hub.hub_model(config) == model
+    assert hub_offline.hub_model(config) == model
 
 
 def test_a_hub_id_that_is_not_cached_fails_fast_offline(workdir, capsys, hub_unreachable):

@@ -27,7 +27,7 @@ a Ctrl-C stops the run, keeps what was written (marked incomplete), prints one l
 with code 130. An endpoint that fails while ``--policy openai`` plays stops the run the same
 way, with one ``textgym: error:`` line and exit code 1. A ``--model`` that names a Hugging
 Face hub id is loaded in the hub's offline mode when the hub cannot be reached
-(:mod:`textgym.cli._hub`): one that is not cached fails at once.
+(:mod:`textgym.cli.hub_offline`): one that is not cached fails at once.
 
 An evaluation is a pass over the tasks: on an env that lists its tasks (``task_ids``: GSM8K-v0,
 ReverseText-v0, Workplace-v1) ``eval`` and ``collect`` play each task once, in order, unless
@@ -42,7 +42,7 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from textgym.cli import _hub
+from textgym.cli import hub_offline
 from textgym.cli.usage import UsageError, fail, parse_config, plain_text
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
@@ -110,8 +110,10 @@ def _run(argv: list[str]) -> int:
             raise
         fail(f'textgym {name} needs extras ({exc}); pip install "textgym[{subcommand.extras}]"')
     config = parse_config(module.Config, argv[1:], f"textgym {name}", plain_text(module.__doc__))
-    if _hub.hub_model(config) is not None:  # offline: fail at once, not after ~80 s of retries
-        _hub.offline_unless_reachable()
+    if (
+        hub_offline.hub_model(config) is not None
+    ):  # offline: fail at once, not after ~80 s of retries
+        hub_offline.offline_unless_reachable()
     return module.run(config)
 
 

@@ -26,7 +26,7 @@ __all__ = ["hub_model", "offline_unless_reachable"]
 #: Seconds the probe's connection may take.
 PROBE_TIMEOUT_S = 3.0
 
-_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def hub_model(config: Any) -> str | None:
@@ -56,7 +56,7 @@ def offline_unless_reachable(timeout_s: float = PROBE_TIMEOUT_S) -> bool:
         timeout_s: Seconds the TCP connection may take.
     """
     offline_variables = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    if any(os.environ.get(name) for name in offline_variables + _PROXY_VARIABLES):
+    if any(os.environ.get(name) for name in offline_variables + PROXY_VARIABLES):
         return False
     endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
     host = endpoint.hostname or "huggingface.co"
