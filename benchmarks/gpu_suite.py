@@ -409,7 +409,7 @@ _MODEL_FILES = ("config.json", "generation_config.json", *_TOKENIZER_FILES)
 
 def prep_model_files(target: Path) -> None:
     """Write Gemma 3 270M's config and tokenizer (no weights) to ``target``, the tokenizer as
-    ``tokenizer.json.xz`` (33 MB -> about 4 MB), for ``--quick --random-weights --model
+    ``tokenizer.json.xz`` (33 MB -> 3.4 MB), for ``--quick --random-weights --model
     target`` on a machine without the weights. Converts the packaged GGUF once if needed."""
     from textgym.models import default_cache_dir, load_model
 
