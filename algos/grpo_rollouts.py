@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import math
 import random
+import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -169,13 +170,10 @@ def rollout_metrics(trajectories: list[Trajectory], ctx: DistributedContext) -> 
         ]
         trajectories = [t for share in all_gather_objects(light, ctx) for t in share]
     summary = summarize(trajectories)
-    returns = [t.episode_return for t in trajectories]
-    mean = sum(returns) / len(returns)
     metrics = {
         "reward_mean": summary["mean_return"],
-        "reward_std": 0.0
-        if min(returns) == max(returns)  # exactly 0 for equal returns (no rounding of the mean)
-        else math.sqrt(sum((r - mean) ** 2 for r in returns) / len(returns)),
+        # Exact arithmetic: 0.0 for equal returns, and no overflow for returns near 1e308.
+        "reward_std": statistics.pstdev(t.episode_return for t in trajectories),
         "sampled_entropy": sampled[0] / sampled[1] if sampled[1] else math.nan,
         "invalid_rate": summary["invalid_action_rate"],
         "length_truncated_rate": summary["length_truncated_rate"],

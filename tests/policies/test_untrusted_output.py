@@ -311,7 +311,7 @@ def test_a_response_over_max_response_bytes_is_refused(server, compressed):
         policy.act([[{"role": "user", "content": "hi"}]], [{}])
     assert "max_response_bytes=1000000" in _one_line(info.value, server.url)
     # Within the cap the same answer is fine.
-    (completion,) = _policy(server, max_response_bytes=4_000_000).act(
+    (completion,) = _policy(server, max_response_bytes=4_000_000, max_reply_chars=2_000_000).act(
         [[{"role": "user", "content": "hi"}]], [{}]
     )
     assert completion.text == "x" * 2_000_000
