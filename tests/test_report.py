@@ -17,7 +17,8 @@ import pytest
 
 from textgym.cli import main
 from textgym.report import build_report, load_run
-from textgym.report.page import chart_specs, script_json, summary_rows
+from textgym.report.curves import chart_specs
+from textgym.report.page import script_json, summary_rows
 from textgym.report.runs import episode_outcome
 from textgym.report.segments import MAX_TEXT_CHARS, message_segments, parse_boards
 

@@ -32,7 +32,7 @@ from textgym.report.curves import (
 )
 from textgym.report.runs import Interner, Run
 
-__all__ = ["chart_specs", "render_page", "script_json", "summary_rows"]
+__all__ = ["render_page", "script_json", "summary_rows"]
 
 _MISSING = "–"
 
