@@ -25,9 +25,12 @@ def eval_run(path, policy, *extra):
     return json.loads((path / "summary.json").read_text())
 
 
-def train_run(path):
-    """A GRPO run's files on tic-tac-toe: eval rows per setting, as algos/grpo_rollouts.py."""
+def train_run(path, wrappers=("invalid_action_penalty",)):
+    """A GRPO run's files on tic-tac-toe: eval rows per setting, as algos/grpo_rollouts.py,
+    and run.json's config with its reward wrappers (train's default)."""
     path.mkdir()
+    run = {"command": ["textgym", "train"], "config": {"wrappers": list(wrappers)}}
+    (path / "run.json").write_text(json.dumps(run))
     final = {}
     for setting, ret in (("random", 0.25), ("optimal", -0.5)):
         final.update(
@@ -87,6 +90,21 @@ def test_compare_notes_an_eval_run_that_played_no_setting(tmp_path, capsys, monk
     out = capsys.readouterr().out
     assert table(out)["eval/return_mean"][1] == "-"
     assert "mixed: its env" in out and "plays none of the evaluation settings" in out
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_compare_notes_returns_on_different_reward_scales(tmp_path, capsys, monkeypatch, same):
+    """train adds invalid_action_penalty by default, eval no wrapper: compare says so."""
+    monkeypatch.setenv("COLUMNS", "200")
+    extra = ("--wrappers", "invalid_action_penalty") if same else ()
+    eval_run(tmp_path / "vs_minimax", "random", *extra)
+    train_run(tmp_path / "grpo")
+    capsys.readouterr()
+    assert main(["compare", str(tmp_path / "vs_minimax"), str(tmp_path / "grpo")]) == 0
+    out = capsys.readouterr().out
+    assert ("different reward scales" in out) is not same
+    if not same:
+        assert "['invalid_action_penalty']" in out and "include wrappers none" in out
 
 
 def test_report_summary_shares_rows(tmp_path):

@@ -94,6 +94,7 @@ def _aligned(run: Any, runs: list[Any], notes: list[str]) -> dict[str, float]:
     from textgym.report.alignment import SHARED_METRICS, eval_setting, shared_eval
 
     rows = eval_rows(run.summary)
+    _note_reward_scales(run, runs, notes)
     logged = dict.fromkeys(
         s for other in runs if other.kind == "train" for s in shared_eval(other) if s != "eval"
     )
@@ -111,6 +112,24 @@ def _aligned(run: Any, runs: list[Any], notes: list[str]) -> dict[str, float]:
         f"train runs logged ({', '.join(logged)}); its numbers are on the eval/<metric> rows"
     )
     return rows
+
+
+def _note_reward_scales(run: Any, runs: list[Any], notes: list[str]) -> None:
+    """A note for ``notes`` when the eval run's returns and a train run's evaluation returns
+    include different reward wrappers (``train`` adds ``invalid_action_penalty`` by default,
+    ``eval`` none), so their returns are not on one scale."""
+    ours = list(run.summary.get("wrappers") or [])
+    for other in runs:
+        config = (other.info.get("run") or {}).get("config") or {}
+        if other.kind != "train" or "wrappers" not in config:
+            continue
+        theirs = list(config["wrappers"] or [])
+        if theirs != ours:
+            notes.append(
+                f"{run.name} and {other.name}: returns on different reward scales ("
+                f"{run.name}'s include wrappers {ours or 'none'}, {other.name}'s evaluations "
+                f"{theirs or 'none'}); pass the same --wrappers to eval to compare returns"
+            )
 
 
 def _load(paths: tuple[str, ...]) -> list[Any]:
