@@ -4,10 +4,12 @@ Runs a workload in a fresh process while ``N`` neighbour processes spin on the C
 OpenMP wait policy, alternating policies within a round so slow drifts of the machine's load
 hit them alike:
 
-* ``default``: libgomp's own behaviour (threads spin a while before sleeping; the variable is
-  set to the empty string, which libgomp ignores, so ``textgym``'s CLI leaves it alone);
-* ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep), what the CLI sets unless the
-  user chose a policy.
+* ``default``: libgomp's own behaviour (waiting threads spin about 300,000 times before they
+  sleep; the variables are set to the empty string, which libgomp ignores and ``textgym``'s CLI
+  leaves alone);
+* ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep at once);
+* ``spin10k``: ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep), what the CLI sets unless
+  the user chose a policy.
 
 Workloads: ``micro`` (12 linear layers of Gemma 3 270M's widths at 32 rows, the shape of a
 batched decode step, for ``--seconds``; steps per second) and ``main-job`` (the README's main
@@ -30,7 +32,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _provenance import REPO_ROOT, git, machine_info, write_result  # noqa: E402
 
-POLICIES = {"default": "", "passive": "PASSIVE"}
+#: Environment variables per policy (libgomp's; other OpenMP runtimes ignore them).
+POLICIES = {
+    "default": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": ""},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": ""},
+    "spin10k": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "10000"},
+}
 
 _MICRO = """
 import sys, time, torch
@@ -58,7 +65,7 @@ def _neighbours(count: int) -> list[subprocess.Popen]:
 
 
 def _run(workload: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
-    env = dict(os.environ, OMP_WAIT_POLICY=POLICIES[policy])
+    env = {**os.environ, **POLICIES[policy]}
     if workload == "micro":
         command = [sys.executable, "-c", _MICRO, str(args.seconds)]
     else:

@@ -117,19 +117,24 @@ def _run(argv: list[str]) -> int:
     return module.run(config)
 
 
-def _passive_openmp_threads() -> None:
-    """Let torch's OpenMP threads sleep, not spin, while they wait (``OMP_WAIT_POLICY=PASSIVE``),
-    unless the user chose a policy; only effective before torch is first imported.
+def _short_openmp_spin() -> None:
+    """Let torch's OpenMP threads spin only briefly before they sleep while waiting
+    (``GOMP_SPINCOUNT=10000``, libgomp's default is about 300,000), unless the user set a wait
+    policy; only effective before torch is first imported.
 
-    On a 2-core machine shared with other busy processes, spinning threads take the cores from
-    the threads that have work: a decode-sized loop of 12 linear layers ran 2-9x faster with
-    the passive policy under 0, 1 and 4 busy neighbours (``benchmarks/cpu_contention.py``,
-    ``benchmarks/results/cpu_contention.json``), the README's main job likewise.
+    On a 2-core machine shared with busy processes, spinning threads take the cores from the
+    threads that have work. A decode-sized loop of 12 linear layers at 32 rows (3 alternating
+    runs each) ran 1.4x faster with the short spin under 1 busy neighbour process and 2.1x
+    under 4, and 62 against 68 steps/s idle (runs of 49-73, within the idle runs' spread);
+    sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) was 2.0x and 1.7x faster under load but a
+    third slower idle (``benchmarks/cpu_contention.py``,
+    ``benchmarks/results/cpu_contention.json``, 2-core Xeon).
     """
     import os
 
-    if "torch" not in sys.modules:
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    chosen = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)
+    if "torch" not in sys.modules and not chosen:
+        os.environ["GOMP_SPINCOUNT"] = "10000"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     130: interrupted by Ctrl-C (one line; ``eval``/``collect`` keep and report what they
     saved).
     """
-    _passive_openmp_threads()
+    _short_openmp_spin()
     try:
         return _run(list(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
