@@ -118,22 +118,23 @@ def _run(argv: list[str]) -> int:
 
 
 def _short_openmp_spin() -> None:
-    """Let torch's OpenMP threads spin only briefly before they sleep while waiting
-    (``GOMP_SPINCOUNT=10000``, libgomp's default is about 300,000), unless the user set a wait
-    policy; only effective before torch is first imported.
+    """On a busy machine, let torch's OpenMP threads spin only briefly before they sleep while
+    waiting (``GOMP_SPINCOUNT=10000``; libgomp's default is about 300,000), unless the user set
+    a wait policy; only effective before torch is first imported.
 
-    On a 2-core machine shared with busy processes, spinning threads take the cores from the
-    threads that have work. A decode-sized loop of 12 linear layers at 32 rows (3 alternating
-    runs each) ran 1.4x faster with the short spin under 1 busy neighbour process and 2.1x
-    under 4, and 62 against 68 steps/s idle (runs of 49-73, within the idle runs' spread);
-    sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) was 2.0x and 1.7x faster under load but a
-    third slower idle (``benchmarks/cpu_contention.py``,
-    ``benchmarks/results/cpu_contention.json``, 2-core Xeon).
+    Busy: a 1-minute load average of at least half the cores when the command starts. There,
+    spinning threads take the cores from the threads that have work: a decode-sized loop of 12
+    linear layers at 32 rows ran 1.4x faster with the short spin under 1 busy neighbour process
+    and 2.1x under 4 (``benchmarks/cpu_contention.py``, ``benchmarks/results/
+    cpu_contention.json``). An idle machine keeps libgomp's default: the README's main job ran
+    6-7% slower with the short spin there (``cpu_contention_main_job.json``).
     """
     import os
 
     chosen = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)
-    if "torch" not in sys.modules and not chosen:
+    if "torch" in sys.modules or chosen or not hasattr(os, "getloadavg"):
+        return
+    if os.getloadavg()[0] >= 0.5 * (os.cpu_count() or 1):
         os.environ["GOMP_SPINCOUNT"] = "10000"
 
 
