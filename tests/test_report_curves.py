@@ -66,7 +66,9 @@ def grpo_run(path: Path) -> Path:
                     "entropy": 1.0,
                     "skipped_update": float(step == 2),
                     "completion_tokens_mean": 10.0 * step,
-                    "step_time_s": 2.0,
+                    "step_time_s": float(
+                        step
+                    ),  # uneven: the wall-time axis differs from the step axis
                 }
             )
     config = {"batch_size": 4, "eval_episodes": EVAL_EPISODES, "env_id": "textgym/TicTacToe-v0"}
@@ -177,14 +179,14 @@ def test_eval_points_carry_their_standard_error(both):
 
 def test_x_axes_wall_time_and_tokens(both):
     grpo = step_axes(both[1])
-    assert grpo["wall"][0] == 0.0 and grpo["wall"][3] == 6.0 and grpo["wall"][6] == 12.0
+    assert grpo["wall"][0] == 0.0 and grpo["wall"][3] == 6.0 and grpo["wall"][6] == 21.0
     assert grpo["tokens"][2] == pytest.approx(4 * (10 + 20))  # completion tokens x batch
     sft = step_axes(both[0])
     assert sft["wall"][40] == 20.0 and sft["tokens"][40] == 4000.0
     page, _ = build_report([Path(r.path) for r in both], max_episodes=0)
     data = _page_data(page)
     assert data["x_axes"] == ["step", "wall", "tokens"]
-    assert dict(map(tuple, data["runs"][1]["axes"]["wall"]))[6] == 12.0
+    assert dict(map(tuple, data["runs"][1]["axes"]["wall"]))[6] == 21.0
     assert 'id="smooth"' in page and 'id="x-axis"' in page
 
 
