@@ -2,7 +2,8 @@
 
 :func:`start_policy_drift` gives ``kl_to_start``: the k3 estimate of ``KL(policy || start
 policy)`` (nats per generated token, :func:`~textgym.algos.losses.k3_kl`) on the tokens the
-step sampled. The policy's log-probs are the sampler's own (recorded during the rollout, so
+step sampled, on evaluation steps (``eval_every``) and the last step only: it costs one forward
+pass without gradients over the step's episodes. The policy's log-probs are the sampler's own (recorded during the rollout, so
 no forward pass of the trained weights is needed); the start policy's come from one forward
 pass without gradients over the step's episodes, and only where a start policy is held for
 free:
