@@ -28,6 +28,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from textgym.data import iter_jsonl
 from textgym.evaluation import OUTCOMES, TASK_COMPONENTS, RunningSummary
 from textgym.report.segments import message_segments, pretty_json, structured_segments
 from textgym.rollout import Trajectory
@@ -90,33 +91,14 @@ class Run:
 
 
 def read_jsonl_lenient(path: Path, run: Run) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line number, object)`` for each JSON-object line of ``path``, streaming.
-
-    A blank line is skipped; a line that is not JSON, nested too deeply for Python's parser
-    (``RecursionError``), or not an object, becomes a note on ``run`` and is skipped (a run
-    cut by a crash or Ctrl-C may end in half a line); bytes that are not UTF-8 are read as
-    U+FFFD. What :func:`textgym.data.iter_jsonl` does with a ``skip``; this one writes the
-    note on the run.
-    """
+    """Yield ``(line number, object)`` for each JSON-object line of ``path``, streaming
+    (:func:`textgym.data.iter_jsonl` with a ``skip``): a line that is not a JSON object (half a
+    line cut by a crash, JSON nested too deeply to parse, a list) becomes a note on ``run``."""
 
     def skip(number: int, found: str) -> None:
         run.note(f"{path.name} line {number}: expected a JSON object, got {found}; skipped")
 
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                skip(number, f"invalid JSON ({exc.msg})")
-            except RecursionError:
-                skip(number, "JSON nested too deeply to read")
-            else:
-                if isinstance(row, dict):
-                    yield number, row
-                else:
-                    skip(number, type(row).__name__)
+    yield from iter_jsonl(path, skip=skip)
 
 
 def _read_json(path: Path, run: Run) -> dict[str, Any] | None:
