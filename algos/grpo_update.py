@@ -43,7 +43,7 @@ from textgym.algos.losses import (
 from textgym.algos.model_loading import autocast
 from textgym.rollout import Trajectory
 
-__all__ = ["Learner", "bf16_rollouts", "sampled_elsewhere", "update"]
+__all__ = ["AdvantageOverflowError", "Learner", "bf16_rollouts", "sampled_elsewhere", "update"]
 
 
 @dataclass(kw_only=True)
@@ -208,6 +208,11 @@ def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[to
     return rewards, slice(start, start + len(returns))
 
 
+class AdvantageOverflowError(ValueError):
+    """An advantage beyond float32, the loss's dtype (``scale_rewards='none'`` with huge
+    rewards): a problem of the run's numbers, reported by the CLI in one line."""
+
+
 def _loss_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
     """The group advantages of ``rewards`` (``[B]`` float64, so any finite return is exact),
     as the ``[B]`` float32 the loss is computed in.
@@ -216,13 +221,14 @@ def _loss_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
     finite rewards fit; with none (Dr. GRPO) it is in reward units.
 
     Raises:
-        ValueError: with ``scale_rewards='none'``, an advantage beyond float32's range (3.4e38).
+        AdvantageOverflowError: with ``scale_rewards='none'``, an advantage beyond float32's
+            range (3.4e38).
     """
     advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B] f64
     loss_advantages = advantages.float()  # [B] float32
     if not bool(torch.isfinite(loss_advantages).all()):
         row = int((~torch.isfinite(loss_advantages)).nonzero()[0, 0])
-        raise ValueError(
+        raise AdvantageOverflowError(
             f"The advantage of row {row} is {float(advantages[row]):.3g} reward units "
             f"(reward {float(rewards[row]):.3g}) with scale_rewards='none', beyond float32, "
             f"the dtype of the loss (largest {torch.finfo(torch.float32).max:.3g}); use "

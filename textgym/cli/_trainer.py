@@ -123,8 +123,8 @@ def _runtime_failure(exc: BaseException) -> str | None:
     if grpo is not None and hasattr(grpo, "_finite_returns"):
         checks.append(grpo._finite_returns)
     grpo_update = sys.modules.get("textgym.algos.grpo_update")
-    if grpo_update is not None and hasattr(grpo_update, "_loss_advantages"):
-        checks.append(grpo_update._loss_advantages)  # an advantage beyond float32 (Dr. GRPO)
+    if grpo_update is not None and isinstance(exc, grpo_update.AdvantageOverflowError):
+        return one_line(exc)  # typed where raised: an advantage beyond float32 (Dr. GRPO)
     if isinstance(exc, ValueError) and raised_in(exc, *checks):
         return one_line(exc)
     if isinstance(exc, FloatingPointError) and raised_in(exc, NonFiniteGuard.step):
