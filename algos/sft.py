@@ -58,10 +58,13 @@ from textgym.algos.distributed import (
     broadcast_parameters,
     init_distributed,
 )
+from textgym.algos.grpo_rollouts import evaluate
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations
+from textgym.builder import EnvRecipe, env_factory
+from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.tokens import ChatTokenizer
 
@@ -110,10 +113,32 @@ class SFTConfig(OptimizationConfig):
     keeps all."""
     resume: bool = False
     """Continue from the latest checkpoint in output_dir (refused when it holds none)."""
+    eval_env: str | None = None
+    """Env id to evaluate the fine-tuned model in, greedily, after training (and every
+    eval_every steps), as textgym train evaluates: each of the env's evaluation settings
+    (tic-tac-toe: the random and the optimal opponent), eval_episodes each, no wrappers. None:
+    no evaluation."""
+    eval_env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
+    """Keyword arguments of eval_env (JSON on the command line)."""
+    eval_episodes: int = 100
+    """Episodes per evaluation setting."""
+    eval_every: int = 0
+    """Also evaluate every this many optimizer steps (0: only after the last)."""
+    eval_max_new_tokens: int = 256
+    """Most tokens the model generates per turn in an evaluation."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_positive_ints(self, ("epochs", "batch_size", "max_length", "log_every"))
+        check_positive_ints(
+            self, ("epochs", "batch_size", "max_length", "log_every", "eval_episodes")
+        )
+        check_positive_ints(self, ("eval_max_new_tokens",))
+        if self.eval_every < 0:
+            raise ValueError(
+                f"eval_every: expected >= 0 (0: only at the end), got {self.eval_every}"
+            )
+        if self.eval_env is not None:
+            check_eval_env(self.eval_env, self.eval_env_kwargs)
         check_checkpoint_settings(self)
         if not Path(self.data).is_file():
             raise ValueError(
@@ -145,7 +170,9 @@ def train(config: SFTConfig) -> dict[str, Any]:
         Summary: ``conversations``, ``dropped_too_long``, ``steps``, ``final_loss`` (mean NLL per
         assistant token over the last logged steps, nats: the mean of the per-step losses the
         progress lines showed), ``final_loss_steps`` (``[first, last]``, the steps it averages),
-        ``elapsed_s``; on ranks other than 0 of a data-parallel run only ``steps`` and
+        ``elapsed_s``, and with ``eval_env`` ``eval``, the evaluation after the last step
+        (``"<setting>/<metric>"`` as :func:`textgym.algos.grpo_rollouts.evaluate` returns, also
+        a ``stage="eval"`` row of metrics.jsonl); on ranks other than 0 of a data-parallel run only ``steps`` and
         ``final_loss``.
 
     The model is written to a scratch directory and moved into ``output_dir`` when complete;
@@ -193,6 +220,9 @@ def train(config: SFTConfig) -> dict[str, Any]:
         if config.resume:  # rows after the checkpoint (all rows: resumed from scratch) go
             logger.truncate_after(start)
         steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
+        if ctx.is_main and config.eval_env is not None:
+            evaluation = _final_evaluation(run, steps, stop)
+            logger.log(steps, evaluation, stage="eval")
     if not ctx.is_main:
         barrier(ctx)  # returns once rank 0 has written the model
         return {"steps": steps, "final_loss": final_loss}
@@ -203,6 +233,8 @@ def train(config: SFTConfig) -> dict[str, Any]:
         "final_loss": final_loss,
         "final_loss_steps": averaged,
     }
+    if config.eval_env is not None:
+        summary["eval"] = evaluation
     return _finish_run(run, summary, began)
 
 
@@ -348,11 +380,82 @@ def _epochs(
                 step_began=step_began,
             )
             stopping = stop is not None and _any_rank(stop.requested, run.dist)
+            if (
+                not stopping
+                and config.eval_env is not None
+                and config.eval_every
+                and step % config.eval_every == 0
+                and step < run.total_steps  # the last step's evaluation follows the loop
+                and run.dist.is_main
+            ):
+                logger.log(step, _evaluate(run, step), stage="eval")
             if stopping or (config.save_every and step % config.save_every == 0):
                 checkpoint = _save_checkpoint(run, step)
                 if stopping:
                     raise TrainingInterrupted(step, checkpoint)
     return step, losses.final_loss, losses.averaged
+
+
+def check_eval_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Build ``env_id`` once, so a wrong id or kwargs fail before any training.
+
+    Raises:
+        ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects).
+    """
+    _, probe = env_factory(EnvRecipe(env_id, dict(env_kwargs), ()))
+    probe.close()
+
+
+def _final_evaluation(run: SFTRun, step: int, stop: StopOnInterrupt) -> dict[str, float]:
+    """The evaluation after the last step, which a Ctrl-C abandons at once; if it fails or is
+    abandoned, the last step is saved as a checkpoint first (then the error is re-raised, a
+    Ctrl-C as :class:`TrainingInterrupted`), so a resume only evaluates."""
+    try:
+        with stop.abandonable():
+            return _evaluate(run, step)
+    except BaseException as exc:
+        checkpoint = _save_checkpoint(run, step)
+        if isinstance(exc, KeyboardInterrupt):
+            raise TrainingInterrupted(step, checkpoint) from None
+        raise
+
+
+def _evaluate(run: SFTRun, step: int) -> dict[str, float]:
+    """Greedy evaluation of the model being trained in ``config.eval_env`` after ``step``
+    optimizer steps (:func:`textgym.algos.grpo_rollouts.evaluate`: the same settings, seeds and
+    metric names as ``textgym train``'s evaluations); the model is back in training mode after.
+    """
+    config = run.config
+    make, probe = env_factory(EnvRecipe(config.eval_env or "", dict(config.eval_env_kwargs), ()))
+    stop_strings = list(probe.unwrapped.stop_strings)
+    probe.close()
+    policy = HFPolicy(
+        run.model,
+        run.tokenizer,
+        max_new_tokens=config.eval_max_new_tokens,
+        temperature=0.0,
+        batch_size=config.batch_size,
+        stop=stop_strings,
+        seed=config.seed + 1,
+    )
+    run.model.eval()
+    try:
+        with EpisodeProgress(
+            f"evaluation after step {step} of {run.total_steps} ({config.eval_env})",
+            enabled=config.progress,
+            transient=False,
+        ) as progress:
+            return evaluate(
+                make,
+                policy,
+                episodes=config.eval_episodes,
+                seed=config.seed,
+                batch_size=config.batch_size,
+                progress=progress,
+            )
+    finally:
+        policy.clear_cache()
+        run.model.train()
 
 
 def _rank_share(batch: list[Any], ctx: DistributedContext) -> list[Any]:

@@ -194,3 +194,44 @@ def test_shared_prefix_is_skipped_when_it_cannot_help(tiny):
     finally:
         model.gradient_checkpointing_disable()
         model.eval()
+
+
+def test_sft_evaluates_in_an_env_as_train_does(tmp_path):
+    """``eval_env``: a ``stage="eval"`` row every ``eval_every`` steps and after the last, and
+    the summary's evaluation is what the saved model scores when evaluated afresh."""
+    from textgym.algos.grpo_rollouts import evaluate
+    from textgym.policies.hf import HFPolicy
+
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(6)))
+    config = SFTConfig(
+        data=str(data),
+        model="tiny",
+        output_dir=str(tmp_path / "sft"),
+        batch_size=2,
+        device="cpu",
+        tensorboard=False,
+        eval_env="textgym/TicTacToe-v0",
+        eval_episodes=2,
+        eval_every=2,
+        eval_max_new_tokens=6,
+    )
+    summary = train(config)
+    rows = [
+        json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [r["step"] for r in rows if r.get("stage") == "eval"] == [2, 3]
+    assert set(summary["eval"]) >= {"random/return_mean", "optimal/invalid_rate"}
+    model, tokenizer = load_model(str(tmp_path / "sft"))
+    policy = HFPolicy(model, tokenizer, max_new_tokens=6, temperature=0.0, stop=["</move>"])
+    again = evaluate(
+        lambda: __import__("gymnasium").make("textgym/TicTacToe-v0"), policy, episodes=2
+    )
+    assert again == summary["eval"]
+
+
+def test_sft_refuses_an_unknown_eval_env_before_training(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
+    with pytest.raises(ValueError, match="textgym/NoSuchEnv-v0"):
+        SFTConfig(data=str(data), eval_env="textgym/NoSuchEnv-v0")

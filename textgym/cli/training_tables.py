@@ -115,7 +115,8 @@ def print_train_summary(config: Any, result: dict[str, Any], elapsed: float) -> 
 
 def print_sft_summary(config: Any, result: dict[str, Any], elapsed: float) -> None:
     """The run's table: conversations, steps, the final loss labelled with the steps it
-    averages (the progress line of the last step names the same mean), time, output.
+    averages (the progress line of the last step names the same mean), time, output; with
+    ``--eval-env``, the evaluation after the last step as ``eval``'s table.
 
     Args:
         config: The run's :class:`~textgym.algos.sft.SFTConfig`.
@@ -138,4 +139,15 @@ def print_sft_summary(config: Any, result: dict[str, Any], elapsed: float) -> No
     run.add_row(label, _num(result.get("final_loss")))
     run.add_row("elapsed", f"{elapsed:.1f} s")
     run.add_row("output", str(config.output_dir))
-    _print(run)
+    tables = [run]
+    if result.get("eval"):
+        settings, eval_rows = eval_table_rows(result["eval"])
+        evaluation = _table(
+            f"evaluation in {config.eval_env} after step {result.get('steps', '-')} "
+            f"({config.eval_episodes} episodes each, greedy)",
+            settings,
+        )
+        for name, cells in eval_rows:
+            evaluation.add_row(name, *cells)
+        tables.append(evaluation)
+    _print(*tables)

@@ -4,7 +4,8 @@ grammar (a config dataclass per subcommand, parsed with ``tyro``) and the one-li
 The grammar: each field of a subcommand's config dataclass is an option ``--field-name``, with
 the field's docstring (reST markup removed) as its help and its default shown; booleans are
 ``--flag/--no-flag``; sequences take space-separated values (``--wrappers a b``); a field named
-``env_id`` is the first positional argument; a field named ``env_kwargs`` is read as a JSON
+``env_id`` is the first positional argument; a field named ``env_kwargs`` (or ending in it, as
+``eval_env_kwargs``) is read as a JSON
 object (``--env-kwargs '{"data_path": "x.jsonl"}'``). The config's own validation
 (``__post_init__`` raising ``ValueError``) and every parse error become one
 ``textgym: error:`` line and exit code 2. :func:`raised_in` tells an error the user can fix
@@ -132,7 +133,7 @@ def _cli_view(config_class: type, description: str) -> type:
             kind, arg["metavar"] = tyro.conf.Positional[str], "ENV_ID"
         elif f.name == "runs":  # compare's run directories
             arg["metavar"] = "RUN"
-        elif f.name == "env_kwargs":  # JSON everywhere, so list and nested values work
+        elif f.name.endswith("env_kwargs"):  # JSON everywhere, so list and nested values work
             value = f.default_factory() if f.default_factory is not dataclasses.MISSING else {}
             kind, arg["metavar"] = str, "JSON"
             default = dataclasses.field(default=json.dumps(value))
@@ -214,8 +215,8 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
         raise
     sys.stderr.write(captured.getvalue())  # warnings, if any
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(view)}
-    if "env_kwargs" in values:
-        values["env_kwargs"] = parse_env_kwargs(values["env_kwargs"])
+    for name in [n for n in values if n.endswith("env_kwargs")]:
+        values[name] = parse_env_kwargs(values[name], "--" + name.replace("_", "-"))
     try:
         config = config_class(**values)
     except ValueError as exc:  # __post_init__ validation: one line, exit 2
@@ -306,8 +307,8 @@ _UNION_ERROR = re.compile(
 # ----------------------------------------------------------------------------- --env-kwargs
 
 
-def parse_env_kwargs(text: str) -> dict[str, Any]:
-    """``--env-kwargs`` text as a dict.
+def parse_env_kwargs(text: str, flag: str = "--env-kwargs") -> dict[str, Any]:
+    """The text of ``flag`` (``--env-kwargs``, ``--eval-env-kwargs``) as a dict.
 
     Raises:
         UsageError: not JSON, nested too deeply to read, or not a JSON object.
@@ -316,15 +317,13 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise UsageError(
-            f"--env-kwargs is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}"
+            f"{flag} is not valid JSON ({exc.msg} at char {exc.pos}): {text!r}"
         ) from None
     except RecursionError:
         raise UsageError(
-            f"--env-kwargs is nested too deeply to read ({len(text)} characters); "
+            f"{flag} is nested too deeply to read ({len(text)} characters); "
             "expected a JSON object of the env's keyword arguments"
         ) from None
     if not isinstance(value, dict):
-        raise UsageError(
-            f"--env-kwargs must be a JSON object, got {type(value).__name__}: {text!r}"
-        )
+        raise UsageError(f"{flag} must be a JSON object, got {type(value).__name__}: {text!r}")
     return value
