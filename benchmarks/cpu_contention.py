@@ -8,15 +8,19 @@ hit them alike:
   sleep; the variables are set to the empty string, which libgomp ignores and ``textgym``'s CLI
   leaves alone);
 * ``passive``: ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep at once);
-* ``spin10k``: ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep), what the CLI sets unless
-  the user chose a policy.
+* ``spin10k``: ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep);
+* ``spin10k_1thread``: the short spin and ``OMP_NUM_THREADS=1``;
+* ``cli``: none of these variables set, so ``textgym``'s CLI chooses
+  (:func:`textgym.cli.cpu_share.share_the_cpu`: on a busy machine the short spin and one
+  thread per free core). With ``main-job``, the other policies fix the wait policy only; the
+  CLI may still set the thread count.
 
 Workloads: ``micro`` (12 linear layers of Gemma 3 270M's widths at 32 rows, the shape of a
 batched decode step, for ``--seconds``; steps per second) and ``main-job`` (the README's main
 job, ``textgym eval ... --policy hf --model gemma-3-270m``, with ``--episodes``; wall seconds).
 
     python benchmarks/cpu_contention.py --workload micro --neighbours 0 1 4
-    python benchmarks/cpu_contention.py --workload main-job --episodes 4 --neighbours 0 1 4
+    python benchmarks/cpu_contention.py --workload main-job --policies cli --repeats 1 --neighbours 0 1 4
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ POLICIES = {
     "default": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": ""},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": ""},
     "spin10k": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "10000"},
+    "spin10k_1thread": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "10000", "OMP_NUM_THREADS": "1"},
+    "cli": {},  # neither variable set: the CLI's own choice (_short_openmp_spin)
 }
 
 _MICRO = """
@@ -66,6 +72,9 @@ def _neighbours(count: int) -> list[subprocess.Popen]:
 
 def _run(workload: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, **POLICIES[policy]}
+    if policy == "cli":
+        for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS"):
+            env.pop(name, None)
     if workload == "micro":
         command = [sys.executable, "-c", _MICRO, str(args.seconds)]
     else:
@@ -93,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--seconds", type=float, default=4.0, help="micro: seconds per run")
-    parser.add_argument("--episodes", type=int, default=4, help="main-job: episodes per run")
+    parser.add_argument("--episodes", type=int, default=20, help="main-job: episodes per run")
     parser.add_argument("--note", default="", help="what else ran on the machine")
     parser.add_argument("--output", default="benchmarks/results/cpu_contention.json")
     args = parser.parse_args(argv)

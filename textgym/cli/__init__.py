@@ -43,6 +43,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from textgym.cli import hub_offline
+from textgym.cli.cpu_share import share_the_cpu
 from textgym.cli.usage import UsageError, fail, parse_config, plain_text
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
@@ -117,27 +118,6 @@ def _run(argv: list[str]) -> int:
     return module.run(config)
 
 
-def _short_openmp_spin() -> None:
-    """On a busy machine, let torch's OpenMP threads spin only briefly before they sleep while
-    waiting (``GOMP_SPINCOUNT=10000``; libgomp's default is about 300,000), unless the user set
-    a wait policy; only effective before torch is first imported.
-
-    Busy: a 1-minute load average of at least half the cores when the command starts. There,
-    spinning threads take the cores from the threads that have work: a decode-sized loop of 12
-    linear layers at 32 rows ran 1.4x faster with the short spin under 1 busy neighbour process
-    and 2.1x under 4 (``benchmarks/cpu_contention.py``, ``benchmarks/results/
-    cpu_contention.json``). An idle machine keeps libgomp's default: the README's main job ran
-    6-7% slower with the short spin there (``cpu_contention_main_job.json``).
-    """
-    import os
-
-    chosen = {"OMP_WAIT_POLICY", "GOMP_SPINCOUNT"} & set(os.environ)
-    if "torch" in sys.modules or chosen or not hasattr(os, "getloadavg"):
-        return
-    if os.getloadavg()[0] >= 0.5 * (os.cpu_count() or 1):
-        os.environ["GOMP_SPINCOUNT"] = "10000"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``textgym`` console script; returns the exit code.
 
@@ -147,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     130: interrupted by Ctrl-C (one line; ``eval``/``collect`` keep and report what they
     saved).
     """
-    _short_openmp_spin()
+    share_the_cpu()
     try:
         return _run(list(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
