@@ -14,9 +14,9 @@ transformers, peft, tyro):
   training env, the sampling and evaluation policies, a step's rollouts and their metrics,
   ``evaluate``).
 - :mod:`textgym.algos.losses`: the maths as pure torch functions: the k3 KL and the table of
-  policy-loss variants (GRPO, DAPO, Dr. GRPO, GSPO, CISPO); it re-exports
-  :mod:`textgym.algos.advantages` (group advantages, flat groups) and
-  :mod:`textgym.algos.token_log_probs` (chunked log-probs of chosen tokens).
+  policy-loss variants (GRPO, DAPO, Dr. GRPO, GSPO, CISPO); :mod:`textgym.algos.advantages`
+  group advantages and flat groups, :mod:`textgym.algos.token_log_probs` chunked log-probs of
+  chosen tokens.
 - :mod:`textgym.algos.common`: what both trainers share: their optimizer config base, config
   checks, the guards of an optimizer step, Ctrl-C handling.
 - :mod:`textgym.algos.model_loading`: devices and the trained model (LoRA, gradient

@@ -2,8 +2,8 @@
 no signal.
 
 Shapes use ``B`` rewards (``num_groups * G``, consecutive rows form a group of ``G``). Both
-functions refuse rewards that are NaN or infinite, naming the row. Re-exported by
-:mod:`textgym.algos.losses`. Needs the ``llm`` extra (torch).
+functions refuse rewards that are NaN or infinite, naming the row. Needs the ``llm`` extra
+(torch).
 """
 
 from __future__ import annotations

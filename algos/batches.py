@@ -1,9 +1,9 @@
 """Token batches and their log-probs, shared by the SFT and GRPO trainers.
 
 Both trainers score token sequences with the same chunked log-prob function
-(:func:`textgym.algos.losses.selected_log_probs`, through :func:`sequence_log_probs`), so the
-warm-up and the RL stage see identical numerics. A batch whose rows share a prompt runs that
-prefix once (:func:`shared_prefix_length`, :func:`shared_prefix_hidden`); or its sequences run
+(:func:`textgym.algos.token_log_probs.selected_log_probs`, through :func:`sequence_log_probs`),
+so the warm-up and the RL stage see identical numerics. A batch whose rows share a prompt runs
+that prefix once (:func:`shared_prefix_length`, :func:`shared_prefix_hidden`); or its sequences run
 packed, without padding, in one row (:func:`micro_batch_rows`, :func:`packed_hidden`).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from textgym.algos.losses import selected_log_probs
+from textgym.algos.token_log_probs import selected_log_probs
 from textgym.policies.kv_slots import cache_kwarg
 
 __all__ = [
@@ -207,10 +207,11 @@ def sequence_log_probs(
     """Log-probs of the loss tokens under ``model``, without full-vocabulary logits.
 
     Runs the decoder once, then the LM head only at positions whose target carries loss
-    (``batch.loss_mask > 0``), chunk by chunk (:func:`~textgym.algos.losses.selected_log_probs`):
-    at most ``chunk_size * V`` float32 logits exist at a time, in the forward and the backward
-    pass, and prompt, observation and padding positions cost no LM-head work (for Gemma's
-    262,144-entry vocabulary the head dominates the step otherwise).
+    (``batch.loss_mask > 0``), chunk by chunk
+    (:func:`~textgym.algos.token_log_probs.selected_log_probs`): at most ``chunk_size * V``
+    float32 logits exist at a time, in the forward and the backward pass, and prompt,
+    observation and padding positions cost no LM-head work (for Gemma's 262,144-entry
+    vocabulary the head dominates the step otherwise).
 
     Args:
         model: A causal LM (or a ``peft`` wrapper of one).

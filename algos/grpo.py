@@ -9,7 +9,7 @@ advantage is its return measured against its group. One training step of :func:`
    that covers only the policy's own tokens (multi-turn episodes included)
    (:mod:`textgym.algos.grpo_rollouts`).
 2. **Update** (:func:`update`, :mod:`textgym.algos.grpo_update`): advantages per group
-   (:func:`~textgym.algos.losses.group_advantages`; groups whose rewards are all equal carry no
+   (:func:`~textgym.algos.advantages.group_advantages`; groups whose rewards are all equal carry no
    signal and are left out of the backward pass), then ``num_iterations`` optimizer steps with
    the clipped surrogate of the chosen ``loss_type`` (:func:`~textgym.algos.losses.policy_loss`),
    gradients accumulated over micro-batches (``micro_batch_size`` right-padded sequences, or

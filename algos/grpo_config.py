@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
+from textgym.algos.advantages import ScaleRewards
 from textgym.algos.checkpoints import check_checkpoint_settings
 from textgym.algos.common import OptimizationConfig, check_positive_ints
 from textgym.algos.distributed import DistributedContext
-from textgym.algos.losses import LOSS_VARIANTS, LossType, ScaleRewards
+from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
 
 __all__ = ["ROLLOUT_ENGINES", "GRPOConfig", "RolloutEngine", "check_world_size"]

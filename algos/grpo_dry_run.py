@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+from textgym.algos.advantages import group_advantages, zero_variance_groups
 from textgym.algos.distributed import init_distributed
 from textgym.algos.grpo import make_learner
 from textgym.algos.grpo_config import GRPOConfig
@@ -23,7 +24,6 @@ from textgym.algos.grpo_rollouts import (
 )
 from textgym.algos.grpo_update import _finite_returns
 from textgym.algos.learnability import hint_rule
-from textgym.algos.losses import group_advantages, zero_variance_groups
 
 __all__ = ["dry_run"]
 

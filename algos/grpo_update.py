@@ -1,7 +1,7 @@
 """One GRPO update (:func:`update`) and the learner state it changes (:class:`Learner`).
 
 An update takes a batch of token-level trajectories: the advantages of its groups
-(:func:`~textgym.algos.losses.group_advantages`; groups whose rewards are all equal carry no
+(:func:`~textgym.algos.advantages.group_advantages`; groups whose rewards are all equal carry no
 signal and are left out of the backward pass), then ``num_iterations`` optimizer steps with the
 clipped surrogate of the chosen ``loss_type`` (:func:`~textgym.algos.losses.policy_loss`),
 gradients accumulated over micro-batches (``micro_batch_size`` right-padded sequences, or rows of
@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from textgym.algos.advantages import group_advantages, zero_variance_groups
 from textgym.algos.batches import (
     TokenBatch,
     make_token_batch,
@@ -33,13 +34,7 @@ from textgym.algos.distributed import (
     all_reduce_sum,
 )
 from textgym.algos.grpo_config import GRPOConfig
-from textgym.algos.losses import (
-    LOSS_VARIANTS,
-    group_advantages,
-    loss_normalizer,
-    policy_loss,
-    zero_variance_groups,
-)
+from textgym.algos.losses import LOSS_VARIANTS, loss_normalizer, policy_loss
 from textgym.algos.model_loading import autocast
 from textgym.rollout import Trajectory
 

@@ -1,17 +1,17 @@
 """GRPO-family maths as small pure torch functions: KL, the table of policy losses, normalisers.
 
 The GRPO trainer samples ``G`` completions per prompt, scores them, turns the rewards into
-group-relative advantages (:func:`group_advantages`, :mod:`textgym.algos.advantages`), and
+group-relative advantages (:func:`~textgym.algos.advantages.group_advantages`), and
 minimises one of five clipped policy-gradient losses (:func:`policy_loss`: GRPO, DAPO, Dr. GRPO,
 GSPO, CISPO, the rows of :data:`LOSS_VARIANTS`). Losses are written so that gradient
 accumulation is exact: the normaliser is computed once over the full batch
 (:func:`loss_normalizer`) and every micro-batch returns ``sum of its terms / normaliser``, so
 summing micro-batch gradients gives the full-batch gradient whatever the micro-batch size.
-:func:`selected_log_probs` (:mod:`textgym.algos.token_log_probs`) computes the log-probability
-of chosen tokens from final hidden states in chunks, so that full-vocabulary fp32 logits never
-exist for more than one chunk. This module re-exports both, so the maths is importable from one
-place. Shapes use ``B`` sequences (``num_groups * G``, consecutive rows form a group), ``T``
-token positions, ``H`` hidden size and ``V`` vocabulary size. Needs the ``llm`` extra (torch).
+:func:`~textgym.algos.token_log_probs.selected_log_probs` computes the log-probability of chosen
+tokens from final hidden states in chunks, so that full-vocabulary fp32 logits never exist for
+more than one chunk. Shapes use ``B`` sequences (``num_groups * G``, consecutive rows form a
+group), ``T`` token positions, ``H`` hidden size and ``V`` vocabulary size. Needs the ``llm``
+extra (torch).
 """
 
 from __future__ import annotations
@@ -22,27 +22,16 @@ from typing import Literal, NamedTuple
 import torch
 from torch import Tensor
 
-from textgym.algos.advantages import (
-    SCALE_REWARDS,
-    ScaleRewards,
-    group_advantages,
-    zero_variance_groups,
-)
-from textgym.algos.token_log_probs import selected_log_probs
+from textgym.algos.advantages import SCALE_REWARDS
 
 __all__ = [
     "LOSS_TYPES",
     "LOSS_VARIANTS",
-    "SCALE_REWARDS",
     "LossType",
     "LossVariant",
-    "ScaleRewards",
-    "group_advantages",
     "k3_kl",
     "loss_normalizer",
     "policy_loss",
-    "selected_log_probs",
-    "zero_variance_groups",
 ]
 
 
@@ -194,8 +183,9 @@ class LossVariant(NamedTuple):
         normalizer: ``(mask, max_completion_tokens) -> float``, the denominator computed once
             over the full batch (:func:`loss_normalizer`).
         epsilons: default ``(epsilon_low, epsilon_high)`` clip range.
-        scale_rewards: the advantage scalings (:func:`group_advantages`) the loss allows; the
-            first is its default.
+        scale_rewards: the advantage scalings
+            (:func:`~textgym.algos.advantages.group_advantages`) the loss allows; the first is its
+            default.
         source: the paper that defines it.
     """
 

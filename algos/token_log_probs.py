@@ -3,7 +3,7 @@
 chunk.
 
 Shapes use ``B`` sequences, ``T`` token positions, ``H`` hidden size and ``V`` vocabulary size.
-Re-exported by :mod:`textgym.algos.losses`. Needs the ``llm`` extra (torch).
+Needs the ``llm`` extra (torch).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from textgym.algos.losses import group_advantages
+from textgym.algos.advantages import group_advantages
 from textgym.rollout import Trajectory
 
 __all__ = ["TRAIN_EPISODES", "TrainEpisodesLog", "episode_records"]

@@ -389,7 +389,7 @@ def test_summarize_never_overflows(values):
 @example((4, [1.0, 3.0, 1.7976931348623157e308, -1.7976931348623157e308]), "none")
 def test_group_advantages_never_overflow(case, scale):
     torch = pytest.importorskip("torch")
-    from textgym.algos.losses import group_advantages, zero_variance_groups
+    from textgym.algos.advantages import group_advantages, zero_variance_groups
 
     group_size, values = case
     rewards = torch.tensor(values, dtype=torch.float64)
@@ -438,7 +438,7 @@ def test_group_advantages_never_overflow(case, scale):
 
 def test_rewards_1e300_and_1e308_are_not_a_flat_group():
     torch = pytest.importorskip("torch")
-    from textgym.algos.losses import group_advantages, zero_variance_groups
+    from textgym.algos.advantages import group_advantages, zero_variance_groups
 
     rewards = torch.tensor([1e300, 1e308], dtype=torch.float64)
     assert zero_variance_groups(rewards, 2).tolist() == [False]

@@ -16,15 +16,9 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from textgym.algos.losses import (  # noqa: E402
-    LOSS_TYPES,
-    group_advantages,
-    k3_kl,
-    loss_normalizer,
-    policy_loss,
-    selected_log_probs,
-    zero_variance_groups,
-)
+from textgym.algos.advantages import group_advantages, zero_variance_groups  # noqa: E402
+from textgym.algos.losses import LOSS_TYPES, k3_kl, loss_normalizer, policy_loss  # noqa: E402
+from textgym.algos.token_log_probs import selected_log_probs  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

@@ -113,8 +113,8 @@ def _runtime_failure(exc: BaseException) -> str | None:
     """One line on a failure of a started run that is the data's or the numbers', not a bug:
     an episode return that is NaN or infinite (the trainer's refusal, or the statistics'), an
     advantage beyond the loss's float32 (``scale_rewards='none'``), a loss that keeps being non-finite; else None."""
+    from textgym.algos.advantages import group_advantages, zero_variance_groups
     from textgym.algos.common import NonFiniteGuard
-    from textgym.algos.losses import group_advantages, zero_variance_groups
     from textgym.evaluation import check_finite_return, mean_stderr
 
     checks: list[Callable[..., Any]] = [check_finite_return, mean_stderr]
