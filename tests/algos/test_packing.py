@@ -327,3 +327,15 @@ def test_packed_sft_step_equals_padded(tmp_path):
     assert packed_loss == pytest.approx(loss, rel=1e-5)
     torch.testing.assert_close(packed_weights, weights, atol=1e-6, rtol=1e-5)
     assert not torch.equal(weights, torch.cat([p.flatten() for p in base.parameters()]))
+
+
+@pytest.mark.parametrize(
+    ("share_prefix", "device", "expected"),
+    [(True, "cpu", True), (True, "cuda", False), (False, "cpu", False), (False, "cuda", False)],
+)
+def test_the_update_shares_the_prompt_on_the_cpu_only(share_prefix, device, expected):
+    from textgym.algos.grpo_config import GRPOConfig
+    from textgym.algos.grpo_update import update_shares_prefix
+
+    config = GRPOConfig(share_prefix=share_prefix)
+    assert update_shares_prefix(config, torch.device(device)) is expected
