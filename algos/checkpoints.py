@@ -6,16 +6,17 @@ Both trainers save checkpoints in the same layout, so ``textgym train --model`` 
 ``checkpoint-{step}/`` holds the model (``save_pretrained``: full weights and the model's own
 ``config.json``, or with LoRA the adapter), the tokenizer, ``trainer_state.pt`` (RNG states,
 step, extra trainer state), ``optimizer.pt`` (optimizer and scheduler state; only in the newest
-checkpoint) and ``trainer_config.json`` (the trainer's arguments, which :func:`check_resumable`
-compares on resume). The ``.pt`` files hold tensors and plain data only and are loaded with
-``torch.load(..., weights_only=True)``. Saves are atomic and bounded (:func:`save_checkpoint`:
-a free-disk check, a temporary folder renamed when complete, then ``save_total_limit``), and a
-checkpoint is read and checked (keys, whole files, finite weights) before a resumed run takes
-any step; every problem is a :class:`CheckpointError` naming the file and the fix.
+checkpoint) and ``trainer_config.json`` (the trainer's arguments, which
+:func:`~textgym.algos.resume.check_resumable` compares on resume). The ``.pt`` files hold tensors
+and plain data only and are loaded with ``torch.load(..., weights_only=True)``. Saves are atomic
+and bounded (:func:`save_checkpoint`: a free-disk check, a temporary folder renamed when
+complete, then ``save_total_limit``), and a checkpoint is read and checked (keys, whole files,
+finite weights) before a resumed run takes any step; every problem is a
+:class:`~textgym.algos.checkpoint_layout.CheckpointError` naming the file and the fix.
 
 Saving lives here (:func:`save_checkpoint`, :func:`save_model`, the disk estimates and the
 rotation), the layout and its errors in :mod:`textgym.algos.checkpoint_layout`, loading and
-resuming in :mod:`textgym.algos.resume`; every name of those is importable from here too.
+resuming in :mod:`textgym.algos.resume`.
 """
 
 from __future__ import annotations
@@ -35,47 +36,24 @@ import torch
 from textgym.algos.checkpoint_layout import (
     OPTIMIZER_STATE,
     TRAINER_STATE,
-    CheckpointError,
     InsufficientDiskSpace,
     latest_checkpoint,
     list_checkpoints,
     rng_state,
-    set_rng_state,
 )
 from textgym.algos.common import check_finite_parameters, check_positive_ints
-from textgym.algos.resume import (
-    RESUME_MAY_CHANGE,
-    check_resumable,
-    check_weight_files,
-    checkpoint_to_resume,
-    load_checkpoint,
-    read_trainer_state,
-)
 
 __all__ = [
-    "CheckpointError",
-    "InsufficientDiskSpace",
-    "OPTIMIZER_STATE",
-    "RESUME_MAY_CHANGE",
-    "TRAINER_STATE",
     "check_checkpoint_settings",
     "check_disk_for_run",
     "check_free_disk",
-    "check_resumable",
-    "check_weight_files",
     "checkpoint_bytes",
-    "checkpoint_to_resume",
-    "latest_checkpoint",
-    "load_checkpoint",
     "model_bytes",
     "optimizer_bytes",
     "prune_checkpoints",
-    "read_trainer_state",
-    "rng_state",
     "save_checkpoint",
     "save_model",
     "save_trainer_checkpoint",
-    "set_rng_state",
     "tokenizer_bytes",
     "with_margin",
 ]
@@ -308,7 +286,8 @@ def save_checkpoint(
         save_total_limit: Most ``checkpoint-*`` folders kept (>= 1); ``None`` keeps all.
         optimizer_state: Write ``optimizer.pt``. Without it (a light save, when the disk is too
             full for a whole checkpoint) the older checkpoints keep theirs, and the checkpoint
-            resumes only a run that has no step left to take (:func:`read_trainer_state`).
+            resumes only a run that has no step left to take
+            (:func:`~textgym.algos.resume.read_trainer_state`).
 
     Raises:
         InsufficientDiskSpace: too little free disk; nothing was written or deleted.

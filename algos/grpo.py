@@ -40,12 +40,7 @@ from typing import Any
 import torch
 
 import textgym  # noqa: F401  (registers the envs)
-from textgym.algos.checkpoints import (
-    check_disk_for_run,
-    checkpoint_to_resume,
-    load_checkpoint,
-    save_trainer_checkpoint,
-)
+from textgym.algos.checkpoints import check_disk_for_run, save_trainer_checkpoint
 from textgym.algos.common import StopOnInterrupt, TrainingInterrupted, make_optimizer
 from textgym.algos.distributed import (
     SINGLE_PROCESS,
@@ -83,6 +78,7 @@ from textgym.algos.metrics import (
 )
 from textgym.algos.model_loading import load_trainable_model, resolve_device
 from textgym.algos.policy_drift import start_policy_drift
+from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.server_rollouts import ServerRollouts
 from textgym.algos.train_episodes import TrainEpisodesLog, episode_records
 from textgym.policies.hf import HFPolicy
@@ -157,7 +153,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
 
     Raises:
         ValueError: an env or model that cannot be used (see the messages); a resume whose
-            config differs in what the run learns (:func:`~textgym.algos.checkpoints.check_resumable`)
+            config differs in what the run learns (:func:`~textgym.algos.resume.check_resumable`)
             or whose checkpoint is past ``steps``; an episode return that is NaN or inf (with
             ``scale_rewards='none'``, an advantage beyond the loss's float32);
             ``groups_per_step`` not a multiple of the number of ranks.
@@ -352,7 +348,7 @@ def _evaluate_saved(run: _Run, step: int, *, saved: bool) -> dict[str, float]:
 
 def _checkpoint_to_resume(config: GRPOConfig, out: Path) -> Path | None:
     """The checkpoint ``resume`` continues, checked against ``config`` and read
-    (:func:`~textgym.algos.checkpoints.checkpoint_to_resume`), else ``None``.
+    (:func:`~textgym.algos.resume.checkpoint_to_resume`), else ``None``.
 
     Raises:
         CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.

@@ -32,8 +32,6 @@ from textgym.algos.checkpoints import (
     check_checkpoint_settings,
     check_disk_for_run,
     check_free_disk,
-    checkpoint_to_resume,
-    load_checkpoint,
     model_bytes,
     save_model,
     save_trainer_checkpoint,
@@ -62,6 +60,7 @@ from textgym.algos.grpo_rollouts import evaluate
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
+from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations
 from textgym.builder import EnvRecipe, env_factory
 from textgym.policies.hf import HFPolicy

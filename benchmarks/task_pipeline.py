@@ -62,7 +62,7 @@ from typing import Any
 
 from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module
 
-from textgym.algos.checkpoints import latest_checkpoint
+from textgym.algos.checkpoint_layout import latest_checkpoint
 from textgym.builder import EnvRecipe
 from textgym.cli import main as textgym_cli
 from textgym.collect import sft_record

@@ -64,7 +64,7 @@ from safetensors.torch import load_file, save_file
 
 import textgym  # noqa: F401
 from textgym.algos import grpo, sft
-from textgym.algos.checkpoints import latest_checkpoint
+from textgym.algos.checkpoint_layout import latest_checkpoint
 from textgym.algos.model_loading import resolve_device
 from textgym.builder import EnvRecipe
 from textgym.collect import covering_records, sft_record

@@ -46,7 +46,7 @@ import tictactoe_eval  # sibling script: the evaluation the claim needs
 from _provenance import REPO_ROOT, git, machine_info, write_result
 
 from textgym.algos import grpo
-from textgym.algos.checkpoints import latest_checkpoint
+from textgym.algos.checkpoint_layout import latest_checkpoint
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "recipe"
 TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"

@@ -27,11 +27,8 @@ pytest.importorskip("transformers")
 from safetensors.torch import load_file, save_file  # noqa: E402
 
 from textgym.algos import grpo, sft  # noqa: E402
-from textgym.algos.checkpoints import (  # noqa: E402
-    OPTIMIZER_STATE,
-    CheckpointError,
-    load_checkpoint,
-)
+from textgym.algos.checkpoint_layout import OPTIMIZER_STATE, CheckpointError  # noqa: E402
+from textgym.algos.resume import load_checkpoint  # noqa: E402
 from textgym.cli import main  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.results import default_file_mode, write_json  # noqa: E402

@@ -28,7 +28,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from textgym.algos.checkpoints import OPTIMIZER_STATE, checkpoint_bytes, with_margin  # noqa: E402
+from textgym.algos.checkpoint_layout import OPTIMIZER_STATE  # noqa: E402
+from textgym.algos.checkpoints import checkpoint_bytes, with_margin  # noqa: E402
 from textgym.cli import main  # noqa: E402
 from textgym.cli.outputs import DIR_LOCK  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402

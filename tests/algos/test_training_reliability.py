@@ -19,8 +19,10 @@ pytest.importorskip("transformers")
 import numpy as np
 
 from textgym.algos import grpo, sft
-from textgym.algos.checkpoints import load_checkpoint, rng_state, save_model, set_rng_state
+from textgym.algos.checkpoint_layout import rng_state, set_rng_state
+from textgym.algos.checkpoints import save_model
 from textgym.algos.common import NonFiniteGuard
+from textgym.algos.resume import load_checkpoint
 from textgym.algos.sft import SFTConfig
 from textgym.models import build_tiny_model
 

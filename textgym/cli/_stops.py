@@ -6,11 +6,11 @@
   intact).
 - A checkpoint that cannot be resumed (nothing to resume, damaged or truncated files, missing
   keys, pickled objects, weights of another shape or holding NaN/inf):
-  :class:`~textgym.algos.checkpoints.CheckpointError`, one ``textgym: error:`` line naming the file
-  and the fix, exit 2, before any step runs.
-- Too little free disk for the next save: :class:`~textgym.algos.checkpoints.InsufficientDiskSpace`,
-  one ``textgym: error:`` line naming the directory and the bytes needed and free, exit 1,
-  the last checkpoint intact.
+  :class:`~textgym.algos.checkpoint_layout.CheckpointError`, one ``textgym: error:`` line naming
+  the file and the fix, exit 2, before any step runs.
+- Too little free disk for the next save:
+  :class:`~textgym.algos.checkpoint_layout.InsufficientDiskSpace`, one ``textgym: error:`` line
+  naming the directory and the bytes needed and free, exit 1, the last checkpoint intact.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def run_training(
     Raises:
         UsageError: a checkpoint that cannot be resumed (and what ``run_trainer`` raises).
     """
-    from textgym.algos.checkpoints import CheckpointError, InsufficientDiskSpace
+    from textgym.algos.checkpoint_layout import CheckpointError, InsufficientDiskSpace
     from textgym.algos.common import TrainingInterrupted
 
     try:

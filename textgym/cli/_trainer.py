@@ -253,8 +253,8 @@ def _claim_and_train(
 
 def _train(config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None) -> int:
     """:func:`run_trainer` once the output directory is claimed."""
-    from textgym.algos.checkpoints import check_resumable
     from textgym.algos.distributed import shutdown_distributed
+    from textgym.algos.resume import check_resumable
     from textgym.algos.server_rollouts import gguf_architecture, server_model_path
     from textgym.algos.sft import check_epochs_left, read_conversations
     from textgym.data import read_jsonl
