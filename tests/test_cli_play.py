@@ -2,6 +2,7 @@
 policy on the two-seat env; the person reads full prompts, the policy compact ones."""
 
 import copy
+import re
 import sys
 
 import pytest
@@ -132,8 +133,9 @@ def test_human_as_x_against_hf_tiny_sees_compact_prompts(monkeypatch, capsys, mo
     assert code == 0
     out = capsys.readouterr().out
     assert "against hf tiny, which sees the compact prompt." in out
-    assert out.rstrip().endswith(
-        "Result: no result, the game hit the limit of actions per seat (you played X)."
+    assert "Result: no result, the game hit the limit of actions per seat (you played X)." in out
+    assert re.search(
+        r"The opponent's answers were invalid moves (\d+) of \1 times; --show-completions", out
     )
     kwargs = model_spy["kwargs"]
     assert (

@@ -410,6 +410,12 @@ def _one_game(
             f"Result: no result, the game hit the limit of actions per seat "
             f"(you played {game.marks['player_0']})."
         )
+        theirs = game.trajectories["player_1"]
+        if sum(theirs.invalid_actions):
+            print(
+                f"The opponent's answers were invalid moves {sum(theirs.invalid_actions)} of "
+                f"{len(theirs.invalid_actions)} times; --show-completions prints what it wrote."
+            )
     else:
         said = {"win": "you win", "draw": "a draw", "loss": "you lose"}[outcome]
         print(f"Result: {said} (you played {game.marks['player_0']}).")
