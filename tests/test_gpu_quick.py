@@ -52,7 +52,8 @@ def config_only_folder(tmp_path):
 
 
 def test_random_weights_keep_the_config_and_tokenizer_and_draw_new_weights(config_only_folder):
-    from textgym.models import ModelLoadError, load_model
+    from textgym.model_files import ModelLoadError
+    from textgym.models import load_model
 
     folder, config, real = config_only_folder
     with pytest.raises(ModelLoadError):  # without the option, no weights is an error
@@ -81,7 +82,8 @@ def test_random_weights_loading_covers_loads_that_do_not_ask(config_only_folder)
 
 
 def test_random_weights_refuse_custom_code_and_adapters(config_only_folder, tmp_path):
-    from textgym.models import ModelLoadError, load_model
+    from textgym.model_files import ModelLoadError
+    from textgym.models import load_model
 
     folder, _, _ = config_only_folder
     config = json.loads((folder / "config.json").read_text())

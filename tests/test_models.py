@@ -16,14 +16,13 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from textgym import models  # noqa: E402
-from textgym.models import (  # noqa: E402
+from textgym.chat_templates import (  # noqa: E402
     DEFAULT_CHAT_TEMPLATE,
     GEMMA_CHAT_TEMPLATE,
-    build_tiny_model,
     ensure_chat_template,
-    load_model,
     stop_token_ids,
 )
+from textgym.models import build_tiny_model, load_model  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

