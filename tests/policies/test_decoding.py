@@ -15,13 +15,10 @@ import gymnasium as gym
 
 import textgym  # noqa: F401  (registers the envs)
 from textgym.models import build_tiny_model
-from textgym.policies.decoding import (
-    PrefixCache,
-    decode,
-    process_logits,
-    sample_categorical,
-)
+from textgym.policies.decoding import decode
 from textgym.policies.hf import HFPolicy
+from textgym.policies.prefix_cache import PrefixCache
+from textgym.policies.sampling import process_logits, sample_categorical
 from textgym.rollout import rollout
 
 pytestmark = pytest.mark.llm

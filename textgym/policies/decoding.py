@@ -43,18 +43,10 @@ import torch
 
 from textgym.policies.kv_slots import WIDTH_QUANTUM, SlotCache, graph_width
 from textgym.policies.prefix_cache import PrefixCache
-from textgym.policies.sampling import draw, process_logits, sample_categorical
-from textgym.policies.slot_decoder import DecodeStats, SlotDecoder
+from textgym.policies.sampling import draw
+from textgym.policies.slot_decoder import SlotDecoder
 
-__all__ = [
-    "DecodeStats",
-    "DecodedRow",
-    "PrefixCache",
-    "SlotDecoder",
-    "decode",
-    "process_logits",
-    "sample_categorical",
-]
+__all__ = ["DecodedRow", "decode"]
 
 
 @dataclass
@@ -105,8 +97,8 @@ def decode(
         prefix_cache: Where earlier sequences' caches are looked up and finished rows' caches
             are stored; ``None`` prefills every prompt whole and keeps nothing.
         share_prefill: Prefill identical prompts once and copy the slot to their rows.
-        engine: The model's :class:`SlotDecoder` (buffers, graphs, learned stop sequences kept
-            between calls); ``None`` builds one for this call.
+        engine: The model's :class:`~textgym.policies.slot_decoder.SlotDecoder` (buffers,
+            graphs, learned stop sequences kept between calls); ``None`` builds one for this call.
 
     Returns:
         ``N`` :class:`DecodedRow`, in prompt order.

@@ -24,8 +24,11 @@ from textgym.chat_templates import ensure_chat_template, stop_token_ids
 from textgym.checks import check_int, check_sampling
 from textgym.models import load_model
 from textgym.policies.base import Completion, Message
-from textgym.policies.decoding import PrefixCache, SlotDecoder, decode, process_logits
+from textgym.policies.decoding import decode
 from textgym.policies.hf_generate import generate_batch, shared_prefill
+from textgym.policies.prefix_cache import PrefixCache
+from textgym.policies.sampling import process_logits
+from textgym.policies.slot_decoder import SlotDecoder
 from textgym.policies.stop_strings import cut_at_stop, stop_string_list, stop_token_end
 from textgym.tokens import ChatTokenizer
 
@@ -167,7 +170,7 @@ class HFPolicy:
                 prefix cache) or ``"transformers"`` (``model.generate``; no cache across calls,
                 kept as the reference implementation and benchmark baseline).
             engine_options: Keyword arguments of the decode engine,
-                :class:`~textgym.policies.decoding.SlotDecoder` (``cuda_graphs``,
+                :class:`~textgym.policies.slot_decoder.SlotDecoder` (``cuda_graphs``,
                 ``sync_every``, ``sdpa_backends``, ``bucketed``); its defaults suit the device.
 
         Raises:

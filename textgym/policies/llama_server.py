@@ -8,7 +8,7 @@ log of it is the sampling log-probability a GRPO loss needs). The completion is 
 end-of-turn token or stop string by the same rule as ``HFPolicy``, so a trajectory sampled by
 the server is indistinguishable in form from one sampled in process, and nothing is ever
 re-tokenized. The sampling chain sent is ``temperature``, then ``top_k``, then ``top_p`` (the
-order of :func:`textgym.policies.decoding.process_logits`) with every other llama.cpp sampler
+order of :func:`textgym.policies.sampling.process_logits`) with every other llama.cpp sampler
 neutral (min-p 0, no repetition penalties, no DRY or XTC), so the server samples from the
 distribution the learner scores, up to the server's weights (a quantized base, or a stale
 adapter) and kernels; the trainer's ``sampler_logprob_gap`` metric measures that difference.
