@@ -15,7 +15,8 @@ pytest.importorskip("transformers")
 
 from textgym.builder import make_policy
 from textgym.policies import Completion, Policy, conversation_start  # noqa: E402
-from textgym.policies.hf import HFPolicy, cut_at_stop  # noqa: E402
+from textgym.policies.hf import HFPolicy  # noqa: E402
+from textgym.policies.stop_strings import cut_at_stop  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

@@ -39,7 +39,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         f'HFPolicy needs torch and transformers ({error}); pip install "textgym[llm]"'
     ) from error
 
-__all__ = ["HFPolicy", "cut_at_stop"]
+__all__ = ["HFPolicy"]
 
 
 def _return_free_heap() -> None:
