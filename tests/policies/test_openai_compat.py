@@ -24,17 +24,13 @@ import textgym  # noqa: F401  (registers the envs)
 from textgym.builder import POLICY_NAMES, make_policy
 from textgym.cli import main
 from textgym.policies import Completion, Policy
-from textgym.policies.openai_compat import (
-    OpenAIPolicy,
-    chat_tools,
-    is_transient,
-    render_tool_calls,
-    restore_stop,
-    with_retries,
-)
+from textgym.policies.openai_compat import OpenAIPolicy
+from textgym.policies.openai_http import is_transient, with_retries
+from textgym.policies.openai_messages import render_tool_calls, restore_stop
 from textgym.rollout import rollout
 from textgym.serving.llama_cpp import free_port, stop_process
 from textgym.toolcalls import parse_tool_calls
+from textgym.toolformat import chat_tools
 
 ALIAS = "gemma-3-270m"  # the server's --model_alias
 SERVER_START_TIMEOUT_S = 120
@@ -537,7 +533,7 @@ def _gold_tool_episode(env_id="textgym/EmailToolUse-v1", seed=0):
 
 
 def test_tool_history_becomes_structured_calls_and_tool_messages():
-    from textgym.policies.openai_compat import to_chat_messages
+    from textgym.toolformat import to_chat_messages
 
     traj = _gold_tool_episode()
     calls = parse_tool_calls(traj.messages[2]["content"])
@@ -558,7 +554,7 @@ def test_tool_history_becomes_structured_calls_and_tool_messages():
 
 
 def test_rejected_or_plain_replies_stay_text():
-    from textgym.policies.openai_compat import to_chat_messages
+    from textgym.toolformat import to_chat_messages
 
     call = '<tool_call>{"name": "f", "arguments": {}}</tool_call>'
     messages = [

@@ -28,7 +28,8 @@ from textgym.cli import main
 from textgym.collect import sft_record
 from textgym.policies import Completion
 from textgym.policies.base import sanitize_text
-from textgym.policies.openai_compat import InvalidResponseError, OpenAIPolicy
+from textgym.policies.openai_compat import OpenAIPolicy
+from textgym.policies.openai_http import InvalidResponseError
 from textgym.rollout import rollout
 
 from .._chat_server import chat_completion, serving

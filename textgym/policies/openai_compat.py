@@ -7,8 +7,9 @@ connections) are retried with exponential backoff. When the env offers tools
 (``info["tools"]``), they are sent as the request's ``tools`` on every turn and the structured
 ``tool_calls`` of the answer are written back in the env's text form,
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``. The history goes to the server
-as servers expect it (:func:`to_chat_messages`): the model's earlier calls as the assistant
-message's ``tool_calls``, and their results as ``tool`` messages with the calls' ids.
+as servers expect it (:func:`~textgym.toolformat.to_chat_messages`): the model's earlier calls as
+the assistant message's ``tool_calls``, and their results as ``tool`` messages with the calls'
+ids.
 ``tool_format="text"`` keeps everything in the text form instead, for models without native
 tool calling.
 
@@ -21,18 +22,18 @@ A server is untrusted too. Every attempt, connection and all reads together, is 
 ``max_response_bytes`` is cut off; and an answer that does not have the shape of a chat
 completion (no JSON, no choices, a ``null`` message, content that is not a string, a tool call
 without a function) is retried like a transient failure and then reported in one line that names
-the server and what was wrong (:class:`InvalidResponseError`). The completion text is sanitized
-by :class:`~textgym.policies.base.Completion` (a lone surrogate becomes U+FFFD), and a reply longer
-than ``max_reply_chars`` (default the envs' action limit, 65,536 characters) is cut there
-(:func:`cut_reply`), saying so in its text: the episode's history keeps the reply and sends it
-again with every later request, so one 5.6 MB reply made every later request 5.6 MB larger.
+the server and what was wrong (:class:`~textgym.policies.openai_http.InvalidResponseError`). The
+completion text is sanitized by :class:`~textgym.policies.base.Completion` (a lone surrogate
+becomes U+FFFD), and a reply longer than ``max_reply_chars`` (default the envs' action limit,
+65,536 characters) is cut there (:func:`cut_reply`), saying so in its text: the episode's history
+keeps the reply and sends it again with every later request, so one 5.6 MB reply made every
+later request 5.6 MB larger.
 
-A local server for offline use (see ``DESIGN.md``)::
 The HTTP side (the bounded client, retries, one-line errors) is
 :mod:`textgym.policies.openai_http`; the shape of requests and answers (tool calls, stop strings,
-checking a response) is :mod:`textgym.policies.openai_messages`. Their public names are
-importable from here too.
+checking a response) is :mod:`textgym.policies.openai_messages`.
 
+A local server for offline use (see ``DESIGN.md``)::
 
     pip install "textgym[server]"
     python -m llama_cpp.server --model gemma-3-270m-q4_k_m.gguf --host 127.0.0.1 --port 8000
@@ -53,37 +54,17 @@ from textgym.policies.openai_http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MODELS_ERRORS,
     REQUEST_ERRORS,
-    TRANSIENT_ERRORS,
-    InvalidResponseError,
     create_completion,
     endpoint_urls,
-    is_transient,
     make_client,
     reworded,
     run_sync,
     with_retries,
 )
-from textgym.policies.openai_messages import (
-    completion_from_response,
-    model_ids,
-    render_tool_calls,
-    restore_stop,
-)
+from textgym.policies.openai_messages import completion_from_response, model_ids
 from textgym.toolformat import chat_tools, to_chat_messages
 
-__all__ = [
-    "DEFAULT_MAX_REPLY_CHARS",
-    "TRANSIENT_ERRORS",
-    "InvalidResponseError",
-    "OpenAIPolicy",
-    "chat_tools",
-    "cut_reply",
-    "is_transient",
-    "render_tool_calls",
-    "restore_stop",
-    "to_chat_messages",
-    "with_retries",
-]
+__all__ = ["DEFAULT_MAX_REPLY_CHARS", "OpenAIPolicy", "cut_reply"]
 
 #: Longest reply kept, in characters: the action limit of textgym's envs (their action spaces
 #: are ``UnicodeText(65536)``; ReverseText-v0's is at least that), past which an env reads
@@ -124,22 +105,24 @@ class OpenAIPolicy:
     Each call to :meth:`act` sends one chat-completions request per conversation, at most
     ``max_concurrency`` in flight at once, the i-th request of the policy's lifetime going to
     ``base_url[i % len(base_url)]`` (round-robin). A request that fails with a transient error
-    (:func:`is_transient`) is sent again up to ``max_retries`` times with exponential backoff
-    (:func:`with_retries`); each attempt, connection and all reads together, may take at most
-    ``timeout_s`` seconds, and its response body at most ``max_response_bytes`` bytes. Answers
-    that are not a chat completion are retried the same way (:class:`InvalidResponseError`).
+    (:func:`~textgym.policies.openai_http.is_transient`) is sent again up to ``max_retries``
+    times with exponential backoff (:func:`~textgym.policies.openai_http.with_retries`); each
+    attempt, connection and all reads together, may take at most ``timeout_s`` seconds, and its
+    response body at most ``max_response_bytes`` bytes. Answers that are not a chat completion
+    are retried the same way (:class:`~textgym.policies.openai_http.InvalidResponseError`).
     Completions come back in the order of the conversations.
 
     When ``infos[i]["tools"]`` is non-empty, those tools are sent as the request's ``tools``
-    (:func:`chat_tools`), the history with structured tool calls and ``tool`` messages
-    (:func:`to_chat_messages`), and any structured ``tool_calls`` in the answer are appended to
-    its text as ``<tool_call>`` blocks (:func:`render_tool_calls`), the form the tool envs parse
+    (:func:`~textgym.toolformat.chat_tools`), the history with structured tool calls and
+    ``tool`` messages (:func:`~textgym.toolformat.to_chat_messages`), and any structured
+    ``tool_calls`` in the answer are appended to its text as ``<tool_call>`` blocks
+    (:func:`~textgym.policies.openai_messages.render_tool_calls`), the form the tool envs parse
     (``tool_format="text"`` sends none of the structure).
     Stop strings that the server drops are put back where they close an open tag
-    (:func:`restore_stop`). A reply longer than ``max_reply_chars`` is cut, saying so in its
-    text (:func:`cut_reply`). ``Completion.finish_reason`` is ``"length"`` when the server says
-    so or the reply was cut, and ``"stop"`` otherwise; token ids and log-probabilities are
-    ``None``.
+    (:func:`~textgym.policies.openai_messages.restore_stop`). A reply longer than
+    ``max_reply_chars`` is cut, saying so in its text (:func:`cut_reply`).
+    ``Completion.finish_reason`` is ``"length"`` when the server says so or the reply was cut,
+    and ``"stop"`` otherwise; token ids and log-probabilities are ``None``.
 
     Attributes:
         name: ``"openai"``.
@@ -197,7 +180,8 @@ class OpenAIPolicy:
             max_response_bytes: Largest response body read, in bytes after decompression,
                 >= 1024 (default 16 MiB); a longer one fails the attempt.
             tool_format: ``"native"``: send the env's tools with every request and the history
-                with structured tool calls (:func:`to_chat_messages`); ``"text"``: send no
+                with structured tool calls (:func:`~textgym.toolformat.to_chat_messages`);
+                ``"text"``: send no
                 ``tools`` and the history as text (the env's system prompt describes the call
                 format), for models without native tool calling.
             max_reply_chars: Longest reply kept, in characters, >= 256 (default 65,536, the
@@ -385,8 +369,9 @@ class OpenAIPolicy:
         return requests
 
     async def _send(self, client: Any, url: str, request: dict[str, Any]) -> Completion:
-        """One request, sent again after transient failures (:func:`with_retries`); a failure
-        of every attempt reworded in one line
+        """One request, sent again after transient failures
+        (:func:`~textgym.policies.openai_http.with_retries`); a failure of every attempt
+        reworded in one line
         (:data:`~textgym.policies.openai_http.REQUEST_ERRORS`)."""
         try:
             return await with_retries(
