@@ -68,14 +68,10 @@ from textgym.algos.grpo_update import (
     update,
 )
 from textgym.algos.learnability import hint_rule
+from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import read_metrics
-from textgym.algos.metrics import (
-    MetricsLogger,
-    plot_metrics,
-    progress_line,
-    skipped_update_note,
-    write_run_record,
-)
+from textgym.algos.metric_summaries import progress_line, skipped_update_note
+from textgym.algos.metrics import MetricsLogger, write_run_record
 from textgym.algos.model_loading import load_trainable_model, resolve_device
 from textgym.algos.policy_drift import start_policy_drift
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint

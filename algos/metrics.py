@@ -7,10 +7,12 @@ and to the experiment trackers named in ``report_to`` (:data:`REPORT_TO`: Weight
 Trackio), each through its own library, under the same names. :func:`write_run_record` writes
 ``run.json``, how to reproduce the run.
 
-The rows are read back with :func:`read_metrics` (:mod:`textgym.algos.metric_rows`), drawn with
-:func:`plot_metrics` and :func:`plot_runs` (:mod:`textgym.algos.metric_plots`) and put in words
-with :func:`progress_line`, :func:`training_summary` and :func:`compare_runs`
-(:mod:`textgym.algos.metric_summaries`); those names are importable from here too.
+The rows are read back with :func:`~textgym.algos.metric_rows.read_metrics`, drawn with
+:func:`~textgym.algos.metric_plots.plot_metrics` and
+:func:`~textgym.algos.metric_plots.plot_runs` and put in words with
+:func:`~textgym.algos.metric_summaries.progress_line`,
+:func:`~textgym.algos.metric_summaries.training_summary` and
+:func:`~textgym.algos.metric_summaries.compare_runs`.
 
 TensorBoard (``torch.utils.tensorboard``, which needs the ``tensorboard`` package),
 ``wandb``, ``trackio`` and ``matplotlib`` are imported only when used, so importing this module
@@ -27,34 +29,12 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textgym.algos.metric_plots import plot_metrics, plot_runs
 from textgym.algos.metric_rows import METRICS_FILENAME, RESERVED_KEYS, read_metrics
-from textgym.algos.metric_summaries import (
-    compare_rows,
-    compare_runs,
-    progress_line,
-    skipped_update_note,
-    training_summary,
-)
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = [
-    "METRICS_FILENAME",
-    "REPORT_TO",
-    "TENSORBOARD_DIRNAME",
-    "MetricsLogger",
-    "compare_rows",
-    "compare_runs",
-    "plot_metrics",
-    "plot_runs",
-    "progress_line",
-    "read_metrics",
-    "skipped_update_note",
-    "training_summary",
-    "write_run_record",
-]
+__all__ = ["REPORT_TO", "TENSORBOARD_DIRNAME", "MetricsLogger", "write_run_record"]
 
 #: Name of the TensorBoard log folder inside a run directory.
 TENSORBOARD_DIRNAME = "tensorboard"

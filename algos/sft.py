@@ -57,8 +57,10 @@ from textgym.algos.distributed import (
     init_distributed,
 )
 from textgym.algos.grpo_rollouts import evaluate
+from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import read_metrics
-from textgym.algos.metrics import MetricsLogger, plot_metrics, progress_line, write_run_record
+from textgym.algos.metric_summaries import progress_line
+from textgym.algos.metrics import MetricsLogger, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations

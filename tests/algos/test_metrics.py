@@ -11,12 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from textgym.algos.metrics import (
-    METRICS_FILENAME,
-    MetricsLogger,
-    plot_metrics,
-    read_metrics,
-)
+from textgym.algos.metric_plots import plot_metrics
+from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
+from textgym.algos.metrics import MetricsLogger
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -277,7 +274,7 @@ def test_plot_metrics_leaves_pyplot_and_backend_alone(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = _synthetic_run(tmp_path / "run")
     script = (
-        "import sys; from textgym.algos.metrics import plot_metrics; "
+        "import sys; from textgym.algos.metric_plots import plot_metrics; "
         f"plot_metrics({str(path)!r}, {str(tmp_path / 'plots')!r}); "
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot was imported'"
     )
@@ -323,7 +320,7 @@ def _run(run_dir, rewards, win_rate):
 
 
 def test_compare_runs_tables_last_values_and_overlays_plots(tmp_path):
-    from textgym.algos.metrics import compare_runs
+    from textgym.algos.metric_summaries import compare_runs
     from textgym.cli import main
 
     _run(tmp_path / "sft", [0.1, 0.2], 0.6)

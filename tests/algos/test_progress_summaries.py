@@ -14,12 +14,12 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import textgym.progress  # noqa: E402
-from textgym.algos.metrics import (  # noqa: E402
-    MetricsLogger,
+from textgym.algos.metric_summaries import (  # noqa: E402
     progress_line,
     skipped_update_note,
     training_summary,
 )
+from textgym.algos.metrics import MetricsLogger  # noqa: E402
 from textgym.cli import main  # noqa: E402
 from textgym.cli.training_tables import eval_table_rows, print_train_summary  # noqa: E402
 

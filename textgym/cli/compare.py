@@ -11,7 +11,7 @@ outcome and invalid rates go on the rows of the setting its env played
 (:func:`textgym.report.alignment.eval_setting`: made with no arguments, tic-tac-toe plays
 ``optimal``), so both kinds of run share those rows. Train and SFT runs add
 ``train/<metric>``, the last value logged. With ``--plots DIR`` the curves of the train and SFT runs are overlaid
-(:func:`textgym.algos.metrics.plot_runs`; an eval run has none).
+(:func:`textgym.algos.metric_plots.plot_runs`; an eval run has none).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ Config = CompareConfig
 
 def eval_rows(summary: Mapping[str, Any]) -> dict[str, float]:
     """An eval run's summary (``summary.json``) as ``metric -> value``, named as a trainer's
-    evaluation is in :func:`textgym.algos.metrics.compare_rows` (``eval/return_mean``, ...).
+    evaluation is in :func:`textgym.algos.metric_summaries.compare_rows`
+    (``eval/return_mean``, ...).
 
     Example:
         >>> eval_rows({"episodes": 4, "mean_return": 0.5, "stderr_return": 0.1,
@@ -162,7 +163,7 @@ def _load(paths: tuple[str, ...]) -> list[Any]:
 
 def run(config: CompareConfig) -> int:
     """Print the runs' numbers side by side; write the overlaid plots of their curves."""
-    from textgym.algos.metrics import compare_rows
+    from textgym.algos.metric_summaries import compare_rows
 
     runs = _load(config.runs)
     curves = {r.name: r.metrics for r in runs if r.kind in ("train", "sft")}
@@ -178,7 +179,7 @@ def run(config: CompareConfig) -> int:
     paths: list[Path] = []
     if config.plots is not None and curves:
         try:
-            from textgym.algos.metrics import plot_runs
+            from textgym.algos.metric_plots import plot_runs
 
             paths = plot_runs(curves, config.plots)
         except ImportError as exc:

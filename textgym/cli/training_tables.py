@@ -81,7 +81,8 @@ def print_train_summary(config: Any, result: dict[str, Any], elapsed: float) -> 
         result: What :func:`textgym.algos.grpo.train` returned (the last evaluation).
         elapsed: Seconds the run took in this process.
     """
-    from textgym.algos.metrics import METRICS_FILENAME, read_metrics, training_summary
+    from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
+    from textgym.algos.metric_summaries import training_summary
 
     out = Path(config.output_dir)
     rows = read_metrics(out / METRICS_FILENAME) if (out / METRICS_FILENAME).is_file() else []
