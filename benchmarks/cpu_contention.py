@@ -107,7 +107,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="benchmarks/results/cpu_contention.json")
     args = parser.parse_args(argv)
 
-    rows = []
+    rows: list[dict] = []
+
+    def save(complete: bool) -> None:  # after every row: a cut-off run keeps what it measured
+        write_result(
+            REPO_ROOT / args.output,
+            {
+                "benchmark": "cpu_contention",
+                "commit": git("rev-parse", "HEAD"),
+                "dirty": bool(git("status", "--porcelain")),
+                "machine": machine_info(),
+                "settings": {k: v for k, v in vars(args).items() if k != "output"},
+                "complete": complete,
+                "rows": rows,
+            },
+        )
+
     for count in args.neighbours:
         spinners = _neighbours(count)
         try:
@@ -119,21 +134,12 @@ def main(argv: list[str] | None = None) -> int:
                     row = {"neighbours": count, "policy": policy, "repeat": repeat}
                     rows.append({**row, "load_1m_before": round(load, 2), **result})
                     print(rows[-1], flush=True)
+                    save(complete=False)
         finally:
             for spinner in spinners:
                 spinner.kill()
                 spinner.wait()
-    write_result(
-        REPO_ROOT / args.output,
-        {
-            "benchmark": "cpu_contention",
-            "commit": git("rev-parse", "HEAD"),
-            "dirty": bool(git("status", "--porcelain")),
-            "machine": machine_info(),
-            "settings": {k: v for k, v in vars(args).items() if k != "output"},
-            "rows": rows,
-        },
-    )
+    save(complete=True)
     return 0
 
 
