@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from textgym.checks import check_int
+from textgym.errors import NonFiniteError
 
 __all__ = ["SCALE_REWARDS", "ScaleRewards", "group_advantages", "zero_variance_groups"]
 
@@ -44,7 +45,7 @@ def _check_finite(rewards: Tensor) -> None:
     """Raise ValueError naming the first reward that is NaN or infinite."""
     if rewards.is_floating_point() and not bool(torch.isfinite(rewards).all()):
         row = int((~torch.isfinite(rewards)).nonzero()[0, 0])
-        raise ValueError(
+        raise NonFiniteError(
             f"Expected finite rewards, got {float(rewards[row])} at row {row} of "
             f"{rewards.shape[0]} ({rewards.dtype}, largest finite "
             f"{torch.finfo(rewards.dtype).max:.3g}); a return beyond that range overflows when "
@@ -168,7 +169,7 @@ def group_advantages(
         scaled = scaled * up_a * up_b
         if not bool(torch.isfinite(scaled).all()):
             row = int((~torch.isfinite(scaled)).reshape(-1).nonzero()[0, 0])
-            raise ValueError(
+            raise NonFiniteError(
                 f"The advantage of row {row} overflows {rewards.dtype} with scale='none' "
                 f"(reward {float(rewards[row])}); use scale='group' or float64 rewards"
             )

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from textgym.errors import SetupError, TextgymError
+
 __all__ = [
     "CheckpointError",
     "InsufficientDiskSpace",
@@ -77,13 +79,13 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-class CheckpointError(ValueError):
+class CheckpointError(SetupError):
     """A checkpoint or model directory that cannot be resumed from or loaded: damaged or
     incomplete files, weights of another shape, NaN/inf weights, pickled objects, or nothing to
     resume. The message names the file and the fix; the CLI prints it as one line."""
 
 
-class InsufficientDiskSpace(OSError):
+class InsufficientDiskSpace(TextgymError, OSError):
     """Too little free disk for the next save; nothing of it was written, and the checkpoints
     already on disk are intact."""
 

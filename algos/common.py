@@ -23,8 +23,11 @@ from typing import Any, Literal
 
 import torch
 
+from textgym.errors import NonFiniteError
+
 __all__ = [
     "NonFiniteGuard",
+    "NonFiniteLossError",
     "OptimizationConfig",
     "StopOnInterrupt",
     "TrainingInterrupted",
@@ -151,12 +154,16 @@ def make_optimizer(model: Any, config: OptimizationConfig) -> tuple[torch.optim.
     return optimizer, scheduler
 
 
+class NonFiniteLossError(NonFiniteError, FloatingPointError):
+    """Several optimizer steps in a row had a non-finite loss or gradient norm."""
+
+
 class NonFiniteGuard:
     """Steps the optimizer only when the loss and the gradient norm are finite.
 
     One batch whose loss or gradients overflow costs one skipped update (gradients dropped)
     instead of weights that are NaN from then on; ``limit`` skipped steps in a row stop the run
-    with :class:`FloatingPointError` before anything non-finite can be saved.
+    with :class:`NonFiniteLossError` before anything non-finite can be saved.
 
     Attributes:
         skipped: Steps skipped so far.
@@ -192,7 +199,7 @@ class NonFiniteGuard:
             ``(grad_norm, stepped)``: the norm before clipping, and whether the step was taken.
 
         Raises:
-            FloatingPointError: the ``limit``-th non-finite step in a row.
+            NonFiniteLossError: the ``limit``-th non-finite step in a row.
         """
         norm = grad_norm
         if norm is None:
@@ -205,7 +212,7 @@ class NonFiniteGuard:
         self.skipped += 1
         self._in_a_row += 1
         if self._in_a_row >= self.limit:
-            raise FloatingPointError(
+            raise NonFiniteLossError(
                 f"{self._in_a_row} optimizer steps in a row had a non-finite loss ({loss}) or "
                 f"gradient norm ({norm}); stopped with the weights of the last finite step (no "
                 "checkpoint was written). Lower the learning rate or check the rewards and data."

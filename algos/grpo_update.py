@@ -36,6 +36,7 @@ from textgym.algos.distributed import (
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.losses import LOSS_VARIANTS, loss_normalizer, policy_loss
 from textgym.algos.model_loading import autocast
+from textgym.errors import NonFiniteError
 from textgym.rollout import Trajectory
 
 __all__ = ["AdvantageOverflowError", "Learner", "bf16_rollouts", "sampled_elsewhere", "update"]
@@ -203,9 +204,9 @@ def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[to
     return rewards, slice(start, start + len(returns))
 
 
-class AdvantageOverflowError(ValueError):
+class AdvantageOverflowError(NonFiniteError):
     """An advantage beyond float32, the loss's dtype (``scale_rewards='none'`` with huge
-    rewards): a problem of the run's numbers, reported by the CLI in one line."""
+    rewards)."""
 
 
 def _loss_advantages(rewards: torch.Tensor, config: GRPOConfig) -> torch.Tensor:
@@ -254,12 +255,12 @@ _SKIPPED = {"sampler_logprob_gap": math.nan, "loss_tokens": 0.0, "skipped_update
 
 
 def _finite_returns(trajectories: list[Trajectory]) -> list[float]:
-    """The episode returns; ValueError naming the first that is NaN or inf."""
+    """The episode returns; NonFiniteError naming the first that is NaN or inf."""
     returns = [t.episode_return for t in trajectories]
     bad = [(i, r) for i, r in enumerate(returns) if not math.isfinite(r)]
     if bad:
         i, value = bad[0]
-        raise ValueError(
+        raise NonFiniteError(
             f"Episode {i} of this step (task {trajectories[i].task_id!r}) returned {value}; "
             f"{len(bad)} of {len(returns)} returns are not finite, so no update was made. "
             "Rewards come from the env and its wrappers: check their reward components."

@@ -71,7 +71,7 @@ def check_resumable(checkpoint: str | Path, config: Any) -> None:
     done = int(Path(checkpoint).name.rsplit("-", 1)[1])
     steps = getattr(config, "steps", None)
     if steps is not None and done > steps:
-        raise ValueError(
+        raise CheckpointError(
             f"Cannot resume from {checkpoint} with steps={steps}: the run is already past it; "
             f"pass steps >= {done}"
         )
@@ -99,7 +99,7 @@ def check_resumable(checkpoint: str | Path, config: Any) -> None:
         if key not in RESUME_MAY_CHANGE and key in saved and saved[key] != value
     ]
     if changed:
-        raise ValueError(
+        raise CheckpointError(
             f"Cannot resume from {checkpoint} with a different config ({'; '.join(changed)}); "
             f"only {', '.join(sorted(RESUME_MAY_CHANGE))} may change on resume. Use the saved "
             "values or start a new output_dir."

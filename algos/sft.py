@@ -65,6 +65,7 @@ from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations
 from textgym.builder import EnvRecipe, env_factory
+from textgym.errors import SetupError
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.tokens import ChatTokenizer
@@ -271,7 +272,7 @@ def check_epochs_left(checkpoint: Path | None, total_steps: int, config: SFTConf
     done = int(checkpoint.name.rsplit("-", 1)[1])
     if done > total_steps:
         per_epoch = total_steps // config.epochs
-        raise ValueError(
+        raise SetupError(
             f"Cannot resume from {checkpoint} with epochs={config.epochs}: the run is already "
             f"past it (step {done}; {config.epochs} epoch(s) of {per_epoch} steps are "
             f"{total_steps}); pass --epochs >= {-(-done // per_epoch)}"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from textgym.data import read_jsonl
+from textgym.data import DataFileError, read_jsonl
 from textgym.tokens import ChatTokenizer
 from textgym.toolformat import from_chat_messages
 
@@ -41,7 +41,7 @@ def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
         where = f"{path}: record {number}"
         messages = record.get("messages")
         if not isinstance(messages, list) or not messages:
-            raise ValueError(f"{where}: expected a non-empty 'messages' list")
+            raise DataFileError(f"{where}: expected a non-empty 'messages' list")
         if any(
             isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool")
             for m in messages
@@ -49,30 +49,34 @@ def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:
             try:
                 messages = from_chat_messages(messages)
             except (ValueError, KeyError, TypeError) as exc:  # JSONDecodeError is a ValueError
-                raise ValueError(f"{where}: the structured tool calls do not read: {exc}") from None
+                raise DataFileError(
+                    f"{where}: the structured tool calls do not read: {exc}"
+                ) from None
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
-                raise ValueError(f"{where}: message {i} is {type(message).__name__}, not an object")
+                raise DataFileError(
+                    f"{where}: message {i} is {type(message).__name__}, not an object"
+                )
             if message.get("role") not in ROLES:
-                raise ValueError(
+                raise DataFileError(
                     f"{where}: message {i} has role {message.get('role')!r}; expected one of "
                     f"{', '.join(ROLES)}"
                 )
             if not isinstance(message.get("content"), str):
-                raise ValueError(
+                raise DataFileError(
                     f"{where}: message {i} ({message['role']}) has content "
                     f"{message.get('content')!r}; expected a string"
                 )
         roles = [m["role"] for m in messages]
         if "assistant" not in roles:
-            raise ValueError(f"{where}: no assistant message, so nothing to learn")
+            raise DataFileError(f"{where}: no assistant message, so nothing to learn")
         if roles.index("assistant") == 0:
-            raise ValueError(
+            raise DataFileError(
                 f"{where}: the first message is the assistant's; expected a prompt first"
             )
         conversations.append(messages)
     if not conversations:
-        raise ValueError(f"{path}: expected at least one record, got none")
+        raise DataFileError(f"{path}: expected at least one record, got none")
     return conversations
 
 

@@ -22,9 +22,11 @@ from typing import Any
 import numpy as np
 
 from textgym.checks import check_int
+from textgym.errors import SetupError
 
 __all__ = [
     "DATA_EXTRA_HINT",
+    "DataFileError",
     "TASK_OPTIONS",
     "check_data_file",
     "file_fingerprint",
@@ -126,6 +128,11 @@ def check_data_file(path: str | os.PathLike[str], name: str, *, hint: str = "") 
         raise refuse(f"cannot be read: {exc.strerror or exc}") from None
 
 
+class DataFileError(SetupError):
+    """A data file that does not read as the format it should have; the message names the
+    file and line."""
+
+
 def iter_jsonl(
     path: str | os.PathLike[str], skip: Callable[[int, str], None] | None = None
 ) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -142,27 +149,33 @@ def iter_jsonl(
 
     Raises:
         FileNotFoundError: if the file does not exist.
-        ValueError: (without ``skip``) naming the line, for a line that is not valid JSON or
-            not a JSON object: ``rows.jsonl:2: expected a JSON object per line, got list``.
+        DataFileError: (without ``skip``) naming the line, for a line that is not valid JSON
+            or not a JSON object: ``rows.jsonl:2: expected a JSON object per line, got list``.
+            Also (without ``skip``) for bytes that are not UTF-8.
     """
-    with open(path, encoding="utf-8", errors="strict" if skip is None else "replace") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                found = f"invalid JSON ({exc.msg})"
-            except RecursionError:  # nested deeper than Python's parser goes
-                found = "JSON nested too deeply to read"
-            else:
-                if isinstance(row, dict):
-                    yield number, row
+    try:
+        with open(path, encoding="utf-8", errors="strict" if skip is None else "replace") as fh:
+            for number, line in enumerate(fh, start=1):
+                if not line.strip():
                     continue
-                found = type(row).__name__
-            if skip is None:
-                raise ValueError(f"{path}:{number}: expected a JSON object per line, got {found}")
-            skip(number, found)
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    found = f"invalid JSON ({exc.msg})"
+                except RecursionError:  # nested deeper than Python's parser goes
+                    found = "JSON nested too deeply to read"
+                else:
+                    if isinstance(row, dict):
+                        yield number, row
+                        continue
+                    found = type(row).__name__
+                if skip is None:
+                    raise DataFileError(
+                        f"{path}:{number}: expected a JSON object per line, got {found}"
+                    )
+                skip(number, found)
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -170,7 +183,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     Raises:
         FileNotFoundError: if the file does not exist.
-        ValueError: naming the line, for a line that is not valid JSON or not a JSON object.
+        DataFileError: naming the line, for a line that is not valid JSON or not a JSON object.
     """
     return [row for _, row in iter_jsonl(path)]
 

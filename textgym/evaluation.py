@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from textgym.checks import check_int, check_number
+from textgym.errors import NonFiniteError
 from textgym.rollout import Trajectory
 
 __all__ = [
@@ -68,7 +69,7 @@ def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
         return math.nan, math.nan
     for i, v in enumerate(values):
         if not math.isfinite(v):
-            raise ValueError(
+            raise NonFiniteError(
                 f"Expected finite values, got {v} at position {i} of {n}; statistics of "
                 "NaN or infinite returns mean nothing: find where the reward came from"
             )
@@ -96,7 +97,7 @@ def check_finite_return(trajectory: Trajectory) -> float:
         ``trajectory.episode_return``.
 
     Raises:
-        ValueError: the return (or a reward component's episode total) is NaN or infinite;
+        NonFiniteError: the return (or a reward component's episode total) is NaN or infinite;
             the message names the value, the task and the seed, and says when finite step
             rewards overflowed in their sum (e.g. two rewards of 1e308).
     """
@@ -110,13 +111,13 @@ def check_finite_return(trajectory: Trajectory) -> float:
             if steps and all(math.isfinite(r) for r in steps)
             else "a step reward is not finite"
         )
-        raise ValueError(
+        raise NonFiniteError(
             f"Episode return {value} ({where}) is not a finite number: {why}; rewards come "
             "from the env and its wrappers: check their reward components"
         )
     for name, total in trajectory.component_totals().items():
         if not math.isfinite(total):
-            raise ValueError(
+            raise NonFiniteError(
                 f"Reward component {name!r} totals {total} over an episode ({where}); expected "
                 "a finite number: check the env's or wrapper's reward components"
             )

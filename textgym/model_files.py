@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from textgym.checks import one_line
+from textgym.errors import SetupError
 
 __all__ = [
     "ALLOW_PICKLE_ENV",
@@ -52,7 +53,7 @@ _INDEX = "model.safetensors.index.json"
 _SHOWN = 3  # tensors named in one error line
 
 
-class ModelLoadError(ValueError):
+class ModelLoadError(SetupError):
     """A model folder or adapter that textgym refuses to load; the message is one line naming
     the file, what is wrong and the fix."""
 

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from textgym.errors import OutputWriteError
+
 __all__ = [
     "JsonlWriter",
     "apply_umask",
@@ -216,7 +218,7 @@ class JsonlWriter:
 
     Made by :func:`open_jsonl`. A record that cannot be written in full (a full disk, an I/O
     error) is cut off at once, with ``ftruncate`` on the file descriptor (no buffer is flushed
-    first: there is none), and the write's ``OSError`` raised, naming the file; on leaving the
+    first: there is none), and an :class:`~textgym.errors.OutputWriteError` raised, naming the file; on leaving the
     block the file is cut back to its last whole record again (also on Ctrl-C). So the file
     always holds valid JSONL: exactly :attr:`count` records.
     """
@@ -236,18 +238,21 @@ class JsonlWriter:
         """Append one record: ``line`` is its JSON text, without a newline.
 
         Raises:
-            OSError: it could not be written in full (``ENOSPC``: the disk is full); the part
-                that was written is cut off, and ``filename`` names the file.
+            OutputWriteError: it could not be written in full (``ENOSPC``: the disk is full);
+                the part that was written is cut off; ``errno`` and ``strerror`` are the
+                write's, ``filename`` names the file.
         """
         data = memoryview(line.encode("utf-8") + b"\n")
+        failure: OSError | None = None
         try:
             while data:  # an unbuffered write may take part of it
                 data = data[self._fh.write(data) or 0 :]
         except OSError as exc:
-            if exc.filename is None:
-                exc.filename = str(self._path)
+            failure = exc
+        if failure is not None:  # raised outside the except: one error, not a chain of two
             self.cut()
-            raise
+            path = failure.filename or str(self._path)
+            raise OutputWriteError(failure.errno, failure.strerror, path)
         self._written = (self._written[0] + len(line.encode("utf-8")) + 1, self._written[1] + 1)
 
     def cut(self) -> None:

@@ -25,7 +25,9 @@ print one line starting with ``textgym: error:`` and exit with code 2; they are 
 anything is played. ``eval --output-dir`` and ``collect`` write each episode as it finishes;
 a Ctrl-C stops the run, keeps what was written (marked incomplete), prints one line and exits
 with code 130. An endpoint that fails while ``--policy openai`` plays stops the run the same
-way, with one ``textgym: error:`` line and exit code 1. A ``--model`` that names a Hugging
+way, with one ``textgym: error:`` line and exit code 1. Any :mod:`textgym.errors` error that
+reaches :func:`main` is one such line: exit code 2 for a setup error, 1 otherwise; any other
+exception is a bug and keeps its traceback. A ``--model`` that names a Hugging
 Face hub id is loaded in the hub's offline mode when the hub cannot be reached
 (:mod:`textgym.cli.hub_offline`): one that is not cached fails at once.
 
@@ -42,9 +44,11 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from textgym.checks import one_line
 from textgym.cli import hub_offline
 from textgym.cli.cpu_share import share_the_cpu
 from textgym.cli.usage import UsageError, fail, parse_config, plain_text
+from textgym.errors import SetupError, TextgymError
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
 
@@ -121,9 +125,11 @@ def _run(argv: list[str]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``textgym`` console script; returns the exit code.
 
-    0: done; 1: the endpoint of ``--policy openai`` failed while playing (one
+    0: done; 1: a run that failed on its way (a :class:`~textgym.errors.TextgymError`: the
+    endpoint of ``--policy openai`` failed, a return or loss went non-finite; one
     ``textgym: error:`` line; ``eval``/``collect`` keep and report what they saved, as after a
-    Ctrl-C); 2: a usage error (one ``textgym: error:`` line, raised as ``SystemExit(2)``);
+    Ctrl-C); 2: a usage error or a :class:`~textgym.errors.SetupError` (one ``textgym: error:``
+    line, raised as ``SystemExit(2)``);
     130: interrupted by Ctrl-C (one line; ``eval``/``collect`` keep and report what they
     saved).
     """
@@ -132,6 +138,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _run(list(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
         fail(str(exc))
+    except SetupError as exc:  # what the user fixes before running again, as a bad option
+        fail(one_line(exc))
+    except TextgymError as exc:  # a run that failed on its way: its data, numbers, endpoint
+        print(f"textgym: error: {one_line(exc)}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("textgym: interrupted", file=sys.stderr)
         return 130

@@ -19,9 +19,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from textgym.checks import one_line
 from textgym.cli._trainer import Report, run_trainer
-from textgym.cli.usage import UsageError
 
 __all__ = ["run_training"]
 
@@ -32,13 +30,14 @@ def run_training(
     """:func:`~textgym.cli._trainer.run_trainer`, with the early stops above as one line each.
 
     Returns:
-        ``run_trainer``'s code; 130 after a Ctrl-C that saved a checkpoint; 1 when the disk is
-        too full for the next save.
+        ``run_trainer``'s code; 130 after a Ctrl-C that saved a checkpoint.
 
     Raises:
-        UsageError: a checkpoint that cannot be resumed (and what ``run_trainer`` raises).
+        CheckpointError: a checkpoint that cannot be resumed (a
+            :class:`~textgym.errors.SetupError`: exit code 2).
+        InsufficientDiskSpace: the disk is too full for the next save (exit code 1).
+        UsageError: what ``run_trainer`` raises.
     """
-    from textgym.algos.checkpoint_layout import CheckpointError, InsufficientDiskSpace
     from textgym.algos.common import TrainingInterrupted
 
     try:
@@ -46,8 +45,3 @@ def run_training(
     except TrainingInterrupted as exc:
         print(f"textgym: {exc}", file=sys.stderr)
         return 130
-    except CheckpointError as exc:
-        raise UsageError(one_line(exc)) from None
-    except InsufficientDiskSpace as exc:
-        print(f"textgym: error: {one_line(exc)}", file=sys.stderr)
-        return 1

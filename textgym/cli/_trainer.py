@@ -31,10 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from textgym.checks import one_line
 from textgym.cli.building import build_env
 from textgym.cli.outputs import claim_dir, json_safe
-from textgym.cli.usage import UsageError, raised_in
+from textgym.cli.usage import UsageError
 
 __all__ = ["TERMINATED", "OutputOptions", "check_device", "run_trainer", "trainer_config"]
 
@@ -107,29 +106,6 @@ def check_device(device: str) -> None:
 
 def _world_size() -> int:
     return int(os.environ.get("WORLD_SIZE", "1"))
-
-
-def _runtime_failure(exc: BaseException) -> str | None:
-    """One line on a failure of a started run that is the data's or the numbers', not a bug:
-    an episode return that is NaN or infinite (the trainer's refusal, or the statistics'), an
-    advantage beyond the loss's float32 (``scale_rewards='none'``), a loss that keeps being non-finite; else None."""
-    from textgym.algos.advantages import group_advantages, zero_variance_groups
-    from textgym.algos.common import NonFiniteGuard
-    from textgym.evaluation import check_finite_return, mean_stderr
-
-    checks: list[Callable[..., Any]] = [check_finite_return, mean_stderr]
-    checks += [group_advantages, zero_variance_groups]
-    grpo = sys.modules.get("textgym.algos.grpo")
-    if grpo is not None and hasattr(grpo, "_finite_returns"):
-        checks.append(grpo._finite_returns)
-    grpo_update = sys.modules.get("textgym.algos.grpo_update")
-    if grpo_update is not None and isinstance(exc, grpo_update.AdvantageOverflowError):
-        return one_line(exc)  # typed where raised: an advantage beyond float32 (Dr. GRPO)
-    if isinstance(exc, ValueError) and raised_in(exc, *checks):
-        return one_line(exc)
-    if isinstance(exc, FloatingPointError) and raised_in(exc, NonFiniteGuard.step):
-        return one_line(exc)
-    return None
 
 
 #: Prints a finished run's summary: ``report(config, result, elapsed_s)``.
@@ -207,15 +183,17 @@ def run_trainer(
     handled as a Ctrl-C (see the module docstring).
 
     Returns:
-        0 when the run finished; 1 when it stopped on a runtime failure of the data or the
-        numbers (:func:`_runtime_failure`, one ``textgym: error:`` line); 143 when a SIGTERM
-        stopped it (one ``textgym: terminated`` line).
+        0 when the run finished; 143 when a SIGTERM stopped it (one ``textgym: terminated``
+        line).
 
     Raises:
         UsageError: a device this machine does not have, an env that cannot be made, an output
             directory that cannot be written, is locked by another run or holds a run that
             neither ``--resume`` nor ``--overwrite`` was given for, a model or data file that
             cannot be loaded, a resume that is refused.
+        TextgymError: what the trainer raises (:mod:`textgym.errors`: a model, data file or
+            checkpoint that cannot be used, a non-finite return or loss), which
+            :func:`textgym.cli.main` reports in one line.
         KeyboardInterrupt: a Ctrl-C (:class:`~textgym.algos.common.TrainingInterrupted` when
             the last completed step was saved).
     """
@@ -254,28 +232,9 @@ def _claim_and_train(
 def _train(config: Any, train: Callable[[Any], dict[str, Any]], report: Report | None) -> int:
     """:func:`run_trainer` once the output directory is claimed."""
     from textgym.algos.distributed import shutdown_distributed
-    from textgym.algos.resume import check_resumable
-    from textgym.algos.server_rollouts import gguf_architecture, server_model_path
-    from textgym.algos.sft import check_epochs_left, read_conversations
-    from textgym.data import read_jsonl
-    from textgym.models import load_model
-    from textgym.serving.llama_cpp import find_llama_server
 
     began = time.perf_counter()
-    try:
-        result = train(config)
-    except (ValueError, OSError, ImportError, FloatingPointError) as exc:
-        # Raised while loading the model or the data, or refusing a resume: before training.
-        # Or while preparing the rollout server: no binary, no base model GGUF.
-        setup = (load_model, read_jsonl, check_resumable, read_conversations, check_epochs_left)
-        setup += (find_llama_server, server_model_path, gguf_architecture)
-        if raised_in(exc, *setup):
-            raise UsageError(one_line(exc)) from None
-        failure = _runtime_failure(exc)
-        if failure is None:
-            raise
-        print(f"textgym: error: {failure}", file=sys.stderr)
-        return 1
+    result = train(config)
     shutdown_distributed()  # under torchrun: the ranks leave together (a no-op otherwise)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun, rank 0 reports the run
         if report is None:

@@ -28,7 +28,8 @@ from textgym.cli._options import (
     split_list,
 )
 from textgym.cli.building import build_env
-from textgym.cli.usage import UsageError, raised_in
+from textgym.cli.usage import UsageError
+from textgym.errors import EndpointError, NonFiniteError, OutputWriteError
 from textgym.evaluation import (
     GroupSeeds,
     RunningSummary,
@@ -40,7 +41,7 @@ from textgym.evaluation import (
 from textgym.policies import Policy
 from textgym.policies.gold import GOLD_INFO_KEY
 from textgym.progress import EpisodeProgress
-from textgym.results import JsonlWriter, hold_interrupts
+from textgym.results import hold_interrupts
 from textgym.rollout import Trajectory, iter_rollout
 
 __all__ = [
@@ -70,20 +71,17 @@ class BatchPlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
 def endpoint_failure(policy_name: str, exc: BaseException) -> str | None:
     """One line on ``exc`` if it is an endpoint failure of ``--policy openai``, else ``None``.
 
-    An endpoint failure is a ``ConnectionError``, ``TimeoutError`` or ``openai.OpenAIError``
-    (:class:`~textgym.policies.openai_compat.InvalidResponseError`, an HTTP error status)
-    raised inside ``OpenAIPolicy.act``, after its retries; the same errors raised anywhere
-    else (an env, a wrapper) are bugs and keep their traceback.
+    An endpoint failure is an :class:`~textgym.errors.EndpointError` (what
+    :class:`~textgym.policies.openai_compat.OpenAIPolicy` raises once its retries are spent) or
+    another ``openai.OpenAIError`` (an HTTP error status), which only the client raises; a
+    ``ConnectionError`` or ``TimeoutError`` of an env or a wrapper is a bug and keeps its
+    traceback.
     """
     if policy_name != "openai":
         return None
     import openai
 
-    from textgym.policies.openai_compat import OpenAIPolicy
-
-    if isinstance(exc, (ConnectionError, TimeoutError, openai.OpenAIError)) and raised_in(
-        exc, OpenAIPolicy.act
-    ):
+    if isinstance(exc, (EndpointError, openai.OpenAIError)):
         return one_line(exc)
     return None
 
@@ -301,12 +299,12 @@ def play(
             played.interrupted = True
         except Exception as exc:
             played.error = endpoint_failure(config.policy, exc)
-            if isinstance(exc, OSError) and raised_in(exc, JsonlWriter.write):
+            if isinstance(exc, OutputWriteError):
                 # The output cannot be written (a full disk): what it holds is whole records.
                 played.error = f"cannot write {exc.filename}: {exc.strerror}"
                 played.endpoint = False
                 held.clear()  # not saved: the summary counts what the file holds
-            if played.error is None and raised_in(exc, check_finite_return):
+            if played.error is None and isinstance(exc, NonFiniteError):
                 played.error, played.endpoint = one_line(exc), False
             if played.error is None:
                 raise

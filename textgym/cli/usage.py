@@ -8,8 +8,7 @@ the field's docstring (reST markup removed) as its help and its default shown; b
 ``eval_env_kwargs``) is read as a JSON
 object (``--env-kwargs '{"data_path": "x.jsonl"}'``). The config's own validation
 (``__post_init__`` raising ``ValueError``) and every parse error become one
-``textgym: error:`` line and exit code 2. :func:`raised_in` tells an error the user can fix
-(an endpoint's, a check's) from a bug, by where it was raised.
+``textgym: error:`` line and exit code 2.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -39,7 +38,6 @@ __all__ = [
     "parse_config",
     "parse_env_kwargs",
     "plain_text",
-    "raised_in",
     "take_config_file",
 ]
 
@@ -52,17 +50,6 @@ def fail(message: str) -> NoReturn:
     """Print ``textgym: error: message`` (one line) and exit with code 2."""
     print(f"textgym: error: {' '.join(message.split())}", file=sys.stderr)
     raise SystemExit(2)
-
-
-def raised_in(exc: BaseException, *functions: Callable[..., Any]) -> bool:
-    """Whether ``exc`` was raised inside one of ``functions`` (its traceback passes through one)."""
-    codes = {getattr(f, "__code__", None) for f in functions}
-    tb = exc.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code in codes:
-            return True
-        tb = tb.tb_next
-    return False
 
 
 # ----------------------------------------------------------------------------- the grammar

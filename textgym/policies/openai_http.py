@@ -28,8 +28,12 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         f'OpenAIPolicy needs the openai client ({error}); pip install "textgym[openai]"'
     ) from error
 
+from textgym.errors import EndpointError
+
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",
+    "EndpointConnectionError",
+    "EndpointTimeoutError",
     "MODELS_ERRORS",
     "REQUEST_ERRORS",
     "TRANSIENT_ERRORS",
@@ -63,13 +67,22 @@ _SERVER_HINT = (
 )
 
 
-class InvalidResponseError(openai.OpenAIError, ValueError):
+class EndpointTimeoutError(EndpointError, TimeoutError):
+    """Every attempt of a request was cut off at the policy's ``timeout_s``."""
+
+
+class EndpointConnectionError(EndpointError, ConnectionError):
+    """Every attempt of a request failed to connect or lost its connection."""
+
+
+class InvalidResponseError(EndpointError, openai.OpenAIError, ValueError):
     """A server answered 200 with something that is not a usable chat completion.
 
     Raised for a body that is not JSON or not a chat completion (no ``choices``, a choice or
     message that is not an object, content that is not a string, a tool call without a function
     name), and for a body over the policy's ``max_response_bytes``. It is an
-    ``openai.OpenAIError`` (the client passes it through unwrapped) and a ``ValueError``.
+    ``openai.OpenAIError`` (the client passes it through unwrapped), a ``ValueError`` and, once
+    the retries are spent, the :class:`~textgym.errors.EndpointError` the command line reports.
     """
 
 
@@ -311,7 +324,7 @@ MODELS_ERRORS: tuple[ErrorRow, ...] = (
 REQUEST_ERRORS: tuple[ErrorRow, ...] = (
     (
         TimeoutError,
-        TimeoutError,
+        EndpointTimeoutError,
         "Request to {url} failed after {attempts} attempt(s), the last one cut off at "
         "timeout_s={timeout_s:g} s; check that the server is up and not overloaded, or raise "
         "timeout_s",
@@ -326,7 +339,7 @@ REQUEST_ERRORS: tuple[ErrorRow, ...] = (
     ),
     (
         openai.APIConnectionError,
-        ConnectionError,
+        EndpointConnectionError,
         "Request to {url} failed after {attempts} attempt(s) ({error}); check that the server "
         "is up or raise timeout_s",
         True,

@@ -34,7 +34,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from textgym.errors import SetupError
+
 __all__ = [
+    "ProgramNotFoundError",
     "LLAMA_SERVER_ENV",
     "LlamaServer",
     "find_llama_server",
@@ -48,12 +51,17 @@ __all__ = [
 LLAMA_SERVER_ENV = "TEXTGYM_LLAMA_SERVER"
 
 
+class ProgramNotFoundError(SetupError, FileNotFoundError):
+    """An external program textgym runs (``llama-server``) is not there; the message says how
+    to build or point to it."""
+
+
 def find_llama_server(path: str | os.PathLike[str] | None = None) -> Path:
     """The ``llama-server`` binary: ``path``, else ``$TEXTGYM_LLAMA_SERVER``, else ``PATH``
     (the first of them that is given is the answer or the error).
 
     Raises:
-        FileNotFoundError: none of them names an executable file; the message says how to
+        ProgramNotFoundError: none of them names an executable file; the message says how to
             build one.
     """
     given = path or os.environ.get(LLAMA_SERVER_ENV)  # a named binary is never passed over
@@ -61,7 +69,7 @@ def find_llama_server(path: str | os.PathLike[str] | None = None) -> Path:
     if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
         return Path(candidate)
     where = f"{given!r} is not an executable file" if given else "none is on PATH"
-    raise FileNotFoundError(
+    raise ProgramNotFoundError(
         f"Expected llama.cpp's llama-server binary, but {where}; build it with "
         f"`bash tools/build_llama_server.sh DIR` and set {LLAMA_SERVER_ENV}=DIR/llama-server"
     )
