@@ -8,7 +8,7 @@ advantage is its return measured against its group. One training step of :func:`
    token-out, so every trajectory carries its token ids, sampling log-probs and a loss mask
    that covers only the policy's own tokens (multi-turn episodes included)
    (:mod:`textgym.algos.grpo_rollouts`).
-2. **Update** (:func:`update`, :mod:`textgym.algos.grpo_update`): advantages per group
+2. **Update** (:func:`~textgym.algos.grpo_update.update`): advantages per group
    (:func:`~textgym.algos.advantages.group_advantages`; groups whose rewards are all equal carry no
    signal and are left out of the backward pass), then ``num_iterations`` optimizer steps with
    the clipped surrogate of the chosen ``loss_type`` (:func:`~textgym.algos.losses.policy_loss`),
@@ -19,11 +19,11 @@ advantage is its return measured against its group. One training step of :func:`
    evaluation and a checkpoint every few steps.
 
 This module is the loop (:func:`train`) and the learner's construction (:func:`make_learner`);
-the arguments and their checks are :mod:`textgym.algos.grpo_config`, and every public name of
-those modules is importable from here. The learner state (model, reference, optimizer,
-scheduler, device, non-finite guard) is one :class:`Learner`. The maths lives in
-:mod:`textgym.algos.losses`. The same code runs on CPU (float32) and CUDA (bf16 autocast,
-optional gradient checkpointing and LoRA).
+the arguments and their checks are :mod:`textgym.algos.grpo_config`. The learner state (model,
+reference, optimizer, scheduler, device, non-finite guard) is one
+:class:`~textgym.algos.grpo_update.Learner`. The maths lives in :mod:`textgym.algos.losses`.
+The same code runs on CPU (float32) and CUDA (bf16 autocast, optional gradient checkpointing and
+LoRA).
 """
 
 from __future__ import annotations
@@ -63,8 +63,6 @@ from textgym.algos.grpo_rollouts import (
 from textgym.algos.grpo_update import (
     Learner,
     _finite_returns,  # noqa: F401  (textgym.cli reports the failures it raises as one line)
-    bf16_rollouts,
-    sampled_elsewhere,
     update,
 )
 from textgym.algos.learnability import hint_rule
@@ -80,17 +78,7 @@ from textgym.algos.train_episodes import TrainEpisodesLog, episode_records
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 
-__all__ = [
-    "GRPOConfig",
-    "Learner",
-    "bf16_rollouts",
-    "check_world_size",
-    "evaluate",
-    "make_learner",
-    "sampled_elsewhere",
-    "train",
-    "update",
-]
+__all__ = ["make_learner", "train"]
 
 
 def make_learner(
@@ -473,10 +461,10 @@ def _episode_records(
 def _evaluate(
     evaluator: HFPolicy, task: TrainingEnv, config: GRPOConfig, step: int
 ) -> dict[str, float]:
-    """:func:`evaluate` with the run's settings, after ``step`` optimizer steps (0: before
-    training), its progress shown (``progress``: a bar in a terminal, else plain lines on
-    stderr, :class:`~textgym.progress.EpisodeProgress`) and kept on the screen; frees the
-    evaluator's cache afterwards."""
+    """:func:`~textgym.algos.grpo_rollouts.evaluate` with the run's settings, after ``step``
+    optimizer steps (0: before training), its progress shown (``progress``: a bar in a terminal,
+    else plain lines on stderr, :class:`~textgym.progress.EpisodeProgress`) and kept on the
+    screen; frees the evaluator's cache afterwards."""
     when = f"after step {step} of {config.steps}" if step else "before training"
     with EpisodeProgress(
         f"evaluation {when} ({config.env_id})",

@@ -180,7 +180,8 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
     ``share_prefix=False`` is the ablation: every row's prompt prefilled and forwarded on its own,
     as TRL does.
     """
-    from textgym.algos.grpo import GRPOConfig, train
+    from textgym.algos.grpo import train
+    from textgym.algos.grpo_config import GRPOConfig
 
     batch = args.groups_per_step * args.group_size
     config = GRPOConfig(

@@ -65,6 +65,7 @@ from safetensors.torch import load_file, save_file
 import textgym  # noqa: F401
 from textgym.algos import grpo, sft
 from textgym.algos.checkpoint_layout import latest_checkpoint
+from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.model_loading import resolve_device
 from textgym.builder import EnvRecipe
 from textgym.collect import covering_records, sft_record
@@ -233,7 +234,7 @@ def _grpo_phase(
     steps: int,
 ) -> dict[str, Any] | None:
     """One GRPO phase; ``None`` (no JSON) while the time limit stops it early."""
-    config = grpo.GRPOConfig(
+    config = GRPOConfig(
         model=str(model),
         output_dir=str(out),
         env_kwargs={"prompt_style": args.prompt_style, "agent_mark": args.agent_mark},

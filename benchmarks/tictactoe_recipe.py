@@ -47,6 +47,7 @@ from _provenance import REPO_ROOT, git, machine_info, write_result
 
 from textgym.algos import grpo
 from textgym.algos.checkpoint_layout import latest_checkpoint
+from textgym.algos.grpo_config import GRPOConfig
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "recipe"
 TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"
@@ -131,7 +132,7 @@ ARMS: dict[str, Arm] = {
 }
 
 
-def arm_config(name: str, args: argparse.Namespace) -> grpo.GRPOConfig:
+def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     """The ``GRPOConfig`` of arm ``name``: :data:`BASE`, the arm's changes, then the command's
     model, steps, seed and output folder.
 
@@ -146,7 +147,7 @@ def arm_config(name: str, args: argparse.Namespace) -> grpo.GRPOConfig:
         settings.update(
             groups_per_step=2, micro_batch_size=8, lora_rank=min(settings["lora_rank"], 8)
         )
-    return grpo.GRPOConfig(
+    return GRPOConfig(
         model=args.init,
         output_dir=str(out),
         steps=args.steps,

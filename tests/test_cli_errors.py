@@ -405,7 +405,7 @@ def test_help_of_the_trainers_is_the_configs(capsys):
         main(["train", "--help"])
     out = capsys.readouterr().out
     assert exit_info.value.code == 0 and "--learning-rate" in out and "AdamW learning rate" in out
-    assert "textgym.algos.grpo.GRPOConfig" in out  # the description names the config
+    assert "textgym.algos.grpo_config.GRPOConfig" in out  # the description names the config
     assert "``" not in out and ":func:" not in out  # its docstrings, without reST markup
 
 

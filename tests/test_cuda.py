@@ -52,8 +52,9 @@ def test_decode_loop_matches_generate_on_cuda(dtype):
 
 def test_grpo_step_on_cuda_reports_memory(tmp_path):
     from textgym.algos import grpo
+    from textgym.algos.grpo_config import GRPOConfig
 
-    config = grpo.GRPOConfig(
+    config = GRPOConfig(
         model="tiny",
         output_dir=str(tmp_path),
         steps=1,

@@ -26,7 +26,7 @@ pytest.importorskip("transformers")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from textgym.algos import grpo, sft  # noqa: E402
+from textgym.algos import grpo, grpo_rollouts, sft  # noqa: E402
 from textgym.algos.checkpoint_layout import OPTIMIZER_STATE, CheckpointError  # noqa: E402
 from textgym.algos.resume import load_checkpoint  # noqa: E402
 from textgym.cli import main  # noqa: E402
@@ -122,7 +122,7 @@ def test_a_save_refused_for_lack_of_disk_keeps_the_last_checkpoint(tmp_path, mon
 
 
 def test_a_failing_evaluation_never_costs_the_save(tmp_path, monkeypatch):
-    evaluate, calls = grpo.evaluate, []
+    evaluate, calls = grpo_rollouts.evaluate, []
 
     def failing(*args, **kwargs):
         calls.append(1)
@@ -254,6 +254,9 @@ def _interrupted(argv: list[str], cwd: Path) -> tuple[int, str]:
     """Run ``textgym argv`` in a subprocess, send it SIGINT once it printed its first progress
     line, and return its exit code and stderr."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+    # This process's thread count, so the CLI's CPU sharing (one thread per free core on a busy
+    # machine) cannot change the float sums that the same-weights checks compare.
+    env["OMP_NUM_THREADS"] = str(torch.get_num_threads())
     process = subprocess.Popen(
         [sys.executable, "-m", "textgym.cli", *argv],
         cwd=cwd,

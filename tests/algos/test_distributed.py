@@ -6,8 +6,8 @@ this module (``python -m tests.algos.test_distributed`` from the repository root
 :func:`textgym.algos.distributed.init_distributed`, exactly as ``textgym train`` under torchrun
 does, and runs
 
-* one GRPO :func:`~textgym.algos.grpo.update` (two optimizer steps, ``num_iterations=2``) on its
-  half of a fixed batch of 4 groups x 4 trajectories, for every row of ``LOSS_VARIANTS`` and a
+* one GRPO :func:`~textgym.algos.grpo_update.update` (two optimizer steps, ``num_iterations=2``) on
+  its half of a fixed batch of 4 groups x 4 trajectories, for every row of ``LOSS_VARIANTS`` and a
   few settings that touch the whole batch (``scale_rewards="batch"``, a KL penalty, a rank
   whose groups all have equal rewards and so nothing to learn);
 * one SFT step on its share of 5 conversations (3 and 2), and a whole ``sft.train`` run;
@@ -47,6 +47,8 @@ from textgym.algos.distributed import (  # noqa: E402
     init_distributed,
     shutdown_distributed,
 )
+from textgym.algos.grpo_config import GRPOConfig, check_world_size  # noqa: E402
+from textgym.algos.grpo_update import Learner, update  # noqa: E402
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
@@ -84,7 +86,7 @@ CONVERSATIONS = [
 ]
 
 
-def update_config(directory: Path, **overrides) -> grpo.GRPOConfig:
+def update_config(directory: Path, **overrides) -> GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(directory / "unused"),
@@ -96,10 +98,10 @@ def update_config(directory: Path, **overrides) -> grpo.GRPOConfig:
         device="cpu",
         tensorboard=False,
     )
-    return grpo.GRPOConfig(**(settings | overrides))
+    return GRPOConfig(**(settings | overrides))
 
 
-def train_config(output_dir: Path, **overrides) -> grpo.GRPOConfig:
+def train_config(output_dir: Path, **overrides) -> GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(output_dir),
@@ -120,7 +122,7 @@ def train_config(output_dir: Path, **overrides) -> grpo.GRPOConfig:
         tensorboard=False,
         progress=False,
     )
-    return grpo.GRPOConfig(**(settings | overrides))
+    return GRPOConfig(**(settings | overrides))
 
 
 def sft_config(directory: Path, output_dir: Path) -> sft.SFTConfig:
@@ -162,7 +164,7 @@ def run_update(inputs: dict, name: str, ctx: DistributedContext, directory: Path
     model, _ = tiny_model(inputs["state"])
     config = update_config(directory, **overrides)
     optimizer, scheduler = sgd(model)
-    learner = grpo.Learner(
+    learner = Learner(
         config=config,
         model=model,
         optimizer=optimizer,
@@ -171,7 +173,7 @@ def run_update(inputs: dict, name: str, ctx: DistributedContext, directory: Path
         reference=copy.deepcopy(model).eval() if config.beta > 0 else None,
         dist=ctx,
     )
-    metrics = grpo.update(learner, mine)
+    metrics = update(learner, mine)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}, metrics
 
 
@@ -323,7 +325,7 @@ def test_one_process_resumes_a_two_rank_checkpoint(launched, tmp_path):
 def test_groups_must_split_evenly_over_the_ranks(tmp_path):
     config = train_config(tmp_path, groups_per_step=3)
     with pytest.raises(ValueError, match=r"^groups_per_step: expected a multiple of the 2 ranks"):
-        grpo.check_world_size(config, DistributedContext(rank=0, world_size=2))
+        check_world_size(config, DistributedContext(rank=0, world_size=2))
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def test_progress_moves_before_any_episode_finishes():
 def _small(tmp_path, **overrides):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from textgym.algos.grpo import GRPOConfig
+    from textgym.algos.grpo_config import GRPOConfig
 
     settings = dict(
         model="tiny",

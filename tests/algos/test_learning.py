@@ -29,6 +29,8 @@ import gymnasium as gym  # noqa: E402
 
 import textgym  # noqa: E402,F401
 from textgym.algos import grpo, sft  # noqa: E402
+from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
+from textgym.algos.grpo_rollouts import evaluate  # noqa: E402
 from textgym.collect import sft_record  # noqa: E402
 from textgym.envs.tictactoe import MinimaxPolicy  # noqa: E402
 from textgym.models import load_model  # noqa: E402
@@ -47,7 +49,7 @@ def vs_random(model_dir: str, episodes: int = 64) -> dict[str, float]:
         model, tokenizer, max_new_tokens=16, temperature=1.0, stop=STOP, batch_size=64, seed=123
     )
     make = lambda: gym.make("textgym/TicTacToe-v0", **ENV_KWARGS)  # noqa: E731
-    metrics = grpo.evaluate(make, policy, episodes=episodes, seed=7, batch_size=64)
+    metrics = evaluate(make, policy, episodes=episodes, seed=7, batch_size=64)
     return {"win": metrics["random/win_rate"], "invalid": metrics["random/invalid_rate"]}
 
 
@@ -74,7 +76,7 @@ def test_sft_then_grpo_teaches_the_tiny_model_to_play(tmp_path):
         )
     )
     grpo.train(
-        grpo.GRPOConfig(
+        GRPOConfig(
             model=str(tmp_path / "sft"),
             output_dir=str(tmp_path / "grpo"),
             env_kwargs=ENV_KWARGS,

@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 import textgym  # noqa: E402,F401
 from textgym.algos import batches, sft  # noqa: E402
-from textgym.algos.grpo import Learner, update  # noqa: E402
+from textgym.algos.grpo_update import Learner, update  # noqa: E402
 from textgym.algos.model_loading import autocast, prepare_model  # noqa: E402
 from textgym.models import build_tiny_model, cpu_has_fast_bf16  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402

@@ -32,6 +32,7 @@ pytest.importorskip("transformers")
 from safetensors.torch import load_file  # noqa: E402
 
 from textgym.algos import grpo, sft  # noqa: E402
+from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -105,7 +106,7 @@ def _close(got, expected) -> bool:
     return math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-7)
 
 
-def grpo_config(tmp_path, **overrides) -> grpo.GRPOConfig:
+def grpo_config(tmp_path, **overrides) -> GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(tmp_path / "run"),
@@ -122,7 +123,7 @@ def grpo_config(tmp_path, **overrides) -> grpo.GRPOConfig:
         tensorboard=False,
     )
     settings.update(overrides)
-    return grpo.GRPOConfig(**settings)
+    return GRPOConfig(**settings)
 
 
 PINNED_GRPO_DISTINCT = {

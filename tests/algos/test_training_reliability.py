@@ -22,6 +22,7 @@ from textgym.algos import grpo, sft
 from textgym.algos.checkpoint_layout import rng_state, set_rng_state
 from textgym.algos.checkpoints import save_model
 from textgym.algos.common import NonFiniteGuard
+from textgym.algos.grpo_update import update
 from textgym.algos.resume import load_checkpoint
 from textgym.algos.sft import SFTConfig
 from textgym.models import build_tiny_model
@@ -122,7 +123,7 @@ def test_a_non_finite_return_stops_before_any_update(tmp_path, batch_of_trajecto
     trajs[3].rewards[-1] = bad
     trained = copy.deepcopy(model)
     with pytest.raises(ValueError, match="Episode 3 .* not finite"):
-        grpo.update(learner_for(trained, small(tmp_path)), trajs)
+        update(learner_for(trained, small(tmp_path)), trajs)
     for a, b in zip(trained.parameters(), model.parameters()):
         assert torch.equal(a, b)
 

@@ -1,18 +1,19 @@
 """``textgym train``: GRPO training of an LLM policy on an env (default
-textgym/TicTacToe-v0); every option is a field of ``textgym.algos.grpo.GRPOConfig``."""
+textgym/TicTacToe-v0); every option is a field of ``textgym.algos.grpo_config.GRPOConfig``."""
 
 from __future__ import annotations
 
 from textgym.algos import grpo
+from textgym.algos.grpo_config import GRPOConfig
 from textgym.cli._stops import run_training
 from textgym.cli._trainer import trainer_config
 from textgym.cli.training_tables import print_train_summary
 
 __all__ = ["Config", "run"]
 
-Config = trainer_config(grpo.GRPOConfig)  # with --overwrite (textgym.cli.outputs)
+Config = trainer_config(GRPOConfig)  # with --overwrite (textgym.cli.outputs)
 
 
-def run(config: grpo.GRPOConfig) -> int:
+def run(config: GRPOConfig) -> int:
     """Train; print the run's summary and its last evaluation as tables."""
     return run_training(config, lambda c: grpo.train(c), print_train_summary)

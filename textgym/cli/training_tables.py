@@ -41,7 +41,7 @@ def _num(value: Any, digits: int = 4) -> str:
 
 def eval_table_rows(metrics: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str]]]]:
     """A trainer's evaluation (``"<setting>/<metric>"`` -> value, as
-    :func:`textgym.algos.grpo.evaluate` returns) as ``eval``'s table rows, one column per
+    :func:`textgym.algos.grpo_rollouts.evaluate` returns) as ``eval``'s table rows, one column per
     setting.
 
     Returns:
@@ -77,7 +77,7 @@ def print_train_summary(config: Any, result: dict[str, Any], elapsed: float) -> 
     progress line showed them, time, output) and its last evaluation as ``eval``'s table.
 
     Args:
-        config: The run's :class:`~textgym.algos.grpo.GRPOConfig`.
+        config: The run's :class:`~textgym.algos.grpo_config.GRPOConfig`.
         result: What :func:`textgym.algos.grpo.train` returned (the last evaluation).
         elapsed: Seconds the run took in this process.
     """
