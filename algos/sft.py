@@ -63,23 +63,14 @@ from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
-from textgym.algos.sft_data import ROLES, conversation_tokens, read_conversations
+from textgym.algos.sft_data import conversation_tokens, read_conversations
 from textgym.builder import EnvRecipe, env_factory
 from textgym.errors import SetupError
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.tokens import ChatTokenizer
 
-__all__ = [
-    "ROLES",
-    "SFTConfig",
-    "SFTRun",
-    "check_epochs_left",
-    "conversation_tokens",
-    "read_conversations",
-    "sft_step",
-    "train",
-]
+__all__ = ["SFTConfig", "SFTRun", "check_epochs_left", "sft_step", "train"]
 
 
 @dataclass(kw_only=True)
@@ -191,7 +182,8 @@ def train(config: SFTConfig) -> dict[str, Any]:
     rank 0 writes.
 
     Raises:
-        ValueError: a malformed record (:func:`read_conversations`, with its record number),
+        ValueError: a malformed record
+            (:func:`~textgym.algos.sft_data.read_conversations`, with its record number),
             no conversation that fits ``max_length``, an ``output_dir`` that already holds
             an SFT run (without ``resume``), a resume with another config, or one whose
             checkpoint is past the run's last step (fewer ``epochs``: :func:`check_epochs_left`).

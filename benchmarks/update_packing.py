@@ -21,8 +21,8 @@ compared (they must agree to float rounding), while every update does the full w
 The batch: ``--groups`` tic-tac-toe tasks (``--prompt-style``, a random opponent) x
 ``--group-size`` episodes played by :class:`~textgym.policies.scripted.RandomPolicy`
 (``<think>I pick a random free cell.</think><move>N</move>``), tokenized with the model's chat
-template as a token-level rollout would (:func:`textgym.algos.sft.conversation_tokens`), so the
-lengths vary with the number of turns. Each episode's return gets ``0.01 x`` its index in the
+template as a token-level rollout would (:func:`textgym.algos.sft_data.conversation_tokens`), so
+the lengths vary with the number of turns. Each episode's return gets ``0.01 x`` its index in the
 group, so no group has equal returns and every sequence is in the backward pass.
 
 Usage::
@@ -61,7 +61,7 @@ from textgym.algos.batches import make_token_batch, micro_batch_rows
 from textgym.algos.grpo import make_learner
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_update import update
-from textgym.algos.sft import conversation_tokens
+from textgym.algos.sft_data import conversation_tokens
 from textgym.models import random_weights_loading
 from textgym.policies.scripted import RandomPolicy
 from textgym.rollout import Trajectory, rollout

@@ -57,7 +57,7 @@ def collect(tmp_path, env_id="textgym/EmailToolUse-v1", episodes=4):
 
 
 def test_collect_writes_the_trl_tool_calling_form_and_sft_reads_it_back(tmp_path):
-    from textgym.algos.sft import read_conversations
+    from textgym.algos.sft_data import read_conversations
 
     path, records = collect(tmp_path)
     episodes = gold("textgym/EmailToolUse-v1", [r["seed"] for r in records])

@@ -50,6 +50,7 @@ from textgym.algos.distributed import (  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig, check_world_size  # noqa: E402
 from textgym.algos.grpo_update import Learner, update  # noqa: E402
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
+from textgym.algos.sft_data import conversation_tokens  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
@@ -181,7 +182,7 @@ def run_sft_step(inputs: dict, ctx: DistributedContext, directory: Path):
     """Weights and (loss, tokens) after one SFT step on this rank's share of 5 conversations."""
     model, tokenizer = tiny_model(inputs["state"])
     chat = ChatTokenizer(tokenizer)
-    batch = [sft.conversation_tokens(chat, messages) for messages in CONVERSATIONS]
+    batch = [conversation_tokens(chat, messages) for messages in CONVERSATIONS]
     share = -(-len(batch) // ctx.world_size)
     optimizer, scheduler = sgd(model)
     run = sft.SFTRun(

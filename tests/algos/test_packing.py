@@ -23,6 +23,7 @@ import textgym  # noqa: E402,F401
 from textgym.algos import batches, sft  # noqa: E402
 from textgym.algos.grpo_update import Learner, update  # noqa: E402
 from textgym.algos.model_loading import autocast, prepare_model  # noqa: E402
+from textgym.algos.sft_data import conversation_tokens  # noqa: E402
 from textgym.models import build_tiny_model, cpu_has_fast_bf16  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402
 
@@ -292,7 +293,7 @@ def test_packed_sft_step_equals_padded(tmp_path):
                     {"role": "user", "content": "opp 5\nnext?"},
                     {"role": "assistant", "content": "<move>0</move>"},
                 ]
-            batch.append(sft.conversation_tokens(chat, messages))
+            batch.append(conversation_tokens(chat, messages))
     data = tmp_path / "data.jsonl"
     data.write_text("{}\n")
     lengths = [len(ids) - 1 for ids, _ in batch]

@@ -25,6 +25,7 @@ from textgym.algos.common import NonFiniteGuard
 from textgym.algos.grpo_update import update
 from textgym.algos.resume import load_checkpoint
 from textgym.algos.sft import SFTConfig
+from textgym.algos.sft_data import read_conversations
 from textgym.models import build_tiny_model
 
 from .test_grpo import batch_of_trajectories, learner_for, small  # noqa: F401
@@ -194,7 +195,7 @@ GOOD = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "c
 def test_malformed_sft_records_are_named(tmp_path, record, message):
     data = _write(tmp_path / "d.jsonl", [GOOD, record])
     with pytest.raises(ValueError, match=message):
-        sft.read_conversations(data)
+        read_conversations(data)
 
 
 def test_sft_checks_data_before_loading_a_model_and_refuses_an_existing_run(tmp_path, monkeypatch):
