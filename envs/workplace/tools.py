@@ -9,12 +9,12 @@ purpose, ``docs/tool_envs.md`` (section "Agreement with NeMo Gym's workplace_ass
 why; in short:
 
 - Timestamps (``event_start``, every search bound, the stored dates they are compared with) are
-  read by :func:`parse_timestamp` (:mod:`~.timestamps`), the year-first numeric part of what
-  the reference's ``pandas.Timestamp`` reads. Search bounds are compared as dates or times,
-  never as strings: ``email_search_emails``, the analytics counts and the CRM date filters
-  compare the date part (WorkBench's ``.dt.date`` filter), ``calendar_search_events`` the
-  timestamp; a bound that does not parse is a :class:`ToolError`; a stored value that is empty
-  or does not parse lies within no bound (the reference's NaN).
+  read by :func:`~.timestamps.parse_timestamp`, the year-first numeric part of what the
+  reference's ``pandas.Timestamp`` reads. Search bounds are compared as dates or times, never
+  as strings: ``email_search_emails``, the analytics counts and the CRM date filters compare the
+  date part (WorkBench's ``.dt.date`` filter), ``calendar_search_events`` the timestamp; a
+  bound that does not parse is a :class:`~.records.ToolError`; a stored value that is empty or
+  does not parse lies within no bound (the reference's NaN).
 - ``customer_relationship_manager_add_customer`` stores any status and product interest, as the
   reference does; only ``..._update_customer`` checks them.
 - Reads never write: ``analytics_get_average_session_duration`` leaves the stored durations as
@@ -23,8 +23,8 @@ why; in short:
   search parameters provided." keep the reference's first sentence.
 
 The errors (``"Email not found."``, a bad enum value, a missing argument) are raised as
-:class:`ToolError` *before* anything is written, so a failed call never changes the tables; any
-other exception is a bug and propagates.
+:class:`~.records.ToolError` *before* anything is written, so a failed call never changes the
+tables; any other exception is a bug and propagates.
 
 The module is split by job: :mod:`~.records` holds the generic machinery (argument checks,
 pagination, schemas, and the get/delete/update/create tools built from a :class:`~.records.Record`
@@ -41,7 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from textgym.envs.workplace import domains as d
-from textgym.envs.workplace.domains import CUSTOMER, EMAIL, EVENT, NOW, TASK
+from textgym.envs.workplace.domains import CUSTOMER, EMAIL, EVENT, TASK
 from textgym.envs.workplace.records import (
     Tool,
     ToolError,
@@ -52,17 +52,8 @@ from textgym.envs.workplace.records import (
     update_tool,
 )
 from textgym.envs.workplace.sandbox import Sandbox
-from textgym.envs.workplace.timestamps import parse_timestamp
 
-__all__ = [
-    "NOW",
-    "TOOLS",
-    "TOOL_SCHEMAS",
-    "WRITE_TOOLS",
-    "ToolError",
-    "call_tool",
-    "parse_timestamp",
-]
+__all__ = ["TOOLS", "TOOL_SCHEMAS", "WRITE_TOOLS", "call_tool"]
 
 _PAGE = {
     "page": {"type": "integer", "description": "Page number, from 1 (default 1)"},

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from textgym.envs.workplace.tools import parse_timestamp
+from textgym.envs.workplace.timestamps import parse_timestamp
 
 
 @pytest.mark.parametrize(
