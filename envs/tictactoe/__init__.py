@@ -4,8 +4,9 @@ twin ``tictactoe_text_v0`` (:mod:`.pettingzoo_env`; imported on first use, needs
 
 from typing import Any
 
-from textgym.envs.tictactoe.env import OUTCOME_REWARD, TicTacToeEnv, render_board
+from textgym.envs.tictactoe.env import OUTCOME_REWARD, TicTacToeEnv
 from textgym.envs.tictactoe.expert import MinimaxPolicy
+from textgym.envs.tictactoe.text import render_board
 
 # ``tictactoe_text_v0`` and ``TicTacToeTextAEC`` are resolved lazily by ``__getattr__`` below and
 # left out of ``__all__`` so that a star import works without PettingZoo.

@@ -16,12 +16,11 @@ from textgym.envs.tictactoe.text import (
     opponent_played_sentence,
     played_sentence,
     read_action,
-    render_board,
     start_position_sentence,
 )
 from textgym.spaces import UnicodeText
 
-__all__ = ["OUTCOME_REWARD", "TicTacToeEnv", "render_board"]
+__all__ = ["OUTCOME_REWARD", "TicTacToeEnv"]
 
 #: Outcome reward from the agent's point of view (as in anakin87's verifiers environment).
 OUTCOME_REWARD: dict[str, float] = {"win": 1.0, "draw": 0.5, "loss": 0.0}

@@ -27,12 +27,11 @@ from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so the tex
     opponent_played_sentence,
     played_sentence,
     read_action,
-    read_move,
     render_board,
 )
 from textgym.spaces import UnicodeText
 
-__all__ = ["SEATS", "TicTacToeTextAEC", "env", "read_move"]
+__all__ = ["SEATS", "TicTacToeTextAEC", "env"]
 
 #: Seat names; which seat plays X is decided at each reset (``first_player``).
 SEATS = ("player_0", "player_1")
