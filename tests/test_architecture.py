@@ -9,6 +9,9 @@
   this static check.
 * One public name, one meaning: no two package modules define the same public top-level name,
   except the per-module contracts listed in ``SHARED_BY_CONTRACT``.
+* Every name has one home: a module (not a package's ``__init__.py``) lists in ``__all__`` only
+  names it defines, so a name is imported from the module that defines it, except the entry
+  modules listed in ``REEXPORTS_ALLOWED``.
 """
 
 from __future__ import annotations
@@ -202,4 +205,105 @@ def test_pending_clashes_are_still_clashes():
     assert not resolved, (
         f"{resolved} no longer clash as SHARED_PENDING says (resolved, or moved): remove or "
         "update their entries in tests/test_architecture.py"
+    )
+
+
+# ----------------------------------------------------------------------------- one name, one home
+
+#: Modules that may list in ``__all__`` a name they only import. Packages (``__init__.py``)
+#: gather their modules' names on purpose and are not checked.
+REEXPORTS_ALLOWED = {
+    # PettingZoo's convention for an env: a versioned entry module whose ``env()`` (with its
+    # class) is the public API, as in ``from pettingzoo.classic import tictactoe_v3``; it holds
+    # nothing of its own and exists to be imported as ``tictactoe_text_v0``.
+    "envs/tictactoe/tictactoe_text_v0.py",
+}
+
+
+def reexported_names(source: str) -> list[str]:
+    """The names in ``source``'s ``__all__`` that it imports at module level and does not
+    define (function, class or assigned name, also inside a module-level ``if`` or ``try``), in
+    ``__all__``'s order.
+
+    Example:
+        >>> reexported_names(
+        ...     "from a import b, c\\nimport d.e as f\\nc = 1\\n__all__ = ['b', 'c', 'f', 'g']\\n"
+        ... )
+        ['b', 'f']
+    """
+    tree = ast.parse(source)
+    imported: set[str] = set()
+    listed: list[str] = []
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imported.update(a.asname or a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                    listed.extend(ast.literal_eval(node.value))
+            elif isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                for part in (node.body, *(h.body for h in node.handlers), node.orelse):
+                    visit(part)
+
+    visit(tree.body)
+    defined = set(public_definitions(source))
+    return [name for name in listed if name in imported and name not in defined]
+
+
+def test_reexport_finder_sees_each_form():
+    source = (
+        "from a import b, c, d\n"
+        "import e.f as g\n"
+        "import h.i\n"
+        "try:\n"
+        "    from j import k\n"
+        "except ImportError:\n"
+        "    k = None\n"
+        "if TYPE_CHECKING:\n"
+        "    from m import n\n"
+        "c = 1\n"
+        "def d(): pass\n"
+        "__all__: list[str] = ['b', 'c', 'd', 'g', 'h', 'k', 'n', 'own']\n"
+        "own = 2\n"
+    )
+    assert reexported_names(source) == ["b", "g", "h", "n"]
+    assert reexported_names("from a import b\n") == []  # no __all__, nothing listed
+
+
+def package_reexports() -> dict[str, list[str]]:
+    """``{module file (relative path): the names its __all__ only imports}`` over the package's
+    modules, packages (``__init__.py``) aside."""
+    found = {}
+    for folder in PACKAGE_FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.name != "__init__.py" and (
+                names := reexported_names(path.read_text(encoding="utf-8"))
+            ):
+                found[path.relative_to(ROOT).as_posix()] = names
+    return found
+
+
+def test_no_module_reexports_a_name():
+    offenders = {
+        module: names
+        for module, names in package_reexports().items()
+        if module not in REEXPORTS_ALLOWED
+    }
+    assert not offenders, (
+        f"modules list in __all__ names they only import: {offenders}; a name is public in "
+        "the module that defines it: import it from there, and drop it from this __all__ (and "
+        "the import, when the module does not use it)"
+    )
+
+
+def test_allowed_reexports_still_reexport():
+    stale = sorted(REEXPORTS_ALLOWED - package_reexports().keys())
+    assert not stale, (
+        f"{stale} no longer re-export a name: remove their entries from REEXPORTS_ALLOWED in "
+        "tests/test_architecture.py"
     )
