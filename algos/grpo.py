@@ -60,11 +60,7 @@ from textgym.algos.grpo_rollouts import (
     rollout_step,
     training_env,
 )
-from textgym.algos.grpo_update import (
-    Learner,
-    _finite_returns,  # noqa: F401  (textgym.cli reports the failures it raises as one line)
-    update,
-)
+from textgym.algos.grpo_update import Learner, update
 from textgym.algos.learnability import hint_rule
 from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import read_metrics

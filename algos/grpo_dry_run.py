@@ -22,7 +22,7 @@ from textgym.algos.grpo_rollouts import (
     rollout_step,
     training_env,
 )
-from textgym.algos.grpo_update import _finite_returns
+from textgym.algos.grpo_update import finite_returns
 from textgym.algos.learnability import hint_rule
 
 __all__ = ["dry_run"]
@@ -48,7 +48,7 @@ def dry_run(config: GRPOConfig) -> dict[str, float]:
     learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
     policy, _ = rollout_policies(learner, task)
     trajectories = rollout_step(task, policy, config, 0, ctx)
-    rewards = torch.tensor(_finite_returns(trajectories), dtype=torch.float64)  # [B]
+    rewards = torch.tensor(finite_returns(trajectories), dtype=torch.float64)  # [B]
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]
     metrics = rollout_metrics(trajectories, ctx) | {

@@ -39,7 +39,14 @@ from textgym.algos.model_loading import autocast
 from textgym.errors import NonFiniteError
 from textgym.rollout import Trajectory
 
-__all__ = ["AdvantageOverflowError", "Learner", "bf16_rollouts", "sampled_elsewhere", "update"]
+__all__ = [
+    "AdvantageOverflowError",
+    "Learner",
+    "bf16_rollouts",
+    "finite_returns",
+    "sampled_elsewhere",
+    "update",
+]
 
 
 @dataclass(kw_only=True)
@@ -191,7 +198,7 @@ def _batch_returns(trajectories: list[Trajectory], learner: Learner) -> tuple[to
         ValueError: a return is NaN or inf; with more than one rank, a share that splits a
             group.
     """
-    returns = _finite_returns(trajectories)
+    returns = finite_returns(trajectories)
     group, ctx = learner.config.group_size, learner.dist
     if ctx.distributed and len(returns) % group:
         raise ValueError(
@@ -254,7 +261,7 @@ _UPDATE_KEYS = ("loss", "grad_norm", "clip_fraction", "ratio_mean", "kl", "entro
 _SKIPPED = {"sampler_logprob_gap": math.nan, "loss_tokens": 0.0, "skipped_update": 1.0}
 
 
-def _finite_returns(trajectories: list[Trajectory]) -> list[float]:
+def finite_returns(trajectories: list[Trajectory]) -> list[float]:
     """The episode returns; NonFiniteError naming the first that is NaN or inf."""
     returns = [t.episode_return for t in trajectories]
     bad = [(i, r) for i, r in enumerate(returns) if not math.isfinite(r)]
