@@ -2,8 +2,8 @@
 
 The learner keeps float32 master weights (AdamW's update is lost in bfloat16 rounding), but
 sampling only reads the weights: on a GPU it is bandwidth-bound, and reading 0.54 GB of bfloat16
-weights per decode step instead of 1.07 GB of float32 ones halves the step (issue 22: rollouts
-sampled from the float32 learner). :class:`BF16Snapshot` holds the copy and refreshes it when
+weights per decode step instead of 1.07 GB of float32 ones halves the step (measured against
+rollouts sampled from the float32 learner). :class:`BF16Snapshot` holds the copy and refreshes it when
 the learner's parameters changed (an optimizer step bumps their version counters), so a policy
 built on :attr:`BF16Snapshot.model` always samples the current weights, rounded to bfloat16.
 

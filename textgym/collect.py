@@ -272,7 +272,7 @@ def covering_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ties go to the earlier record), which is within a factor ``ln(max prompts per record) + 1``
     of the smallest cover (Johnson, 1974). Used to thin expert games collected against mostly
     random opponents: a few hundred games keep every position of thousands, so SFT spends its
-    steps on positions rather than on repeats of the common openings (issue 23).
+    steps on positions rather than on repeats of the common openings (docs/mastery_study.md).
 
     Args:
         records: :func:`sft_record` dicts (``"messages"`` as chat messages).

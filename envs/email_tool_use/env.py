@@ -122,8 +122,8 @@ class EmailToolUseEnv(ToolUseEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
-          (``"too_long"``), not parsed (issue 15); a reply is validated whole before any call
-          runs, and an invalid call or too many calls run none of them (issue 15).
+          (``"too_long"``), not parsed; a reply is validated whole before any call
+          runs, and an invalid call or too many calls run none of them.
     """
 
     def __init__(

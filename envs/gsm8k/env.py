@@ -227,7 +227,7 @@ class GSM8KEnv(SingleTurnEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid answer
-          (``"too_long"``), not parsed (issue 15).
+          (``"too_long"``), not parsed.
     """
 
     system_prompt = SYSTEM_PROMPT

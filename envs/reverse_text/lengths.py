@@ -1,6 +1,6 @@
 """ReverseText by passage length: a deterministic train/test split and results per length bucket.
 
-Pure helpers for training and evaluating a small model on ``textgym/ReverseText-v0`` (issue 33):
+Pure helpers for training and evaluating a small model on ``textgym/ReverseText-v0``:
 
 - :func:`passage_split` puts a passage in ``"train"`` or ``"test"`` by a hash of its task id
   (SHA-256, so the split is the same on every machine and does not move when passages are

@@ -118,7 +118,7 @@ class TicTacToeEnv(TextEnv):
           :mod:`textgym.envs.tictactoe.opponent`. A list of styles (e.g. ``["minimax",
           "fork", "greedy_center"]``) draws one uniformly per episode from the episode's seed,
           so the copies of a GRPO group face the same style (training against a mix of
-          opponents; issue 23). ``info["opponent"]`` names the style drawn.
+          opponents). ``info["opponent"]`` names the style drawn.
         - ``random_move_prob``: float in [0, 1], default 0.0 (the style's own play): the
           probability of a uniformly random legal move instead. Ignored by the random
           opponent.

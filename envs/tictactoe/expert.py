@@ -36,7 +36,7 @@ class MinimaxPolicy:
         style: The candidate moves, one of :data:`.opponent.OPTIMAL_STYLES` (the styles that
             never lose): ``"minimax"`` (default; every optimal move, faster wins preferred),
             ``"safe_best"`` (the optimal moves that score best against a weak opponent,
-            :func:`.opponent.safe_best_moves`: the mastery recipe's SFT expert, issue 23),
+            :func:`.opponent.safe_best_moves`: the mastery recipe's SFT expert),
             ``"minimax_last"``, ``"minimax_any"`` or ``"fork"``. It is also the policy's
             ``name`` (as recorded by self-play).
         tie_break: ``"uniform"`` (default) draws among the candidates; ``"first"`` always

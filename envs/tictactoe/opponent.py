@@ -15,7 +15,7 @@ Other styles of play (:data:`OPPONENT_STYLES`) replace the optimal moves by anot
 candidates, drawn from in the same seeded way: optimal players with other tie-breaks
 (:func:`last_best_move`, :func:`value_preserving_moves`) and the rule-based players of
 :mod:`.strategies`. They exist to evaluate (and train) a policy against opponents outside the
-training distribution (issue 23).
+training distribution (docs/mastery_study.md).
 """
 
 from __future__ import annotations
@@ -141,7 +141,7 @@ def safe_best_moves(board: str) -> tuple[int, ...]:
     too (exact expectimax). Its value from the empty board is the ``best_safe_vs_random``
     ceiling of :func:`textgym.envs.tictactoe.analysis.ceilings`: 99.5% wins as X and 91.6%
     as O against a uniformly random player, against 96.8% and 77.7% for :func:`best_moves`
-    drawn uniformly. The SFT expert of the mastery recipe (issue 23).
+    drawn uniformly. The SFT expert of the mastery recipe (docs/mastery_study.md).
 
     Raises:
         ValueError: if the game is over.

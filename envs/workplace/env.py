@@ -378,8 +378,8 @@ class WorkplaceEnv(ToolUseEnv):
 
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
-          (``"too_long"``), not parsed (issue 15); a reply is validated whole before any call
-          runs, and an invalid call or too many calls run none of them (issue 15; before, the
+          (``"too_long"``), not parsed; a reply is validated whole before any call
+          runs, and an invalid call or too many calls run none of them (before, the
           valid calls of such a reply ran and only the first ``max_calls_per_step`` calls of a
           longer one).
     """

@@ -2,10 +2,10 @@
 
 This is the decoding behind :class:`textgym.policies.hf.HFPolicy`. It is our own rather than
 ``transformers``' ``generate`` because a multi-turn rollout needs things ``generate`` does not
-give (measured on Gemma 3 270M, 2 CPU cores, in issue 16: ``generate`` spent 67% of an
+give (measured on Gemma 3 270M, 2 CPU cores: ``generate`` spent 67% of an
 evaluation re-prefilling earlier turns, kept a float32 ``[B, V]`` score tensor per step only to
-read one log-probability, and kept computing finished rows); issue 22 then found the first
-version of this loop at 7 tokens/s on an H100 (a new attention shape every step, a host sync
+read one log-probability, and kept computing finished rows); the first version of this loop
+then ran at 7 tokens/s on an H100 (a new attention shape every step, a host sync
 per token, a Python loop over rows, the cache copied whenever a row finished). Now:
 
 * **Slots** (:mod:`textgym.policies.kv_slots`). Every row owns a preallocated slot of keys and

@@ -47,7 +47,7 @@ def _return_free_heap() -> None:
 
     Each call frees KV buffers of many sizes; glibc keeps freed heap pages and fragments them,
     so without this the peak resident memory of the README's 20-game Gemma evaluation was
-    4.7 GB, with it 3.6 GB (issue 16, 2-core Xeon, bfloat16), at no measurable cost in time.
+    4.7 GB, with it 3.6 GB (2-core Xeon, bfloat16), at no measurable cost in time.
     """
     if _LIBC is not None:
         _LIBC.malloc_trim(0)

@@ -11,8 +11,8 @@ columns ``c <= p`` (and ``c > p - window`` on sliding-window layers, the rule of
 there and no query ever reads it.
 
 Why not ``transformers``' caches: ``DynamicCache`` concatenates (a copy of the layer per token and
-a new shape per step, which made PyTorch's cuDNN attention re-plan at every step on an H100:
-issue 22), and ``StaticCache`` writes one ``cache_position`` shared by all rows, so rows of a
+a new shape per step, which made PyTorch's cuDNN attention re-plan at every step on an H100),
+and ``StaticCache`` writes one ``cache_position`` shared by all rows, so rows of a
 multi-turn batch, whose cached lengths differ, would need a common left-padded layout rebuilt at
 every turn. Here shapes are fixed per call, finished rows stay in place (masked), and the
 decode step of a given ``(rows, width)`` is one CUDA graph (:class:`StepGraphs`).
@@ -327,7 +327,7 @@ class StepGraphs:
     graph is captured after two eager warm-up runs, replayed once, and its logits compared with
     the eager run's; a capture that raises or disagrees (beyond ``rtol``) turns graphs off for
     this engine with one warning, and decoding goes on eagerly. About 1,400 kernel launches per
-    step of Gemma 3 270M (issue 22's profile) become one graph launch.
+    step of Gemma 3 270M (profiled on an H100) become one graph launch.
 
     Args:
         step: Runs one step eagerly on the static inputs; returns ``[rows, V]`` logits.
