@@ -20,6 +20,7 @@ import ast
 import importlib.util
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,20 @@ SHARED_BY_CONTRACT = {
 SHARED_PENDING: dict[str, set[str]] = {}
 
 
+def module_statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """The module-level statements of ``body``, also those inside a module-level ``if`` or
+    ``try`` (its body, handlers and ``else``), in source order."""
+    for node in body:
+        if isinstance(node, ast.If):
+            yield from module_statements(node.body)
+            yield from module_statements(node.orelse)
+        elif isinstance(node, ast.Try):
+            for part in (node.body, *(h.body for h in node.handlers), node.orelse):
+                yield from module_statements(part)
+        else:
+            yield node
+
+
 def public_definitions(source: str) -> list[str]:
     """The public names ``source`` defines at module level, in order: functions, classes and
     assigned names that do not start with ``_`` (also inside a module-level ``if`` or ``try``).
@@ -155,23 +170,13 @@ def public_definitions(source: str) -> list[str]:
         ['X', 'f']
     """
     names: list[str] = []
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.append(node.name)
-            elif isinstance(node, ast.Assign):
-                names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-                names.append(node.target.id)
-            elif isinstance(node, ast.If):
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                for part in (node.body, *(h.body for h in node.handlers), node.orelse):
-                    visit(part)
-
-    visit(ast.parse(source).body)
+    for node in module_statements(ast.parse(source).body):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.append(node.name)
+        elif isinstance(node, ast.Assign):
+            names.extend(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.append(node.target.id)
     return [name for name in names if not name.startswith("_")]
 
 
@@ -231,26 +236,15 @@ def reexported_names(source: str) -> list[str]:
         ... )
         ['b', 'f']
     """
-    tree = ast.parse(source)
     imported: set[str] = set()
     listed: list[str] = []
-
-    def visit(body: list[ast.stmt]) -> None:
-        for node in body:
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                imported.update(a.asname or a.name.split(".")[0] for a in node.names)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-                    listed.extend(ast.literal_eval(node.value))
-            elif isinstance(node, ast.If):
-                visit(node.body)
-                visit(node.orelse)
-            elif isinstance(node, ast.Try):
-                for part in (node.body, *(h.body for h in node.handlers), node.orelse):
-                    visit(part)
-
-    visit(tree.body)
+    for node in module_statements(ast.parse(source).body):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported.update(a.asname or a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
+                listed.extend(ast.literal_eval(node.value))
     defined = set(public_definitions(source))
     return [name for name in listed if name in imported and name not in defined]
 

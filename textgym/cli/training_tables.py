@@ -102,15 +102,9 @@ def print_train_summary(config: Any, result: dict[str, Any], elapsed: float) -> 
     tables = [run]
     metrics = result or done["eval"]
     if metrics:
-        settings, eval_rows = eval_table_rows(metrics)
         step = done["eval_step"] if done["eval_step"] is not None else done["steps"]
-        evaluation = _table(
-            f"evaluation after step {step} ({config.eval_episodes} episodes each)",
-            settings,
-        )
-        for name, cells in eval_rows:
-            evaluation.add_row(name, *cells)
-        tables.append(evaluation)
+        title = f"evaluation after step {step} ({config.eval_episodes} episodes each)"
+        tables.append(_evaluation_table(title, metrics))
     _print(*tables)
 
 
@@ -142,13 +136,18 @@ def print_sft_summary(config: Any, result: dict[str, Any], elapsed: float) -> No
     run.add_row("output", str(config.output_dir))
     tables = [run]
     if result.get("eval"):
-        settings, eval_rows = eval_table_rows(result["eval"])
-        evaluation = _table(
+        title = (
             f"evaluation in {config.eval_env} after step {result.get('steps', '-')} "
-            f"({config.eval_episodes} episodes each, greedy)",
-            settings,
+            f"({config.eval_episodes} episodes each, greedy)"
         )
-        for name, cells in eval_rows:
-            evaluation.add_row(name, *cells)
-        tables.append(evaluation)
+        tables.append(_evaluation_table(title, result["eval"]))
     _print(*tables)
+
+
+def _evaluation_table(title: str, metrics: dict[str, Any]) -> Any:
+    """``eval``'s table of a trainer's evaluation metrics: a column per setting."""
+    settings, rows = eval_table_rows(metrics)
+    table = _table(title, settings)
+    for name, cells in rows:
+        table.add_row(name, *cells)
+    return table
