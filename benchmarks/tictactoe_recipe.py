@@ -60,6 +60,19 @@ EVAL_ROWS = ("random", "optimal", "fork", "greedy_center")
 #: ``tictactoe_eval.py`` except ``minimax_any`` (kept out of training to stay a held-out one).
 TRAIN_STYLES = ("minimax", "fork", "greedy_center", "greedy_edge", "minimax_last")
 
+#: The ``league`` arm's opponents: every style of ``textgym/TicTacToe-v0``, the held-out ones
+#: included (issue 34 trains against the styles the master loses to).
+LEAGUE_STYLES = (
+    "minimax",
+    "random",
+    "minimax_any",
+    "minimax_last",
+    "safe_best",
+    "fork",
+    "greedy_center",
+    "greedy_edge",
+)
+
 #: The base recipe: the CPU LoRA pipeline's GRPO phase (tictactoe_pipeline.py's README command).
 BASE: dict[str, Any] = {
     "env_kwargs": {"prompt_style": "compact", "agent_mark": "random"},
@@ -129,6 +142,21 @@ ARMS: dict[str, Arm] = {
     ),
     "mark_X": Arm("marks", "curriculum_0_1 playing only X", {"env_kwargs": {"agent_mark": "X"}}),
     "mark_O": Arm("marks", "curriculum_0_1 playing only O", {"env_kwargs": {"agent_mark": "O"}}),
+    "league": Arm(
+        "opponents + start states",
+        "every opponent style, p in [0, 0.5]; half the episodes start from a critical position; "
+        "lr 1e-4, 8 groups of 8",
+        {
+            "env_kwargs": {
+                "opponent": list(LEAGUE_STYLES),
+                "start_boards": "critical",
+                "start_board_prob": 0.5,
+            },
+            "opponent_random_move_prob": (0.0, 0.5),
+            "learning_rate": 1e-4,
+            "groups_per_step": 8,
+        },
+    ),
 }
 
 
@@ -163,6 +191,9 @@ def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
 def read_curve(metrics: Path) -> list[dict[str, Any]]:
     """The training curve: per step, reward and outcome rates; at evaluations, the eval rates."""
     keep = ("reward_mean", "win_rate", "draw_rate", "loss_rate", "invalid_rate", "step_time_s")
+    # Why a step did or did not move the policy (docs/mastery_study.md, issue 34).
+    keep += ("zero_variance_fraction", "reward_std", "advantage_abs_mean", "grad_norm")
+    keep += ("entropy", "sampled_entropy", "kl_to_start")
     curve = []
     for line in metrics.read_text().splitlines():
         row = json.loads(line)
@@ -193,7 +224,8 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "--games",
         str(args.eval_games),
     ]
-    eval_argv += ["--rows", *EVAL_ROWS, "--seed", str(args.seed), "--output", str(eval_json)]
+    eval_argv += ["--rows", *args.eval_rows, "--seed", str(args.seed), "--output", str(eval_json)]
+    eval_argv += ["--positions"] if args.positions else []
     eval_argv += ["--max-new-tokens", str(config.max_new_tokens)]
     if not args.smoke:
         eval_argv += ["--dtype", "bfloat16"]
@@ -359,6 +391,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--init", default=MASTERY, help="model every arm starts from")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
+    parser.add_argument(
+        "--eval-rows", nargs="+", default=list(EVAL_ROWS), help="tictactoe_eval.py --rows"
+    )
+    parser.add_argument("--positions", action="store_true", help="add the position exam")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work-dir", default="runs/recipe")
     parser.add_argument("--results", default=str(RESULTS))

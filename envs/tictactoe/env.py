@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
 from textgym.checks import check_choice, check_probability
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, opponent_move
+from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, critical_positions, opponent_move
 from textgym.envs.tictactoe.parsing import is_well_formed
 from textgym.envs.tictactoe.text import (
     PROMPT_STYLES,
@@ -129,6 +130,16 @@ class TicTacToeEnv(TextEnv):
           ``over OUTCOME``): about a fifth of the tokens, for small models trained on a CPU.
           Rules, rewards and info are the same.
 
+        - ``start_boards``: ``None`` (default: every episode starts on the empty board), a
+          list of start positions (each as the ``board`` reset option below), or
+          ``"critical"``: every reachable position where some move changes the game's result
+          (:func:`~textgym.envs.tictactoe.opponent.critical_positions`, 3,191 boards). Each
+          episode starts, with probability ``start_board_prob``, from one of them drawn
+          uniformly from the episode's seed (the copies of a GRPO group share it), the agent
+          playing the mark to move: a start-state distribution, e.g. to practise the positions
+          a policy misreads.
+        - ``start_board_prob``: float in [0, 1], default 1.0; ignored without ``start_boards``.
+
         ``reset(options=...)`` accepts the same three keys to override them for one episode,
         and ``board``: a start position (9 characters ``X``/``O``/``.``, row-major) reachable
         in a legal game and not finished. The agent then plays the mark to move on it (X when
@@ -145,8 +156,8 @@ class TicTacToeEnv(TextEnv):
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
           (``"too_long"``), not parsed; the ``opponent`` styles beyond ``"minimax"`` and
-          ``"random"`` added, then the ``board`` reset option; the default behaviour
-          unchanged.
+          ``"random"`` added, then the ``board`` reset option, then ``start_boards``; the default
+          behaviour unchanged.
     """
 
     #: How `textgym play` turns a bare number typed by a person into an action.
@@ -193,8 +204,12 @@ class TicTacToeEnv(TextEnv):
         agent_mark: str = "X",
         render_mode: str | None = None,
         prompt_style: str = "full",
+        start_boards: str | Sequence[str] | None = None,
+        start_board_prob: float = 1.0,
     ):
         self.opponent = _check_opponent(opponent)
+        self.start_boards = _check_start_boards(start_boards)
+        self.start_board_prob = check_probability("start_board_prob", start_board_prob)
         self.random_move_prob = check_probability("random_move_prob", random_move_prob)
         self.agent_mark = check_choice("agent_mark", agent_mark, AGENT_MARKS)
         self.prompt_style = check_choice("prompt_style", prompt_style, tuple(PROMPT_STYLES))
@@ -237,6 +252,9 @@ class TicTacToeEnv(TextEnv):
         mark = check_choice("agent_mark", options.get("agent_mark", self.agent_mark), AGENT_MARKS)
         # Draw order is fixed (key, then mark) so a seed always gives the same episode.
         self._episode_key = int(self.np_random.integers(0, 2**63))
+        # Drawn only with start boards (after the key): other episodes keep their seeds' games.
+        if start is None and self.start_boards and self.np_random.random() < self.start_board_prob:
+            start = self.start_boards[int(self.np_random.integers(len(self.start_boards)))]
         if start is not None:
             mark = B.to_move(start)
         elif mark == "random":
@@ -360,6 +378,24 @@ def _check_start_board(board: Any, agent_mark: Any) -> str | None:
             f"move), got {agent_mark!r}; leave agent_mark out to play the mark to move"
         )
     return board
+
+
+def _check_start_boards(value: Any) -> tuple[str, ...]:
+    """The ``start_boards`` argument as a tuple of checked boards (empty for ``None``).
+
+    Raises:
+        ValueError: a str other than ``"critical"``, a value that is not a list/tuple of
+            boards, an empty list, or a board the ``board`` reset option would refuse.
+    """
+    if value is None:
+        return ()
+    if value == "critical":
+        return critical_positions()
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(
+            f"Expected start_boards to be 'critical' or a non-empty list of boards, got {value!r}"
+        )
+    return tuple(_check_start_board(board, None) for board in value)
 
 
 def _check_opponent(value: Any) -> str | tuple[str, ...]:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import textgym  # noqa: F401
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.env import TicTacToeEnv
+from textgym.envs.tictactoe.opponent import critical_positions, move_values
 
 
 def _unfinished_positions() -> list[str]:
@@ -101,3 +102,60 @@ def test_without_a_board_a_game_starts_empty(mark):
     assert "A new game begins" in obs and "continues from this position" not in obs
     assert info["board"].count(".") == (9 if mark == "X" else 8)
     assert (info["opponent_move"] is None) == (mark == "X")
+
+
+def test_critical_positions_are_the_unfinished_boards_where_a_move_can_change_the_result():
+    critical = set(critical_positions())
+    assert critical < set(POSITIONS)
+    for board in POSITIONS:
+        results = {
+            (v > 0) - (v < 0) for _, v in move_values(board)
+        }  # the result each legal move leads to, for the player to move
+        assert (board in critical) == (len(results) > 1), board
+
+
+def test_start_boards_draw_a_position_per_episode_from_its_seed():
+    boards = ["X...O....", "XX.OO....", "....X...."]
+    env = TicTacToeEnv(opponent="minimax", start_boards=boards)
+    drawn = [env.reset(seed=seed)[1] for seed in range(40)]
+    assert {info["board"] for info in drawn} == set(boards)
+    assert all(info["agent_mark"] == B.to_move(info["board"]) for info in drawn)
+    again = TicTacToeEnv(opponent="minimax", start_boards=boards)
+    assert [again.reset(seed=seed)[1]["board"] for seed in range(40)] == [
+        info["board"] for info in drawn
+    ]
+
+
+def test_start_board_prob_mixes_new_games_with_start_positions():
+    env = TicTacToeEnv(agent_mark="X", start_boards="critical", start_board_prob=0.5)
+    starts = [env.reset(seed=seed)[1]["board"] for seed in range(400)]
+    new_games = sum(board == B.EMPTY_BOARD for board in starts)
+    assert 150 < new_games < 250  # 200 expected; the stderr is 10
+    assert all(board in set(critical_positions()) for board in starts if board != B.EMPTY_BOARD)
+    never = TicTacToeEnv(start_boards="critical", start_board_prob=0.0)
+    assert all(never.reset(seed=seed)[1]["board"] == B.EMPTY_BOARD for seed in range(50))
+
+
+def test_the_board_option_wins_over_the_start_boards():
+    env = TicTacToeEnv(start_boards=["XX.OO...."])
+    assert env.reset(seed=0, options={"board": "X...O...."})[1]["board"] == "X...O...."
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("all", "'critical' or a non-empty list"),
+        ([], "'critical' or a non-empty list"),
+        (["XXX......"], "Impossible mark counts"),
+        (["XXXOO...."], "finished"),
+    ],
+)
+def test_bad_start_boards_are_refused_in_one_line(value, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        TicTacToeEnv(start_boards=value)
+    assert "\n" not in str(caught.value)
+
+
+def test_start_boards_reach_the_env_through_gymnasium_make():
+    env = gym.make("textgym/TicTacToe-v0", start_boards=["XX.OO...."], start_board_prob=1.0)
+    assert env.reset(seed=1)[1]["board"] == "XX.OO...."
