@@ -2,9 +2,9 @@
 
 One GRPO step's rollouts of the tic-tac-toe pipeline (``--episodes`` episodes: 4 groups x 8 by
 default, compact prompts, the opponent at ``random_move_prob`` 0.5, temperature 1, 16 new tokens
-per turn) played twice by the same policy, Gemma 3 270M with the pipeline's SFT LoRA adapter
-(``benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/sft``, kept unmerged;
-stored in bfloat16 since issue 22, which ``peft`` loads into float32 LoRA layers):
+per turn) played twice by the same policy, Gemma 3 270M with the pipeline's LoRA adapter
+(``benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/master``, kept unmerged;
+stored in float32):
 
 - ``in_process``: :class:`textgym.policies.hf.HFPolicy` on the ``peft`` model, float32, as
   ``textgym train`` samples (``rollout_engine="hf"``; KV cache across turns, shared prefill);
@@ -44,7 +44,7 @@ from textgym.policies.llama_server import LlamaServerPolicy
 from textgym.rollout import rollout
 from textgym.serving.llama_cpp import LlamaServer, write_lora_gguf
 
-ADAPTER = REPO_ROOT / "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/sft"
+ADAPTER = REPO_ROOT / "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/master"
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "server_rollouts_cpu.json"
 ENV_KWARGS = {"prompt_style": "compact", "agent_mark": "random", "random_move_prob": 0.5}
 

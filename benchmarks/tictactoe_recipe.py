@@ -51,8 +51,10 @@ from textgym.algos.grpo_config import GRPOConfig
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "recipe"
 TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"
-#: The committed CPU mastery adapter (SFT, then two GRPO phases; README): every arm's start.
-MASTERY = "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora/adapters/mastery"
+#: The committed CPU adapter (safe-expert SFT, then GRPO; docs/mastery_study.md): every arm's
+#: start. The first three arms (control excepted) started from the earlier recipe's mastery
+#: adapter, which the git history keeps.
+MASTER = "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/master"
 #: Evaluation rows: the two ends of the training range and two players it never trained with.
 OUTCOMES = ("win", "draw", "loss")
 EVAL_ROWS = ("random", "optimal", "fork", "greedy_center")
@@ -388,7 +390,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("command", nargs="?", choices=["run", "table"], default=None)
     parser.add_argument("arm", nargs="?", default=None, help="with run: one of --list")
     parser.add_argument("--list", action="store_true", help="print the arms and exit")
-    parser.add_argument("--init", default=MASTERY, help="model every arm starts from")
+    parser.add_argument("--init", default=MASTER, help="model every arm starts from")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
     parser.add_argument(
@@ -401,7 +403,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.init = "tiny" if args.init == MASTERY else args.init
+        args.init = "tiny" if args.init == MASTER else args.init
         args.steps, args.eval_games = min(args.steps, 2), min(args.eval_games, 4)
     if not args.list and args.command is None:
         parser.error("expected a command: run ARM, table, or --list")

@@ -301,3 +301,16 @@ def test_allowed_reexports_still_reexport():
         f"{stale} no longer re-export a name: remove their entries from REEXPORTS_ALLOWED in "
         "tests/test_architecture.py"
     )
+
+
+def test_the_tracked_tree_stays_under_15_mb():
+    """Every copy of the checkout (a GPU machine's included) carries it: one adapter, no more."""
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    paths = [ROOT / p for p in listed.decode().split("\0") if p]
+    total = sum(p.stat().st_size for p in paths if p.is_file())
+    assert total < 15 * 2**20, f"tracked files hold {total / 2**20:.1f} MiB"
