@@ -40,8 +40,8 @@ def test_import_layers_hold():
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    # All four contracts ran over the whole package, envs/ wrappers/ algos/ included.
-    assert "4 kept, 0 broken" in result.stdout, result.stdout
+    # All five contracts ran over the whole package, envs/ wrappers/ algos/ included.
+    assert "5 kept, 0 broken" in result.stdout, result.stdout
     py_files = sum(
         len(list((ROOT / folder).rglob("*.py")))
         for folder in ("textgym", "envs", "wrappers", "algos")
@@ -314,3 +314,16 @@ def test_the_tracked_tree_stays_under_15_mb():
     paths = [ROOT / p for p in listed.decode().split("\0") if p]
     total = sum(p.stat().st_size for p in paths if p.is_file())
     assert total < 15_000_000, f"tracked files hold {total / 1e6:.1f} MB"
+
+
+def test_the_trainers_load_no_env_they_do_not_use():
+    """An env is imported when a run builds it (through its registered entry point), not when
+    ``textgym.algos`` is imported: a GSM8K run loads no tic-tac-toe code."""
+    code = (
+        "import sys, textgym.algos.grpo, textgym.algos.sft, textgym.builder\n"
+        "print(sorted(m for m in sys.modules if m.startswith('textgym.envs.')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == "[]"

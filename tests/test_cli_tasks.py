@@ -15,7 +15,7 @@ import textgym.cli
 import textgym.cli.building
 from textgym.cli import main
 from textgym.policies import GoldPolicy
-from textgym.policies.base import Completion
+from textgym.types import Completion
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"

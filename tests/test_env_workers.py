@@ -59,7 +59,7 @@ class Say:
         self.text = text
 
     def act(self, conversations, infos):
-        from textgym.policies.base import Completion
+        from textgym.types import Completion
 
         return [Completion(self.text) for _ in conversations]
 

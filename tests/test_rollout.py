@@ -6,8 +6,9 @@ import pytest
 import textgym  # noqa: F401
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.evaluation import summarize
-from textgym.policies import Completion, RandomPolicy
+from textgym.policies import RandomPolicy
 from textgym.rollout import iter_rollout, rollout
+from textgym.types import Completion
 
 
 class FirstLegalMove:

@@ -7,8 +7,9 @@ import pytest
 pytest.importorskip("pettingzoo")
 
 from textgym.envs.tictactoe import MinimaxPolicy
-from textgym.policies import Completion, RandomPolicy  # noqa: E402
+from textgym.policies import RandomPolicy  # noqa: E402
 from textgym.selfplay import selfplay, selfplay_summary  # noqa: E402
+from textgym.types import Completion  # noqa: E402
 
 
 class Counting:

@@ -57,7 +57,6 @@ import gymnasium as gym
 
 from textgym.checks import check_int, check_probability, one_line
 from textgym.core import as_text_env
-from textgym.envs.tictactoe.expert import MinimaxPolicy
 from textgym.policies import GoldPolicy, Policy, RandomPolicy
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
@@ -315,6 +314,13 @@ def _openai(**kwargs: Any) -> Policy:
     return OpenAIPolicy(**kwargs)
 
 
+def _minimax(**kwargs: Any) -> Policy:
+    # Imported on use: building a GSM8K run must not load the tic-tac-toe env.
+    from textgym.envs.tictactoe.expert import MinimaxPolicy
+
+    return MinimaxPolicy(**kwargs)
+
+
 def _human(**kwargs: Any) -> Policy:
     from textgym.policies.human import HumanPolicy
 
@@ -323,7 +329,7 @@ def _human(**kwargs: Any) -> Policy:
 
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     "random": RandomPolicy,
-    "minimax": MinimaxPolicy,
+    "minimax": _minimax,
     "gold": GoldPolicy,
     "hf": _hf,
     "openai": _openai,

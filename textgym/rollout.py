@@ -31,7 +31,8 @@ from typing import Any
 import gymnasium as gym
 
 from textgym.checks import check_int
-from textgym.policies.base import Completion, Message, Policy, TokenPolicy, conversation_start
+from textgym.policies.base import Policy, TokenPolicy, conversation_start
+from textgym.types import Completion, Message
 
 __all__ = ["Trajectory", "WorkerEnv", "iter_rollout", "rollout"]
 

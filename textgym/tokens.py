@@ -59,7 +59,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textgym.policies.base import Message
+from textgym.types import Message
 
 __all__ = ["ChatTokenizer", "TemplateError"]
 

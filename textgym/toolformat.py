@@ -18,8 +18,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textgym.policies.base import Message
 from textgym.toolcalls import parse_tool_calls
+from textgym.types import Message
 
 __all__ = ["chat_tools", "from_chat_messages", "to_chat_messages"]
 

@@ -30,8 +30,8 @@ import numpy as np
 from textgym.envs.email_tool_use.diagnostics import READ_ONLY_TOOLS
 from textgym.envs.email_tool_use.generator import EmailTask, generate_task
 from textgym.envs.email_tool_use.words import TOPICS
-from textgym.policies.base import Completion, Message
 from textgym.toolcalls import format_tool_calls
+from textgym.types import Completion, Message
 
 __all__ = ["LookupExpertPolicy", "expert_replies"]
 

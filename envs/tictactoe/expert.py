@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from textgym.envs.tictactoe.opponent import OPTIMAL_STYLES, style_moves
-from textgym.policies.base import Completion, Message
+from textgym.types import Completion, Message
 
 __all__ = ["TIE_BREAKS", "MinimaxPolicy"]
 

@@ -14,9 +14,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from textgym.builder import make_policy
-from textgym.policies import Completion, Policy, conversation_start  # noqa: E402
+from textgym.policies import Policy, conversation_start  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
+from textgym.policies.hf_generate import shared_prefill  # noqa: E402
 from textgym.policies.stop_strings import cut_at_stop  # noqa: E402
+from textgym.types import Completion  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -333,11 +335,11 @@ def test_shared_prefill_builds_a_cache_only_for_repeated_prompts(sharp):
     p = policy(sharp, batch_size=8)
     ids = torch.tensor([[0, 5, 6, 7], [0, 5, 6, 7], [9, 8, 7, 6]])  # [3, 4] left-padded
     mask = torch.tensor([[0, 1, 1, 1], [0, 1, 1, 1], [1, 1, 1, 1]])
-    cache = p.shared_prefill(ids, mask)
+    cache = shared_prefill(p.model, ids, mask)
     assert cache is not None and cache.get_seq_length() == 3  # all tokens but the last
     assert cache.layers[0].keys.shape[0] == 3  # gathered back to every row
-    assert p.shared_prefill(ids[1:], mask[1:]) is None  # all rows distinct: nothing to share
+    assert shared_prefill(p.model, ids[1:], mask[1:]) is None  # all rows distinct: nothing to share
     # Equal ids but different padding are different prompts.
     pad = 0  # any id: the masks tell the prompts apart
     twins = torch.tensor([[pad, 5, 6], [pad, 5, 6]])
-    assert p.shared_prefill(twins, torch.tensor([[0, 1, 1], [1, 1, 1]])) is None
+    assert shared_prefill(p.model, twins, torch.tensor([[0, 1, 1], [1, 1, 1]])) is None

@@ -23,7 +23,7 @@ openai = pytest.importorskip("openai")
 import textgym  # noqa: F401  (registers the envs)
 from textgym.builder import POLICY_NAMES, make_policy
 from textgym.cli import main
-from textgym.policies import Completion, Policy
+from textgym.policies import Policy
 from textgym.policies.openai_compat import OpenAIPolicy
 from textgym.policies.openai_http import is_transient, with_retries
 from textgym.policies.openai_messages import render_tool_calls, restore_stop
@@ -31,6 +31,7 @@ from textgym.rollout import rollout
 from textgym.serving.llama_cpp import free_port, stop_process
 from textgym.toolcalls import parse_tool_calls
 from textgym.toolformat import chat_tools
+from textgym.types import Completion
 
 ALIAS = "gemma-3-270m"  # the server's --model_alias
 SERVER_START_TIMEOUT_S = 120

@@ -19,9 +19,9 @@ pytest.importorskip("openai", reason='needs the openai client: pip install "text
 
 import textgym  # noqa: F401
 from textgym.cli import main
-from textgym.policies.base import Completion
 from textgym.policies.openai_compat import DEFAULT_MAX_REPLY_CHARS, OpenAIPolicy, cut_reply
 from textgym.rollout import rollout
+from textgym.types import Completion
 
 from .._chat_server import chat_completion, serving
 

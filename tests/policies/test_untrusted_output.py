@@ -26,11 +26,10 @@ openai = pytest.importorskip("openai")
 import textgym  # noqa: F401  (registers the envs)
 from textgym.cli import main
 from textgym.collect import sft_record
-from textgym.policies import Completion
-from textgym.policies.base import sanitize_text
 from textgym.policies.openai_compat import OpenAIPolicy
 from textgym.policies.openai_http import InvalidResponseError
 from textgym.rollout import rollout
+from textgym.types import Completion, sanitize_text
 
 from .._chat_server import chat_completion, serving
 

@@ -33,7 +33,7 @@ class _Replay:
     def act(self, conversations, infos):
         if "board" in infos[0]:
             return MinimaxPolicy(seed=0).act(conversations, infos)
-        from textgym.policies import Completion
+        from textgym.types import Completion
 
         return [Completion(info["gold_completion"]) for info in infos]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textgym.policies.base import Completion, Message
+from textgym.types import Completion, Message
 
 __all__ = ["GOLD_INFO_KEY", "GoldPolicy"]
 

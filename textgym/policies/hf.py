@@ -23,14 +23,14 @@ from typing import Any, Literal
 from textgym.chat_templates import ensure_chat_template, stop_token_ids
 from textgym.checks import check_int, check_sampling
 from textgym.models import load_model
-from textgym.policies.base import Completion, Message
 from textgym.policies.decoding import decode
-from textgym.policies.hf_generate import generate_batch, shared_prefill
+from textgym.policies.hf_generate import generate_batch
 from textgym.policies.prefix_cache import PrefixCache
 from textgym.policies.sampling import process_logits
 from textgym.policies.slot_decoder import SlotDecoder
 from textgym.policies.stop_strings import cut_at_stop, stop_string_list, stop_token_end
 from textgym.tokens import ChatTokenizer
+from textgym.types import Completion, Message
 
 try:
     import torch
@@ -380,21 +380,28 @@ class HFPolicy:
         """One ``model.generate`` call over a micro-batch (``decoder="transformers"``,
         :func:`textgym.policies.hf_generate.generate_batch`)."""
         seed = self._seeds.getrandbits(63) if self._seeds is not None else None
-        generated, logprobs = generate_batch(self, prompts, seed)
+        options: dict[str, Any] = {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": self.do_sample,
+            "eos_token_id": self.eos_token_ids or None,
+            "pad_token_id": self.pad_token_id,
+            "use_cache": True,
+        }
+        if self.do_sample:
+            options.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+        generated, logprobs = generate_batch(
+            self.model,
+            self.tokenizer,
+            prompts,
+            seed,
+            options=options,
+            stop=self.stop,
+            share_prefill=self.share_prefill,
+        )
         return [
             self._completion(ids, row_ids, row_logprobs)
             for ids, row_ids, row_logprobs in zip(prompts, generated, logprobs, strict=True)
         ]
-
-    def shared_prefill(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Any:
-        """A KV cache of all prompt tokens but the last, each distinct prompt run once, or
-        ``None`` (:func:`textgym.policies.hf_generate.shared_prefill`).
-
-        Args:
-            input_ids: ``[B, P]`` long, left-padded prompts.
-            attention_mask: ``[B, P]`` long.
-        """
-        return shared_prefill(self.model, input_ids, attention_mask)
 
     def _completion(
         self, prompt_ids: list[int], ids: list[int], logprobs: list[float]

@@ -1,4 +1,4 @@
-""":class:`~textgym.policies.hf.HFPolicy`'s reference decoder, ``decoder="transformers"``: a
+"""The reference decoder of :class:`~textgym.policies.hf.HFPolicy` (``decoder="transformers"``): a
 micro-batch through ``model.generate``, the prefill of repeated prompts run once, stop strings
 checked on the decoded text.
 
@@ -9,8 +9,8 @@ policy samples with :mod:`textgym.policies.decoding` by default.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from textgym.policies.kv_slots import cache_kwarg
 from textgym.policies.stop_strings import cut_at_stop
@@ -22,9 +22,6 @@ except ImportError as error:  # pragma: no cover - depends on the environment
     raise ImportError(
         f'HFPolicy needs torch and transformers ({error}); pip install "textgym[llm]"'
     ) from error
-
-if TYPE_CHECKING:
-    from textgym.policies.hf import HFPolicy
 
 __all__ = ["StopOnText", "generate_batch", "shared_prefill"]
 
@@ -50,36 +47,49 @@ class StopOnText(StoppingCriteria):
 
 
 def generate_batch(
-    policy: HFPolicy, prompts: list[list[int]], seed: int | None
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    seed: int | None,
+    *,
+    options: Mapping[str, Any],
+    stop: Sequence[str] = (),
+    share_prefill: bool = False,
 ) -> tuple[list[list[int]], list[list[float]]]:
-    """One ``model.generate`` call over a micro-batch, with ``policy``'s model and settings.
+    """One ``model.generate`` call over a micro-batch.
 
     Args:
-        policy: Its model, tokenizer, sampling settings, stop strings and ``share_prefill``.
-        prompts: ``B`` lists of token ids (no padding; left-padded here).
+        model: A ``transformers`` causal LM.
+        tokenizer: Its tokenizer (decodes the rows to look for stop strings).
+        prompts: ``B`` lists of token ids (no padding; left-padded here with
+            ``options["pad_token_id"]``).
         seed: Seed of torch's RNG for this call, forked so that the global state is untouched;
             ``None`` samples from (and advances) the global RNG.
+        options: Keyword arguments of ``generate`` (``max_new_tokens``, ``do_sample``,
+            ``pad_token_id``, the sampling settings, ...); scores and a dict are always asked.
+        stop: Stop strings: a row stops once its decoded text holds one (:class:`StopOnText`).
+        share_prefill: Run the prefill of repeated prompts once (:func:`shared_prefill`).
 
     Returns:
         ``(ids, logprobs)``: per row, the ``S`` generated ids (``S`` = steps run; the caller
         trims each row at its end) and their log-probabilities under the scores ``generate``
         returns (the processed logits).
     """
-    model, device = policy.model, policy.model.device
+    device, pad = model.device, options["pad_token_id"]
     width = max(len(ids) for ids in prompts)
     input_ids = torch.tensor(
-        [[policy.pad_token_id] * (width - len(ids)) + ids for ids in prompts],
-        dtype=torch.long,
-        device=device,
+        [[pad] * (width - len(ids)) + ids for ids in prompts], dtype=torch.long, device=device
     )  # [B, P] left-padded
     attention_mask = torch.tensor(
         [[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts],
         dtype=torch.long,
         device=device,
     )  # [B, P]
-    kwargs = _generate_options(policy, width)
-    if policy.share_prefill:
-        cache = policy.shared_prefill(input_ids, attention_mask)
+    kwargs = {**options, "output_scores": True, "return_dict_in_generate": True}
+    if stop:
+        kwargs["stopping_criteria"] = StoppingCriteriaList([StopOnText(tokenizer, stop, width)])
+    if share_prefill:
+        cache = shared_prefill(model, input_ids, attention_mask)
         if cache is not None:  # the keyword this transformers takes (no FutureWarning)
             kwargs[cache_kwarg(model)] = cache
 
@@ -97,26 +107,6 @@ def generate_batch(
         dim=1,
     )  # [B, S] float32
     return generated.tolist(), logprobs.tolist()
-
-
-def _generate_options(policy: HFPolicy, width: int) -> dict[str, Any]:
-    """Keyword arguments of ``generate`` for ``policy``'s settings, prompts ``width`` wide."""
-    kwargs: dict[str, Any] = {
-        "max_new_tokens": policy.max_new_tokens,
-        "do_sample": policy.do_sample,
-        "eos_token_id": policy.eos_token_ids or None,
-        "pad_token_id": policy.pad_token_id,
-        "use_cache": True,
-        "output_scores": True,
-        "return_dict_in_generate": True,
-    }
-    if policy.do_sample:
-        kwargs.update(temperature=policy.temperature, top_p=policy.top_p, top_k=policy.top_k)
-    if policy.stop:
-        kwargs["stopping_criteria"] = StoppingCriteriaList(
-            [StopOnText(policy.tokenizer, policy.stop, width)]
-        )
-    return kwargs
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TextIO
 
-from textgym.policies.base import Completion, Message
+from textgym.types import Completion, Message
 
 __all__ = ["HumanPolicy"]
 

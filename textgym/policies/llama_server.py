@@ -27,8 +27,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from textgym.policies.base import Completion
 from textgym.policies.hf import HFPolicy
+from textgym.types import Completion
 
 __all__ = ["LlamaServerPolicy", "completion_request", "sampled_tokens"]
 

@@ -23,7 +23,7 @@ A server is untrusted too. Every attempt, connection and all reads together, is 
 completion (no JSON, no choices, a ``null`` message, content that is not a string, a tool call
 without a function) is retried like a transient failure and then reported in one line that names
 the server and what was wrong (:class:`~textgym.policies.openai_http.InvalidResponseError`). The
-completion text is sanitized by :class:`~textgym.policies.base.Completion` (a lone surrogate
+completion text is sanitized by :class:`~textgym.types.Completion` (a lone surrogate
 becomes U+FFFD), and a reply longer than ``max_reply_chars`` (default the envs' action limit,
 65,536 characters) is cut there (:func:`cut_reply`), saying so in its text: the episode's history
 keeps the reply and sends it again with every later request, so one 5.6 MB reply made every
@@ -49,7 +49,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textgym.checks import check_int, check_sampling
-from textgym.policies.base import Completion, Message
 from textgym.policies.openai_http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MODELS_ERRORS,
@@ -63,6 +62,7 @@ from textgym.policies.openai_http import (
 )
 from textgym.policies.openai_messages import completion_from_response, model_ids
 from textgym.toolformat import chat_tools, to_chat_messages
+from textgym.types import Completion, Message
 
 __all__ = ["DEFAULT_MAX_REPLY_CHARS", "OpenAIPolicy", "cut_reply"]
 

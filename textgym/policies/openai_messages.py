@@ -1,5 +1,5 @@
 """What goes to and comes back from a chat-completions endpoint, checked: a server's answer
-turned into a :class:`~textgym.policies.base.Completion` (or an
+turned into a :class:`~textgym.types.Completion` (or an
 :class:`~textgym.policies.openai_http.InvalidResponseError` naming what was wrong), structured
 tool calls written in the env's text form ``<tool_call>{...}</tool_call>``, dropped stop strings
 put back, and the model list of ``/models``.
@@ -13,8 +13,8 @@ import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textgym.policies.base import Completion
 from textgym.policies.openai_http import InvalidResponseError
+from textgym.types import Completion
 
 __all__ = ["completion_from_response", "model_ids", "render_tool_calls", "restore_stop"]
 

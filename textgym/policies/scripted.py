@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from textgym.policies.base import Completion, Message
 from textgym.policies.random_actions import random_tool_call
+from textgym.types import Completion, Message
 
 __all__ = ["RandomPolicy"]
 

@@ -18,7 +18,8 @@ from textgym.envs.tictactoe import board as B  # noqa: E402
 from textgym.envs.tictactoe import tictactoe_text_v0  # noqa: E402
 from textgym.envs.tictactoe.env import TicTacToeEnv  # noqa: E402
 from textgym.envs.tictactoe.pettingzoo_env import TicTacToeTextAEC  # noqa: E402
-from textgym.policies import Completion, conversation_start  # noqa: E402
+from textgym.policies import conversation_start  # noqa: E402
+from textgym.types import Completion  # noqa: E402
 
 PZ_API = importlib.import_module("pettingzoo.test.api_test")
 
