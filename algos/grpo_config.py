@@ -41,7 +41,7 @@ class GRPOConfig(OptimizationConfig):
     env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make for the env (none by default)."""
     wrappers: tuple[str, ...] = ("invalid_action_penalty",)
-    """Reward wrappers applied in order: format_reward, invalid_action_penalty."""
+    """Reward wrappers applied in order, by name (textgym.wrappers.REWARD_WRAPPERS)."""
     opponent_random_move_prob: tuple[float, float] | None = (0.5, 1.0)
     """Envs with an opponent (tic-tac-toe): the range (low, high) from which each task's
     opponent random-move probability is drawn, stratified over the tasks of a step; 1 is a

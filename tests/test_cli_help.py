@@ -101,3 +101,16 @@ def test_shared_options_are_spelled_the_same(command, capsys, monkeypatch):
         assert "--rollout-batch-size" in entries and "--batch-size" not in entries
         assert "--progress, --no-progress" in entries
     assert "--output-dir" in entries if command == "eval" else True
+
+
+@pytest.mark.parametrize("command", ["eval", "collect", "play", "train"])
+def test_the_wrapper_names_in_help_come_from_the_registry(command, capsys, monkeypatch):
+    from textgym.wrappers import REWARD_WRAPPERS
+
+    if command in TRAINERS:
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    entries = option_entries(help_text(capsys, monkeypatch, command))
+    wrappers = next(text for name, text in entries.items() if name.startswith("--wrappers"))
+    for name in REWARD_WRAPPERS:
+        assert name in wrappers, f"{command} --help does not list the wrapper {name}"

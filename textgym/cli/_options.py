@@ -51,7 +51,7 @@ class EnvOptions:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make as a JSON object, e.g. '{"data_path": "x.jsonl"}'."""
     wrappers: tuple[str, ...] = ()
-    """Reward wrappers applied in order, space-separated: format_reward, invalid_action_penalty."""
+    """Reward wrappers applied in order, space-separated (textgym.wrappers.REWARD_WRAPPERS)."""
 
     def check_env(self) -> None:
         """Split comma-joined wrapper names (the spelling of earlier versions)."""

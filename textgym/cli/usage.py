@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 from textgym.checks import one_line
+from textgym.wrappers import REWARD_WRAPPERS
 
 __all__ = [
     "INT_LIMIT",
@@ -115,6 +116,8 @@ def _cli_view(config_class: type, description: str, replayed: dict[str, Any] | N
             continue
         kind: Any = hints[f.name]
         help_text = plain_text(docs.get(f.name)) or f.name.replace("_", " ")
+        if f.name == "wrappers":  # the names from the one table, not a hand-kept list
+            help_text += " One of: " + ", ".join(REWARD_WRAPPERS) + "."
         arg: dict[str, Any] = {"help": help_text}
         if f.default is not dataclasses.MISSING:
             default = dataclasses.field(default=f.default)
