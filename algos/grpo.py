@@ -171,7 +171,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
         # not finish (it failed or was interrupted).
         if ctx.is_main and run.start in (0, config.steps):
             with run.stop.abandonable():
-                run.eval_metrics = _evaluate(run.evaluator, run.task, config, run.start)
+                run.eval_metrics = _evaluate(run.evaluator, run.env, config, run.start)
             run.logger.log(run.start, run.eval_metrics, stage="eval")
         for step in range(run.start + 1, config.steps + 1):
             metrics = _train_step(run, step)
@@ -189,7 +189,7 @@ class _Run:
 
     config: GRPOConfig
     ctx: DistributedContext
-    task: TrainingEnv
+    env: TrainingEnv
     learner: Learner
     policy: HFPolicy  # samples the training rollouts (the server's client with llama-server)
     evaluator: HFPolicy
@@ -214,13 +214,13 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
     out = Path(config.output_dir)
     if ctx.is_main:
         write_run_record(out, config)
-    task = training_env(config)
-    learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
-    policy, evaluator = rollout_policies(learner, task)
+    env = training_env(config)
+    learner = make_learner(config, max_turns=env.max_turns, device=ctx.device, dist=ctx)
+    policy, evaluator = rollout_policies(learner, env)
     server = None
     if config.rollout_engine == "llama-server":
         server = ServerRollouts(
-            config, learner, list(task.stop), out / "llama-server" / f"rank{ctx.rank}"
+            config, learner, list(env.stop), out / "llama-server" / f"rank{ctx.rank}"
         )
         policy = server.policy
     start = _restore(checkpoint, learner, policy)
@@ -229,7 +229,7 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
     return _Run(
         config=config,
         ctx=ctx,
-        task=task,
+        env=env,
         learner=learner,
         policy=policy,
         evaluator=evaluator,
@@ -281,17 +281,17 @@ def _finish_run(run: _Run) -> None:
 def _train_step(run: _Run, step: int) -> dict[str, float]:
     """Step ``step``: its rollouts (or, with asynchronous server rollouts, the ones submitted
     a step before), the update, and the step's metrics with timings."""
-    learner, task, policy, server = run.learner, run.task, run.policy, run.server
+    learner, env, policy, server = run.learner, run.env, run.policy, run.server
     config, ctx = learner.config, learner.dist
     began = time.perf_counter()
     stale, sync_s = 0.0, 0.0
     if server is not None and server.pending:
         trajectories, stale = server.collect(), 1.0  # sampled one update behind
     else:
-        trajectories = rollout_step(task, policy, config, step - 1, ctx)
+        trajectories = rollout_step(env, policy, config, step - 1, ctx)
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
-        server.submit(lambda s=step: rollout_step(task, policy, config, s, ctx))
+        server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
     policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
     rolled = time.perf_counter()
     metrics = update(learner, trajectories) | rollout_metrics(trajectories, ctx)
@@ -317,7 +317,7 @@ def _evaluate_saved(run: _Run, step: int, *, saved: bool) -> dict[str, float]:
     first when it was not saved yet (then re-raise; a Ctrl-C as :class:`TrainingInterrupted`)."""
     try:
         with run.stop.abandonable():
-            return _evaluate(run.evaluator, run.task, run.config, step)
+            return _evaluate(run.evaluator, run.env, run.config, step)
     except BaseException as exc:
         if not saved:
             _save(run.learner, run.policy, step)
@@ -455,7 +455,7 @@ def _episode_records(
 
 
 def _evaluate(
-    evaluator: HFPolicy, task: TrainingEnv, config: GRPOConfig, step: int
+    evaluator: HFPolicy, env: TrainingEnv, config: GRPOConfig, step: int
 ) -> dict[str, float]:
     """:func:`~textgym.algos.grpo_rollouts.evaluate` with the run's settings, after ``step``
     optimizer steps (0: before training), its progress shown (``progress``: a bar in a terminal,
@@ -468,12 +468,13 @@ def _evaluate(
         transient=False,
     ) as progress:
         metrics = evaluate(
-            task.make,
+            env.make,
             evaluator,
             episodes=config.eval_episodes,
             seed=config.seed,
             batch_size=config.rollout_batch_size,
             progress=progress,
+            settings=env.evaluation_settings,
         )
     evaluator.clear_cache()
     return metrics

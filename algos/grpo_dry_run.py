@@ -44,10 +44,10 @@ def dry_run(config: GRPOConfig) -> dict[str, float]:
     """
     torch.manual_seed(config.seed)
     ctx = init_distributed(config.device)
-    task = training_env(config)
-    learner = make_learner(config, max_turns=task.max_turns, device=ctx.device, dist=ctx)
-    policy, _ = rollout_policies(learner, task)
-    trajectories = rollout_step(task, policy, config, 0, ctx)
+    env = training_env(config)
+    learner = make_learner(config, max_turns=env.max_turns, device=ctx.device, dist=ctx)
+    policy, _ = rollout_policies(learner, env)
+    trajectories = rollout_step(env, policy, config, 0, ctx)
     rewards = torch.tensor(finite_returns(trajectories), dtype=torch.float64)  # [B]
     flat = zero_variance_groups(rewards, config.group_size)  # [M] bool
     advantages = group_advantages(rewards, config.group_size, config.scale_rewards)  # [B]

@@ -16,7 +16,7 @@ import math
 import random
 import statistics
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +52,8 @@ class TrainingEnv:
     stop: tuple[str, ...]  # where a completion may end (the env's stop strings)
     max_turns: int  # most agent turns per episode (the registered step limit, else 1)
     stratified: bool  # a StratifiedOpponent wrapper draws the opponent per task
+    #: The env's named evaluation settings (``TextEnv.evaluation_settings``; empty: none).
+    evaluation_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def training_env(config: GRPOConfig) -> TrainingEnv:
@@ -64,24 +66,23 @@ def training_env(config: GRPOConfig) -> TrainingEnv:
         ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects).
     """
     recipe = EnvRecipe(config.env_id, dict(config.env_kwargs), tuple(config.wrappers))
-    _, probe = env_factory(recipe)
+    _, probe = env_factory(recipe)  # the one probe: its checks, stop strings and step limit
     stratified = config.opponent_random_move_prob is not None and probe.unwrapped.has_opponent
-    if stratified:
-        probe.close()
+    steps = probe.spec.max_episode_steps if probe.spec is not None else None
+    stop = probe.unwrapped.stop_strings
+    settings = dict(probe.unwrapped.evaluation_settings)
+    probe.close()
+    if stratified:  # the range was checked by GRPOConfig; has_opponent, just above
         recipe = dataclasses.replace(
             recipe,
             opponent_random_move_prob=tuple(config.opponent_random_move_prob),
             groups=config.groups_per_step,
         )
-        _, probe = env_factory(recipe)
-    steps = probe.spec.max_episode_steps if probe.spec is not None else None
-    task = TrainingEnv(recipe.make, probe.unwrapped.stop_strings, int(steps or 1), stratified)
-    probe.close()
-    return task
+    return TrainingEnv(recipe.make, stop, int(steps or 1), stratified, settings)
 
 
 def rollout_step(
-    task: TrainingEnv, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
+    env: TrainingEnv, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
 ) -> list[Trajectory]:
     """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
     seed and opponent stratum.
@@ -106,11 +107,11 @@ def rollout_step(
     ) as progress:
         progress.add_total(len(seeds[mine]))
         return rollout(
-            task.make,
+            env.make,
             policy,
             seeds[mine],
             batch_size=config.rollout_batch_size,
-            options=options[mine] if task.stratified else None,
+            options=options[mine] if env.stratified else None,
             token_level=True,
             env_workers=config.env_workers,
             on_episode_end=progress.episode_done,
@@ -118,13 +119,13 @@ def rollout_step(
         )
 
 
-def rollout_policies(learner: Learner, task: TrainingEnv) -> tuple[HFPolicy, HFPolicy]:
+def rollout_policies(learner: Learner, env: TrainingEnv) -> tuple[HFPolicy, HFPolicy]:
     """The sampling policy of the rollouts and the evaluation policy, both on the learner's
     model (they see every update)."""
     config = learner.config
     common = {
         "max_new_tokens": config.max_new_tokens,
-        "stop": list(task.stop),
+        "stop": list(env.stop),
         "batch_size": config.rollout_batch_size,
     }
     make: Any = HFPolicy
@@ -192,6 +193,7 @@ def evaluate(
     seed: int = 0,
     batch_size: int = 64,
     progress: EpisodeProgress | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
     """Evaluate a policy in each of the env's named evaluation settings
     (``TextEnv.evaluation_settings``: tic-tac-toe's ``random`` and ``optimal`` opponents,
@@ -199,7 +201,9 @@ def evaluate(
     env that names none.
 
     Evaluation seeds start at 10**9 + seed * 10**6, away from every training task.
-    ``progress`` (if given) counts the episodes of every setting as they finish.
+    ``progress`` (if given) counts the episodes of every setting as they finish. ``settings``:
+    the env's ``evaluation_settings`` when the caller has read them (``None``: read from a probe
+    env).
 
     Returns:
         ``{"<setting>/return_mean", "<setting>/invalid_rate"}`` per setting, plus
@@ -207,9 +211,11 @@ def evaluate(
         ``"random/win_rate"``); rates in [0, 1].
     """
     seeds = [_EVAL_SEED_OFFSET + seed * 10**6 + i for i in range(episodes)]
-    probe = make_env()
-    settings: dict[str, Any] = dict(probe.unwrapped.evaluation_settings) or {"eval": None}
-    probe.close()
+    if settings is None:
+        probe = make_env()
+        settings = dict(probe.unwrapped.evaluation_settings)
+        probe.close()
+    settings = dict(settings) or {"eval": None}
     metrics: dict[str, float] = {}
     if progress is not None:
         progress.add_total(len(seeds) * len(settings))
