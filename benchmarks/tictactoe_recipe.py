@@ -314,6 +314,35 @@ def per_mark_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def gain_table(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Markdown: per evaluation row and mark found in both ``tictactoe_eval.py`` results,
+    W / D / L % before and after, invalid % after, and the change in the loss rate with ``z``,
+    the change over its combined standard error (binomial; 3 is the issue's bar).
+
+    Args:
+        before, after: ``results`` of two ``tictactoe_eval.py`` JSONs (``{decoding: {row:
+            {mark: rates}}}``), read greedy.
+    """
+    lines = [
+        "| opponent | mark | games | before: W / D / L % | after: W / D / L % "
+        "| invalid % after | loss change (z) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    b, a = before["greedy"], after["greedy"]
+    for row in [r for r in a if r in b]:
+        for mark in [m for m in ("X", "O") if m in a[row] and m in b[row]]:
+            x, y = b[row][mark], a[row][mark]
+            cells = [" / ".join(f"{100 * r[o]['rate']:.1f}" for o in OUTCOMES) for r in (x, y)]
+            change = y["loss"]["rate"] - x["loss"]["rate"]
+            se = math.hypot(x["loss"]["stderr"], y["loss"]["stderr"])
+            z = f"{change / se:+.1f}" if se > 0 else ("0" if change == 0 else "inf")
+            lines.append(
+                f"| {row} | {mark} | {y['games']} | {cells[0]} | {cells[1]} "
+                f"| {100 * y['invalid_action']['rate']:.2f} | {100 * change:+.1f} ({z}) |"
+            )
+    return "\n".join(lines)
+
+
 def start_record(results: Path) -> list[dict[str, Any]]:
     """The start's evaluation (``start_eval.json``, a ``tictactoe_eval.py`` record of the model
     every arm starts from) as a 0-step row, or nothing when it is missing."""
@@ -385,11 +414,26 @@ def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def _merged(paths: list[str]) -> dict[str, Any]:
+    """The ``results`` of several ``tictactoe_eval.py`` JSONs, their rows side by side."""
+    merged: dict[str, Any] = {}
+    for path in paths:
+        for decoding, rows in json.loads(Path(path).read_text())["results"].items():
+            merged.setdefault(decoding, {}).update(rows)
+    return merged
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", nargs="?", choices=["run", "table"], default=None)
+    parser.add_argument("command", nargs="?", choices=["run", "table", "gain"], default=None)
     parser.add_argument("arm", nargs="?", default=None, help="with run: one of --list")
     parser.add_argument("--list", action="store_true", help="print the arms and exit")
+    parser.add_argument(
+        "--before", nargs="+", default=[], help="with gain: tictactoe_eval.py JSONs of the start"
+    )
+    parser.add_argument(
+        "--after", nargs="+", default=[], help="with gain: tictactoe_eval.py JSONs after RL"
+    )
     parser.add_argument("--init", default=MASTER, help="model every arm starts from")
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
@@ -422,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "table":
         write_table(args)
+        return 0
+    if args.command == "gain":
+        print(gain_table(*(_merged(paths) for paths in (args.before, args.after))))
         return 0
     run_arm(args.arm, args)
     return 0

@@ -86,3 +86,23 @@ def test_smoke_arm_writes_a_record_the_table_reads(tmp_path):
     per_mark = recipe.per_mark_table([record]).splitlines()
     assert len(per_mark) == 3 and per_mark[2].startswith("| win_speed | ")
     assert per_mark[2].count("|") == 2 + 2 * len(recipe.EVAL_ROWS)  # a cell per row and mark
+
+
+def _rates(win, draw, loss, games=1000):
+    def rate(p):
+        return {"rate": p, "stderr": (p * (1 - p) / games) ** 0.5}
+
+    return {
+        "win": rate(win), "draw": rate(draw), "loss": rate(loss),
+        "invalid_action": rate(0.0), "games": games,
+    }  # fmt: skip
+
+
+def test_the_gain_table_gives_the_loss_change_in_combined_standard_errors():
+    before = {"greedy": {"optimal": {"O": _rates(0.0, 0.8, 0.2)}, "fork": {"O": _rates(0, 0, 1)}}}
+    after = {"greedy": {"optimal": {"O": _rates(0.0, 0.9, 0.1)}}}
+    table = recipe.gain_table(before, after)
+    (row,) = [line for line in table.splitlines() if line.startswith("| optimal")]
+    assert "0.0 / 80.0 / 20.0" in row and "0.0 / 90.0 / 10.0" in row
+    assert row.endswith("| -10.0 (-6.3) |")  # 0.1 / hypot(0.01265, 0.00949)
+    assert "fork" not in table  # a row only one side has is left out
