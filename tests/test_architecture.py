@@ -140,9 +140,8 @@ SHARED_BY_CONTRACT = {
 
 #: Clashes still to resolve, each pinned to the modules that define the name today, so that no
 #: further module joins them; when a clash is resolved its entry must go (the test says so).
-#: Empty since issue 26 item 3: ``Message`` is defined once (``textgym.policies.base``), the
-#: tool envs share the workplace's ``NOW``, and the email generator's address domains are
-#: ``COMPANY_DOMAINS``.
+#: Empty: ``Message`` is defined once (``textgym.policies.base``), the tool envs share the
+#: workplace's ``NOW``, and the email generator's address domains are ``COMPANY_DOMAINS``.
 SHARED_PENDING: dict[str, set[str]] = {}
 
 

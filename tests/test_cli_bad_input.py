@@ -1,7 +1,7 @@
 """Bad input the CLI audits found getting a wrong message, a bare errno, no error at all or a
-slow failure (issue 32 item 10, issue 36 items 2 and 8): each is now one ``textgym: error:``
-line that names the option, with exit code 2, found before anything loads or is played; and
-the hints and defaults they pointed at work as printed.
+slow failure: each is now one ``textgym: error:`` line that names the option, with exit code 2,
+found before anything loads or is played; and the hints and defaults they pointed at work as
+printed.
 
 Everything runs in-process through :func:`textgym.cli.main`, in a thread with a timeout where
 the old code could block (a FIFO) or wait (the hub's retries).
@@ -78,7 +78,7 @@ def one_error_line(capsys, code, *words):
     return lines[0]
 
 
-# --- sft --data (issue 32 item 10) --------------------------------------------------------------
+# --- sft --data ---------------------------------------------------------------------------------
 
 
 def test_sft_data_directory(workdir, capsys):
@@ -131,7 +131,7 @@ def test_sft_epochs_beyond_64_bits(workdir, capsys):
     one_error_line(capsys, code, "--epochs", "99999999999999999999", "64 bits")
 
 
-# --- report (issue 32 item 10) ------------------------------------------------------------------
+# --- report -------------------------------------------------------------------------------------
 
 
 def test_report_of_a_file_that_is_no_run(workdir, capsys):
@@ -154,7 +154,7 @@ def test_report_of_a_collect_file_still_works(workdir, capsys):
     assert "2 episodes" in capsys.readouterr().out
 
 
-# --- sampling options under every policy (issue 32 item 10) -------------------------------------
+# --- sampling options under every policy --------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -170,7 +170,7 @@ def test_sampling_options_are_checked_for_every_policy(
     one_error_line(capsys, code, option, value)
 
 
-# --- collect --output and the eval hint (issue 36 item 2) ---------------------------------------
+# --- collect --output and the eval hint ---------------------------------------------------------
 
 
 def test_collect_without_output_writes_a_default_file(workdir, capsys):
@@ -206,7 +206,7 @@ def test_the_eval_hint_runs_as_printed(workdir, capsys):
     assert config.data == data and config.model == "tiny"
 
 
-# --- play shows the answer format (issue 36 item 8) ---------------------------------------------
+# --- play shows the answer format ---------------------------------------------------------------
 
 
 def test_play_shows_a_single_turn_envs_answer_format(workdir, capsys, monkeypatch):
@@ -221,7 +221,7 @@ def test_play_shows_a_single_turn_envs_answer_format(workdir, capsys, monkeypatc
     assert question  # the problem follows
 
 
-# --- collect --filter values (issue 36 item 8) --------------------------------------------------
+# --- collect --filter values --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -245,7 +245,7 @@ def test_a_quoted_outcome_is_taken_as_written(workdir, capsys):
     assert "kept 0 of 2 episodes" in capsys.readouterr().out
 
 
-# --- eval's default policy (issue 36 item 8) ----------------------------------------------------
+# --- eval's default policy ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -258,7 +258,7 @@ def test_eval_without_policy_plays_the_envs_expert(env_id, policy, workdir, caps
     assert f"policy={policy}" in out and f"{policy} over 2 episodes" in out
 
 
-# --- a hub id offline fails fast (issue 36 item 8) ----------------------------------------------
+# --- a hub id offline fails fast ----------------------------------------------------------------
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
-"""A corpus of bad invocations across every subcommand (issue 24's CLI error corpus): each ends
-in exactly one ``textgym: error:`` line on stderr, no traceback, and exit code 2, and is found
-before any episode is played.
+"""A corpus of bad invocations across every subcommand: each ends in exactly one
+``textgym: error:`` line on stderr, no traceback, and exit code 2, and is found before any
+episode is played.
 
 The rows are generated: every subcommand with unknown options, every env-taking subcommand with
 bad env ids and bad ``--env-kwargs``, ``eval`` and ``collect`` with bad numbers, policies and

@@ -27,7 +27,7 @@ needs_training = pytest.mark.skipif(
 needs_sys = pytest.mark.skipif(not Path("/sys").is_dir(), reason="needs a /sys directory (Linux)")
 
 CASES = [
-    # 11. output locations, checked (and created) before playing
+    # output locations, checked (and created) before playing
     pytest.param(
         ["eval", TTT, *FAST, "--output-dir", "/sys/nope"],
         "cannot write to --output-dir /sys/nope",
@@ -60,7 +60,7 @@ CASES = [
         marks=needs_sys,
         id="collect-output-unwritable",
     ),
-    # 13. env, data and kwargs
+    # env, data and kwargs
     pytest.param(
         [*GSM8K_GOLD, "--episodes", "2", "--env-kwargs", '{"data_path": "{tmp}/missing.jsonl"}'],
         "Expected a data file at",
@@ -89,7 +89,7 @@ CASES = [
         "already pays a 'format' reward component",
         id="format-reward-on-reverse-text",
     ),
-    # 13. a policy that cannot play the env, a seed the env refuses
+    # a policy that cannot play the env, a seed the env refuses
     pytest.param(
         ["eval", TTT, "--policy", "gold", *FAST],
         "--policy gold cannot play textgym/TicTacToe-v0: it plays from info['gold_completion']",
@@ -111,7 +111,7 @@ CASES = [
         "--episodes must be in [1, ",
         id="episodes-beyond-any-length",
     ),
-    # issue 13: choosing the tasks of a pass
+    # choosing the tasks of a pass
     pytest.param(
         ["eval", TTT, *FAST, "--limit", "3"],
         "--episodes and --limit 3 both set the number of episodes; on "
@@ -180,7 +180,7 @@ CASES = [
         "--episodes and --rollouts-per-task 4 both set",
         id="episodes-and-rollouts",
     ),
-    # issue 25: one concept, one flag
+    # one concept, one flag
     pytest.param(
         [*GSM8K_GOLD, "--group-size", "4"],
         "--group-size is now --rollouts-per-task: use --rollouts-per-task 4",
@@ -196,7 +196,7 @@ CASES = [
         "--success-threshold must be a finite number",
         id="nan-success-threshold",
     ),
-    # issue 15: the openai policy's flags
+    # the openai policy's flags
     pytest.param(
         ["eval", TTT, *FAST, "--concurrency", "4", "--api-key", "k"],
         "--concurrency, --api-key only apply to --policy openai, got no --policy",
@@ -217,7 +217,7 @@ CASES = [
         "--max-retries must be >= 0",
         id="negative-retries",
     ),
-    # 13. collect filters that used to be read as string literals
+    # collect filters that used to be read as string literals
     pytest.param(
         [
             "collect",
@@ -241,7 +241,7 @@ CASES = [
         "--filter: expected 'and' or the end of the filter at char 15",
         id="filter-two-word-value",
     ),
-    # 13. trainers: config validation, env, model, output directory
+    # trainers: config validation, env, model, output directory
     pytest.param(
         ["train", "textgym/Nope-v0", *TRAIN],
         "unknown env id 'textgym/Nope-v0'",

@@ -1,5 +1,5 @@
-"""Every subcommand's ``--help``: a description, and for each option a help text and its default
-(issue 12, "One command-line grammar")."""
+"""Every subcommand's ``--help``: a description, and for each option a help text and its
+default."""
 
 import re
 

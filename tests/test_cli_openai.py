@@ -1,6 +1,6 @@
 """``--policy openai`` in ``textgym eval`` / ``collect``: its flags reach the policy, and an
 endpoint that fails mid-run ends it with one ``textgym: error:`` line and exit code 1, keeping
-the episodes already finished (issue 15, CLI leftovers).
+the episodes already finished.
 
 A scripted server on 127.0.0.1 answers the first requests, then fails in one of four ways.
 """

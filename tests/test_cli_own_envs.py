@@ -1,5 +1,5 @@
-"""Your own env on the command line (issue 13, item 3): a ``module:EnvName-v0`` id, an id
-registered through the ``textgym.envs`` entry point, and what is refused."""
+"""Your own env on the command line: a ``module:EnvName-v0`` id, an id registered through the
+``textgym.envs`` entry point, and what is refused."""
 
 import json
 import sys

@@ -96,7 +96,7 @@ def test_human_as_o_repeat_then_ctrl_d(monkeypatch, capsys, model_spy):
     out = capsys.readouterr().out
     assert "A new game begins. You play O. Opponent (X) played position" in out
     assert "Result: you lose (you played O)." in out
-    # --repeat keeps a running tally across games (issue 25, item 11)
+    # --repeat keeps a running tally across games
     tally = "after 1 game: 0 wins, 0 draws, 1 loss (W/D/L 0/0/1), mean return 0.00"
     assert f"Result: you lose (you played O).\n{tally}\n" in out
     assert "after 2 games: 0 wins, 0 draws, 2 losses (W/D/L 0/0/2)" in out

@@ -1,5 +1,5 @@
 """``textgym play`` on a tool env shows the system prompt, the tools and the call format before
-the first turn (issue 13, item 3)."""
+the first turn."""
 
 import gymnasium as gym
 import pytest
@@ -20,7 +20,7 @@ def test_a_tool_env_shows_its_setup_first(env_id, monkeypatch, capsys):
     _, info = gym.make(env_id).reset(seed=0)
     setup, _, request = out.partition("Call format: <tool_call>")
     # The system prompt is shown, its own list of tools replaced by a pointer to the one list
-    # with argument types: each tool is listed once (issue 25, item 11).
+    # with argument types: each tool is listed once.
     intro = info["system_prompt"].split("\n- ")[0].rsplit("\n", 1)[0]
     assert "System prompt:\n" + intro in setup
     assert f"[the {len(info['tools'])} tools are listed below]" in setup
@@ -40,8 +40,7 @@ def test_the_arguments_of_a_tool_are_listed_with_their_types(monkeypatch, capsys
 
 
 def test_a_game_without_tools_shows_its_system_prompt_but_no_tools(monkeypatch, capsys):
-    # Every env shows its system prompt, the answer format (issue 36, item 8); tools only a
-    # tool env.
+    # Every env shows its system prompt and the answer format; only a tool env shows tools.
     monkeypatch.setattr("builtins.input", ctrl_d)
     assert main(["play", "textgym/TicTacToe-v0", "--seed", "0"]) == 0
     out = capsys.readouterr().out

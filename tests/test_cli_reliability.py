@@ -1,7 +1,7 @@
-"""Runs and their files (issue 24, items 1, 2, 3 and 5): a locked output refuses a second
-writer in one line naming the holder, a non-empty output is refused without ``--overwrite``
-(or ``--resume``), statistics of returns near ``1e308`` are finite, and a NaN, infinite or
-out-of-range return stops a run in one line keeping what was finished.
+"""Runs and their files: a locked output refuses a second writer in one line naming the holder,
+a non-empty output is refused without ``--overwrite`` (or ``--resume``), statistics of returns
+near ``1e308`` are finite, and a NaN, infinite or out-of-range return stops a run in one line
+keeping what was finished.
 """
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""``textgym eval`` / ``collect`` as a pass over the tasks (issue 13, item 1).
+"""``textgym eval`` / ``collect`` as a pass over the tasks.
 
 On an env that lists its tasks, every task is played exactly once, in order, unless
 ``--limit``, ``--task-ids``, ``--rollouts-per-task`` or ``--sample-tasks`` say otherwise;
@@ -60,7 +60,7 @@ def env_task_ids(env_id, **kwargs):
 
 @needs_gsm8k
 def test_gold_eval_plays_each_of_the_1319_test_problems_exactly_once(tmp_path, monkeypatch):
-    monkeypatch.chdir(REPO)  # the command of the issue, path relative to the repository
+    monkeypatch.chdir(REPO)  # run from the repository, the data path relative to it
     summary, ids, rows = eval_run(
         tmp_path,
         "textgym/GSM8K-v0",
@@ -333,7 +333,7 @@ def test_rollouts_of_a_task_share_its_seed(tmp_path):
     ]
 
 
-# issue 25, item 6: seeds are tasks too, so --rollouts-per-task works on every env
+# seeds are tasks too, so --rollouts-per-task works on every env
 
 
 def test_rollouts_per_seed_on_an_env_without_a_task_list(tmp_path):

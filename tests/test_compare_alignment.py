@@ -1,6 +1,6 @@
-"""``textgym compare`` and ``textgym report`` put an eval run and a train run on shared rows
-(issue 36 item 3): an eval run's return, win / draw / loss and invalid rate go on the rows of
-the train run's evaluation setting its env played (tic-tac-toe: ``random``, ``optimal``)."""
+"""``textgym compare`` and ``textgym report`` put an eval run and a train run on shared rows:
+an eval run's return, win / draw / loss and invalid rate go on the rows of the train run's
+evaluation setting its env played (tic-tac-toe: ``random``, ``optimal``)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``textgym compare`` reads any mix of eval and train runs (issue 25, item 9)."""
+"""``textgym compare`` reads any mix of eval and train runs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""SIGKILL at random moments of ``textgym eval`` and ``collect`` (issue 24): whatever is left on
-disk is valid, and the output can be used again.
+"""SIGKILL at random moments of ``textgym eval`` and ``collect``: whatever is left on disk is
+valid, and the output can be used again.
 
 A SIGKILL cannot be caught, so nothing is "saved on exit": what must hold is that the files
 are written so that any moment is a consistent state (whole JSONL lines, flushed as each

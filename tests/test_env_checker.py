@@ -1,5 +1,5 @@
-"""``textgym.env_checker.check_text_env`` (issue 25, item 8): it passes a good env and names
-the rule each broken one breaks."""
+"""``textgym.env_checker.check_text_env``: it passes a good env and names the rule each broken
+one breaks."""
 
 import random
 from pathlib import Path

@@ -1,6 +1,6 @@
-"""The hint ``textgym eval`` prints after a base model's run names the env's own expert policy
-(issue 25, item 4): ``gold`` on ReverseText, ``minimax`` on tic-tac-toe, none where there is
-none; never ``--policy minimax`` on an env it cannot play."""
+"""The hint ``textgym eval`` prints after a base model's run names the env's own expert policy:
+``gold`` on ReverseText, ``minimax`` on tic-tac-toe, none where there is none; never
+``--policy minimax`` on an env it cannot play."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""Bounded fuzzer: every registered env x every wrapper stack x hostile text (issue 15, "Done when").
+"""Bounded fuzzer: every registered env x every wrapper stack x hostile text.
 
 For each env of :data:`textgym.registration.ENVS` and each wrapper stack that applies to it
 (reward wrappers of :mod:`textgym.wrappers`, the stratified opponent where the env has one, the

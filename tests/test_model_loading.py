@@ -1,7 +1,7 @@
-"""A corpus of crafted model folders and LoRA adapters given as ``--model DIR`` (issue 32):
-each is refused in one ``textgym: error:`` line naming the problem, with a non-zero exit, no
-traceback, nothing from the folder executed and no network attempt, by ``eval``, ``train`` and
-``sft`` alike; a good saved model and a good adapter still load.
+"""A corpus of crafted model folders and LoRA adapters given as ``--model DIR``: each is refused
+in one ``textgym: error:`` line naming the problem, with a non-zero exit, no traceback, nothing
+from the folder executed and no network attempt, by ``eval``, ``train`` and ``sft`` alike; a
+good saved model and a good adapter still load.
 
 The corpus is built in ``tmp_path`` from the built-in tiny model (saved with ``save_pretrained``,
 then damaged): truncated or garbled safetensors, a pickled ``pytorch_model.bin`` whose payload

@@ -1,8 +1,8 @@
-"""Output safety (issue 32, items 1, 2, 4 and part of 10): ``--overwrite`` removes only what
-textgym wrote, and refuses a folder holding anything else (or anything write-protected) before
-it deletes a thing; an output's lock is the same through every path that reaches it (symlink,
-hard link, the folder of a running run); a full disk leaves whole JSONL records and one error
-line; a device, a FIFO or a dangling symlink as the output is refused in one line.
+"""Output safety: ``--overwrite`` removes only what textgym wrote, and refuses a folder holding
+anything else (or anything write-protected) before it deletes a thing; an output's lock is the
+same through every path that reaches it (symlink, hard link, the folder of a running run); a
+full disk leaves whole JSONL records and one error line; a device, a FIFO or a dangling symlink
+as the output is refused in one line.
 """
 
 import contextlib

@@ -1,6 +1,5 @@
-"""A plain ``gymnasium.Env`` with text spaces on the command line (issue 25, item 10): played
-through ``textgym.core.TextEnvAdapter``; an env whose spaces are not text is refused in one
-line."""
+"""A plain ``gymnasium.Env`` with text spaces on the command line: played through
+``textgym.core.TextEnvAdapter``; an env whose spaces are not text is refused in one line."""
 
 import json
 import sys

@@ -1,6 +1,6 @@
-"""Progress of the phases that play episodes (issue 25, item 1): a bar in a terminal that
-advances as each episode finishes, plain periodic lines on stderr elsewhere, with elapsed time
-and episodes per second; ``--no-progress`` silences it."""
+"""Progress of the phases that play episodes: a bar in a terminal that advances as each episode
+finishes, plain periodic lines on stderr elsewhere, with elapsed time and episodes per second;
+``--no-progress`` silences it."""
 
 from __future__ import annotations
 

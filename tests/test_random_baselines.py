@@ -1,5 +1,5 @@
-"""``--policy random`` on every registered env (issue 25, item 5): a random action from the
-env's action grammar, seeded and deterministic, so a researcher always has a floor."""
+"""``--policy random`` on every registered env: a random action from the env's action grammar,
+seeded and deterministic, so a researcher always has a floor."""
 
 import json
 

@@ -1,5 +1,4 @@
-"""``textgym report`` on bad records: each becomes a note on its line, never a crash (issue 32
-item 7).
+"""``textgym report`` on bad records: each becomes a note on its line, never a crash.
 
 Model output such as a ``<tool_call>`` followed by 100,000 ``[`` made the report raise
 ``RecursionError`` (Python's JSON parser recurses once per level), and one NaN or infinite

@@ -1,4 +1,4 @@
-"""The report's curves (issue 36 item 6): the data ``report.js`` draws, and the page in Chromium.
+"""The report's curves: the data ``report.js`` draws, and the page in Chromium.
 
 Train and SFT runs are written as the trainers write them (``metrics.jsonl`` rows with the keys
 of ``algos/grpo.py`` and ``algos/sft.py``, ``run.json``'s config); the per-task view reads an

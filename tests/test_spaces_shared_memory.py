@@ -1,5 +1,5 @@
 """UnicodeText in Gymnasium's shared memory: any Unicode string round-trips, and async vector
-envs play real text (issue 13, section 3)."""
+envs play real text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The trainers' public shape (issue 12): small signatures, plain help text, one loss table."""
+"""The trainers' public shape: small signatures, plain help text, one loss table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Bounded checkpoints and training-run safety (issue 22 item 4, issue 24 items 4-7).
+"""Bounded checkpoints and training-run safety.
 
 A run keeps at most ``save_total_limit`` checkpoints, only the newest with optimizer state; a
 save refused for lack of disk leaves the last checkpoint loadable; a Ctrl-C saves the last

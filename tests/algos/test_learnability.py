@@ -1,6 +1,6 @@
-"""Learnability diagnostics of GRPO (issue 36 item 1, issue 34 item 1): the hint table, the
-hint line of a run whose groups all have equal rewards, ``--dry-run``, the drift from the start
-policy, and progress lines that move before any episode finishes (issue 36 item 8)."""
+"""Learnability diagnostics of GRPO: the hint table, the hint line of a run whose groups all
+have equal rewards, ``--dry-run``, the drift from the start policy, and progress lines that move
+before any episode finishes."""
 
 from __future__ import annotations
 

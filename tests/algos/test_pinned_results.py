@@ -1,9 +1,8 @@
 """Pinned results: the same config and seed give the same trajectories and weights.
 
-The numbers below were recorded on the trainer code *before* issue 12's refactor (learner
-object, one update function, shared model preparation, loss table), so any refactor that
-changes what a run samples or learns fails here. Each case runs a short tiny-model job and
-compares
+The numbers below were recorded on the trainer code *before* its refactor (learner object, one
+update function, shared model preparation, loss table), so any refactor that changes what a run
+samples or learns fails here. Each case runs a short tiny-model job and compares
 
 * per-step metrics (rollout rewards, loss, gradient norm, clip fraction, ...; SFT loss), and
 * a checksum of the final weights: the float64 sum of every parameter, and a sum weighted by

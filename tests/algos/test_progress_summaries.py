@@ -1,6 +1,6 @@
-"""The trainers' progress and closing summaries (issue 25, items 1-3): evaluations inside
-``train`` show progress, a skipped update says why and is counted, and ``train`` and ``sft``
-end with tables of the same numbers their progress lines showed (no raw JSON)."""
+"""The trainers' progress and closing summaries: evaluations inside ``train`` show progress, a
+skipped update says why and is counted, and ``train`` and ``sft`` end with tables of the same
+numbers their progress lines showed (no raw JSON)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Training runs lose nothing (issue 32 items 3, 9 and 10; issue 36 item 4).
+"""Training runs lose nothing.
 
 - SIGTERM (how ``kill``, SLURM and Kubernetes stop a job) is a Ctrl-C: the last completed step
   is saved even with ``save_every`` 0, the lock is released, exit 143 with one line, and

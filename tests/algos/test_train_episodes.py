@@ -1,6 +1,6 @@
-"""The episodes a GRPO run trained on (issue 36 item 5): ``train_episodes.jsonl`` written with
-``--log-completions`` groups per step in the eval record format, read by ``textgym report``,
-and cut back to the resumed step on ``--resume``."""
+"""The episodes a GRPO run trained on: ``train_episodes.jsonl`` written with
+``--log-completions`` groups per step in the eval record format, read by ``textgym report``, and
+cut back to the resumed step on ``--resume``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 15, training: checkpoints are data (never code), nothing non-finite trains or is saved,
+"""Training runs are safe: checkpoints are data (never code), nothing non-finite trains or is saved,
 resume says what it does, SFT data is validated up front and saved atomically."""
 
 from __future__ import annotations

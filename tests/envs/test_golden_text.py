@@ -2,9 +2,9 @@
 
 ``golden_text.json`` was written by this module's ``__main__`` from the code as it was before
 tic-tac-toe's prompt style was chosen once and GSM8K / ReverseText moved onto the single-turn
-base (issue 12, section 4). Each record is one scripted episode: seeded, with legal moves and
-every kind of invalid action. Regenerate only for a deliberate change of behaviour (and bump
-the env's ``-vN``): ``python tests/envs/test_golden_text.py``.
+base. Each record is one scripted episode: seeded, with legal moves and every kind of invalid
+action. Regenerate only for a deliberate change of behaviour (and bump the env's ``-vN``):
+``python tests/envs/test_golden_text.py``.
 """
 
 from __future__ import annotations

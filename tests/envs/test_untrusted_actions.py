@@ -1,5 +1,4 @@
-"""Untrusted actions in every env: the action-space length is enforced, parsers stay linear
-(issue 15, item 2).
+"""Untrusted actions in every env: the action-space length is enforced, parsers stay linear.
 
 The rule (:mod:`textgym.spaces`): an action longer than the action space's ``max_length`` is an
 invalid action with ``invalid_reason == "too_long"``, an explanatory observation and the state

@@ -1,5 +1,5 @@
 """The policy contract is declared and every built-in policy keeps it: ``name`` and
-``tokens_generated`` are read, never probed (issue 26 item 4)."""
+``tokens_generated`` are read, never probed."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Tests of the decode loop: the prefix cache across turns, the sampler, and equivalence with
-``transformers``' ``generate`` (the decoder of HFPolicy before issue 16)."""
+``transformers``' ``generate`` (HFPolicy's decoder before the decode loop)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ pytestmark = pytest.mark.llm
 #: Log-probabilities of the same tokens computed by passes of different shapes (batch rows,
 #: cached or not, padded or not) differ by float32 accumulation-order error, which grows with
 #: the logits' magnitude (the sharpened tiny model's reach about 30) and depends on the CPU's
-#: BLAS kernels: 1.2e-5 on one 902-token case on an AMD EPYC and on this project's Xeon
-#: (issue 22), i.e. about 40 float32 ulps of 30. 1e-4 holds that with margin on any x86-64
-#: CPU while a real bug (a wrong position, a stale cache column) moves log-probs by >= 1e-2.
+#: BLAS kernels: 1.2e-5 on one 902-token case on an AMD EPYC and on this project's Xeon, i.e.
+#: about 40 float32 ulps of 30. 1e-4 holds that with margin on any x86-64 CPU while a real bug
+#: (a wrong position, a stale cache column) moves log-probs by >= 1e-2.
 FP32_LOGPROB_TOL = 1e-4
 
 

@@ -521,7 +521,7 @@ def test_cli_eval_with_the_openai_policy(server_url, tmp_path):
     assert summary["policy"] == "openai" and summary["model"] == ALIAS and summary["episodes"] == 1
 
 
-# ------------------------------------------------------- structured tool calls (issue 13 §2)
+# --------------------------------------------------------------------------- structured tool calls
 
 
 def _gold_tool_episode(env_id="textgym/EmailToolUse-v1", seed=0):

@@ -1,6 +1,6 @@
 """A hostile OpenAI-compatible server on 127.0.0.1: ``textgym eval --policy openai`` ends in
 bounded time with one ``textgym: error:`` line and exit code 1, keeping the episodes finished
-before the server turned (issue 24, items 4 and 5).
+before the server turned.
 
 The server answers the first ``GOOD`` requests with a chat completion, then every request in
 one hostile way: a body that is not UTF-8, JSON 100,000 levels deep (at the top, inside

@@ -1,5 +1,4 @@
-"""An OpenAI-compatible server's reply longer than the env's action limit is cut, saying so
-(issue 32 item 8).
+"""An OpenAI-compatible server's reply longer than the env's action limit is cut, saying so.
 
 Replies past the envs' 65,536-character action limit were kept whole in the episode's history
 and sent again with every later request (a 5.6 MB reply: 5.6 MB more per turn, 50 MB by turn 10,

@@ -1,4 +1,4 @@
-"""Model and server output is untrusted input (issue 15, items 3 and 5).
+"""Model and server output is untrusted input.
 
 A lone surrogate in a completion must travel the whole path (policy -> env -> next request ->
 trajectories -> JSONL) as U+FFFD, and an OpenAI-compatible server that trickles, answers
@@ -175,7 +175,7 @@ def _one_line(error: BaseException, url: str) -> str:
     return message
 
 
-# --------------------------------------------------------------------------- item 3: surrogates
+# --------------------------------------------------------------------------- lone surrogates
 
 _FREE = re.compile(r"Available positions: ([0-9, ]+)|free ([0-9 ]+)")
 
@@ -222,7 +222,7 @@ def test_cli_eval_and_collect_write_every_file_despite_a_lone_surrogate(server, 
     capsys.readouterr()
 
 
-# --------------------------------------------------------------------------- item 5: servers
+# --------------------------------------------------------------------------- misbehaving servers
 
 
 def test_a_trickling_server_cannot_hold_an_attempt_past_timeout(server):

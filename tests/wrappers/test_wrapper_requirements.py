@@ -2,8 +2,8 @@
 
 ``win_speed_bonus`` reads ``info["outcome"]`` and ``info["board"]``, which only TicTacToe-v0
 reports; on the other envs it was accepted and crashed with ``KeyError: 'outcome'`` at the first
-finished episode, in eval and in train (issue 32 item 6). An env declares its step info keys as
-``info_keys``; they are held equal to its docstring's Information section here.
+finished episode, in eval and in train. An env declares its step info keys as ``info_keys``;
+they are held equal to its docstring's Information section here.
 """
 
 import importlib.util

@@ -80,7 +80,7 @@ def test_email_tools_are_workplace_tools():
 
 
 def test_info_tools_are_copies_of_the_shared_schemas():
-    """Issue 15, item 15: mutating one env's info["tools"] must not reach TOOL_SCHEMAS or any validator."""
+    """Mutating one env's info["tools"] must not reach TOOL_SCHEMAS or any validator."""
     saved = copy.deepcopy(list(TOOL_SCHEMAS))
     env = EmailToolUseEnv()
     _, info = env.reset(seed=0)
@@ -130,7 +130,7 @@ def test_unknown_workplace_tool_is_an_error_here():
     "bad", ["<tool_call>{not json", '<tool_call>{"name": "email_delete_email"}</tool_call>']
 )
 def test_a_valid_delete_beside_an_invalid_call_does_not_run(bad):
-    """Issue 15, item 14: a reply is checked as a whole; an invalid call means no call runs."""
+    """A reply is checked as a whole: an invalid call means no call runs."""
     env = EmailToolUseEnv()
     env.reset(seed=0)
     before = env.tables()

@@ -1,5 +1,5 @@
 """Untrusted completions: the tic-tac-toe parsers run in linear time, agree with the regular
-expressions they replaced, and a move number of any length never raises (issue 15, items 1-2)."""
+expressions they replaced, and a move number of any length never raises."""
 
 from __future__ import annotations
 

@@ -100,7 +100,7 @@ DELETE_3 = (
 @pytest.mark.parametrize("bad", BAD_CALLS)
 @pytest.mark.parametrize("bad_first", [False, True])
 def test_a_reply_with_one_invalid_call_runs_no_call(bad, bad_first):
-    """All or nothing per reply: a valid write beside an invalid call does not run (issue 15, item 14)."""
+    """All or nothing per reply: a valid write beside an invalid call does not run."""
     env = WorkplaceEnv()
     env.reset(seed=0)
     before = env.tables()
@@ -191,7 +191,7 @@ def vandalize(tools):
 
 
 def test_mutating_info_tools_deeply_changes_no_validation(guarded_schemas):
-    """Issue 15, item 15: info["tools"] shared nested dicts with the schemas and the cached validators."""
+    """info["tools"] shares no nested dict with the schemas or the cached validators."""
     env = WorkplaceEnv()
     _, info = env.reset(seed=0)
     vandalize(info["tools"])
@@ -226,7 +226,7 @@ def test_info_tools_are_the_schemas_and_reads_are_paginated():
         '"page_size": 1, "page": 9}}</tool_call>'
     )
     body = json.loads(obs.split("\n")[1])
-    # the total is named after the items, as in NeMo Gym (issue 15, item 17)
+    # the total is named after the items, as in NeMo Gym
     assert body["pagination"] == {"total_emails": 2, "page": 2, "page_size": 1, "total_pages": 2}
     assert body["emails"][0]["email_id"] == "00000000"  # newest first, last page
 
@@ -261,7 +261,7 @@ def big_workplace(root, n_emails=200, n_tasks=20):
 
 
 def test_the_gold_outcome_cache_stays_small(tmp_path):
-    """Issue 15, item 16: the cache held every task's whole gold tables (546 MiB for WorkBench's 690)."""
+    """The cache keeps digests, not each task's whole gold tables (546 MiB for WorkBench's 690)."""
     env = WorkplaceEnv(data_dir=str(big_workplace(tmp_path / "big")))
     n = len(env.data.tasks)
     for i in range(n):

@@ -108,7 +108,7 @@ def test_cli_gold_eval(tmp_path):
     assert summary["invalid_action_rate"] == 0.0 and summary["truncated_rate"] == 0.0
 
 
-# ---------------------------------------------------------------- verdicts decided in issue 15, item 17
+# ---------------------------------------------------------------- verdicts as in NeMo Gym
 
 
 def verdict(env, task_id, extra=(), replace=None):

@@ -1,5 +1,5 @@
 """Tool semantics on the bundled sample workplace: search bounds parsed as dates and times, and
-the classes of issue 15, item 17 decided against NeMo Gym's workplace_assistant."""
+the behaviours that follow NeMo Gym's workplace_assistant."""
 
 import inspect
 
@@ -30,7 +30,7 @@ def ids(result, key):
     ],
 )
 def test_email_search_compares_dates_not_strings(arguments, expected):
-    """Issue 15, item 17: date_min "2023-11-22 10:00:00" missed emails of that day (string comparison)."""
+    """date_min "2023-11-22 10:00:00" is compared as a date: that day's emails match at any hour."""
     result, ok = call_tool(TEMPLATE.new(), "email_search_emails", arguments)
     assert ok and ids(result, "emails") == expected
 
@@ -74,7 +74,7 @@ def test_an_unparseable_bound_is_a_tool_error(tool, arguments, message):
     assert not ok and message in result and "2023-11-22" in result
 
 
-# ---------------------------------------------------------------- agreement with NeMo Gym (item 17)
+# ---------------------------------------------------------------- agreement with NeMo Gym
 # Each test below names the reference behaviour it pins; docs/tool_envs.md gives the rules.
 
 

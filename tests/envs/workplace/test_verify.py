@@ -31,7 +31,7 @@ def test_rows_do_not_run_into_each_other_or_into_the_next_table():
     assert state_digest(one) != state_digest(dict(empty, emails=[("a",), ("b",)]))
 
 
-# ---------------------------------------------------------------- the comparison rule (item 17)
+# ---------------------------------------------------------------- the comparison rule
 # NeMo Gym compares pandas DataFrames with DataFrame.equals: row labels (the index) and NaN vs ""
 # count there. textgym compares the rows' values in row order; docs/tool_envs.md says why.
 

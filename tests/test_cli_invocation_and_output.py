@@ -1,5 +1,6 @@
-"""Small frictions of issue 25, item 11: ``python -m textgym``, help without tyro internals,
-the scripted policies' table, the ``past_key_values`` FutureWarning of hf runs."""
+"""Running the CLI and what it prints: ``python -m textgym``, help without tyro internals, option
+values in usage lines, the scripted policies' table, no ``past_key_values`` FutureWarning on hf
+runs."""
 
 from __future__ import annotations
 
