@@ -377,9 +377,12 @@ def main(argv: list[str] | None = None) -> int:
             partial = {**record, "results": results, "complete": False}
             Path(args.output).write_text(json.dumps(partial, indent=2) + "\n")
 
+    if args.output:  # before any game: a folder that cannot be made fails now, not after a row
+        Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     policies = build_policies(args)
     if args.positions:
         record["positions"] = play_exam(args, policies)
+        save_partial({})
     record["results"] = play_rows(args, save_partial, policies)
     record["complete"] = True
     record["seconds"] = time.perf_counter() - start

@@ -74,3 +74,12 @@ def test_position_exam_passes_the_minimax_and_fails_random_play(tmp_path):
         assert minimax["best"]["rate"] < 1.0  # the minimax does not always exploit
         assert random["safe"]["rate"] < 0.8 and sum(random["unsafe_by_marks"].values()) > 0
         assert minimax["invalid"]["rate"] == random["invalid"]["rate"] == 0.0
+
+
+def test_the_output_folder_is_made_before_any_game(tmp_path):
+    """A JSON path in a folder that does not exist yet: made first, every row saved into it
+    (a missing folder used to fail after the first finished row, losing it)."""
+    out = tmp_path / "new" / "deeper" / "eval.json"
+    run("--policy", "minimax", "--games", "4", "--rows", "optimal", "--output", str(out))
+    record = json.loads(out.read_text())
+    assert record["complete"] is True and set(record["results"]["scripted"]) == {"optimal"}
