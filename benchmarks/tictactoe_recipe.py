@@ -337,8 +337,11 @@ def per_mark_table(records: list[dict[str, Any]]) -> str:
 
 def gain_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     """Markdown: per evaluation row and mark found in both ``tictactoe_eval.py`` results,
-    W / D / L % before and after, invalid % after, and the change in the loss rate with ``z``,
-    the change over its combined standard error (binomial; 3 is the issue's bar).
+    W / D / L % before and after, the distinct games after, invalid % after, and the change in
+    the loss rate with ``z``, the change over its combined standard error (binomial; 3 is the
+    issue's bar). Where both sides' outcomes never vary (a deterministic opponent against a
+    greedy policy: one distinct game) the standard error is 0 and ``z`` is written ``-``: the
+    games are one line played again, not independent samples.
 
     Args:
         before, after: ``results`` of two ``tictactoe_eval.py`` JSONs (``{decoding: {row:
@@ -346,8 +349,8 @@ def gain_table(before: dict[str, Any], after: dict[str, Any]) -> str:
     """
     lines = [
         "| opponent | mark | games | before: W / D / L % | after: W / D / L % "
-        "| invalid % after | loss change (z) |",
-        "|---|---|---|---|---|---|---|",
+        "| distinct games after | invalid % after | loss change (z) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     b, a = before["greedy"], after["greedy"]
     for row in [r for r in a if r in b]:
@@ -356,10 +359,11 @@ def gain_table(before: dict[str, Any], after: dict[str, Any]) -> str:
             cells = [" / ".join(f"{100 * r[o]['rate']:.1f}" for o in OUTCOMES) for r in (x, y)]
             change = y["loss"]["rate"] - x["loss"]["rate"]
             se = math.hypot(x["loss"]["stderr"], y["loss"]["stderr"])
-            z = f"{change / se:+.1f}" if se > 0 else ("0" if change == 0 else "inf")
+            z = f"{change / se:+.1f}" if se > 0 else ("0" if change == 0 else "-")
             lines.append(
                 f"| {row} | {mark} | {y['games']} | {cells[0]} | {cells[1]} "
-                f"| {100 * y['invalid_action']['rate']:.2f} | {100 * change:+.1f} ({z}) |"
+                f"| {y.get('distinct_games', '-')} | {100 * y['invalid_action']['rate']:.2f} "
+                f"| {100 * change:+.1f} ({z}) |"
             )
     return "\n".join(lines)
 

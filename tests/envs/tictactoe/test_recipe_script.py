@@ -106,3 +106,6 @@ def test_the_gain_table_gives_the_loss_change_in_combined_standard_errors():
     assert "0.0 / 80.0 / 20.0" in row and "0.0 / 90.0 / 10.0" in row
     assert row.endswith("| -10.0 (-6.3) |")  # 0.1 / hypot(0.01265, 0.00949)
     assert "fork" not in table  # a row only one side has is left out
+    flat = {"greedy": {"fork": {"O": _rates(0, 0, 1)}}}
+    (row,) = recipe.gain_table(flat, {"greedy": {"fork": {"O": _rates(0, 1, 0)}}}).splitlines()[2:]
+    assert row.endswith("| -100.0 (-) |")  # outcomes that never vary: no standard error
