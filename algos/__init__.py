@@ -6,13 +6,12 @@ transformers, peft, tyro):
 - :mod:`textgym.algos.sft`: supervised fine-tuning on chat records (``textgym sft``):
   ``SFTConfig`` and ``train``; :mod:`textgym.algos.sft_data` reads and checks the records and
   tokenizes a conversation with its loss mask.
-- :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``): ``train`` (the loop)
-  and ``make_learner``, and every public name of the three modules it is made of:
-  :mod:`textgym.algos.grpo_config` (``GRPOConfig`` and its table of checks),
-  :mod:`textgym.algos.grpo_update` (``Learner``, ``update``: one update on a batch of
-  trajectories, padded or packed micro-batches) and :mod:`textgym.algos.grpo_rollouts` (the
-  training env, the sampling and evaluation policies, a step's rollouts and their metrics,
-  ``evaluate``).
+- :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``), read top to bottom:
+  ``train`` (the loop), one step, ``update`` (advantages, loss, optimizer step on padded or
+  packed micro-batches) and ``make_learner``; :mod:`textgym.algos.grpo_config` holds
+  ``GRPOConfig`` and its table of checks, :mod:`textgym.algos.learner` the ``Learner`` state,
+  and :mod:`textgym.algos.grpo_rollouts` the training env, the sampling and evaluation
+  policies, a step's rollouts and their metrics, ``evaluate``.
 - :mod:`textgym.algos.losses`: the maths as pure torch functions: the k3 KL and the table of
   policy-loss variants (GRPO, DAPO, Dr. GRPO, GSPO, CISPO); :mod:`textgym.algos.advantages`
   group advantages and flat groups, :mod:`textgym.algos.token_log_probs` chunked log-probs of

@@ -24,7 +24,7 @@ import gymnasium as gym
 
 from textgym.algos.distributed import DistributedContext, all_gather_objects, all_reduce_sum
 from textgym.algos.grpo_config import GRPOConfig
-from textgym.algos.grpo_update import Learner, bf16_rollouts
+from textgym.algos.learner import Learner, bf16_rollouts
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
 from textgym.builder import EnvRecipe, env_factory
 from textgym.evaluation import GroupSeeds, summarize

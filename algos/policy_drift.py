@@ -47,7 +47,7 @@ def start_policy_drift(learner: Any, trajectories: list[Trajectory]) -> dict[str
     docstring).
 
     Args:
-        learner: The :class:`~textgym.algos.grpo_update.Learner`.
+        learner: The :class:`~textgym.algos.learner.Learner`.
         trajectories: The step's token-level episodes (this rank's share).
     """
     if not has_start_policy(learner):

@@ -84,7 +84,7 @@ class ServerRollouts:
         config: The :class:`~textgym.algos.grpo_config.GRPOConfig` (``llama_server``,
             ``server_model``, ``rollout_batch_size`` slots of ``server_context_tokens`` each,
             sampling settings, ``seed``).
-        learner: The :class:`~textgym.algos.grpo_update.Learner` whose adapter is pushed.
+        learner: The :class:`~textgym.algos.learner.Learner` whose adapter is pushed.
         stop: The env's stop strings.
         directory: Where the server's log, the base GGUF (if assembled) and the adapter files
             go (``<output_dir>/llama-server/rank<r>``).

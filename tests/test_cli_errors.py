@@ -449,9 +449,13 @@ def test_train_takes_list_valued_env_kwargs(capsys, tmp_path, monkeypatch):
     [
         ([], "expected a subcommand: list, eval, collect, play, sft, train, compare"),
         (["evaluate"], "unknown subcommand 'evaluate'"),
-        (["eval", TTT, "--episodes", "x"], "--episodes: expected {None}|INT, got 'x'"),
+        (["eval", TTT, "--episodes", "x"], "--episodes: expected INT, got 'x'"),
         (["eval"], "Missing from textgym eval: ENV_ID"),
         (["list", "extra"], "Unrecognized options: extra"),
+        (["eval", TTT, "--episode", "3"], "--episode 3 (perhaps you meant --episodes)"),
+        (["eval", TTT, "--policy", "nope"], "--policy: expected one of {minimax,random,"),
+        (["eval", TTT, "--progress", "maybe"], "--progress takes no value, got 'maybe'"),
+        (["eval", TTT, "--seed"], "--seed: expected a value"),
     ],
 )
 def test_the_grammar_itself_fails_in_one_line(argv, message, capsys):

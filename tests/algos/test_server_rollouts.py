@@ -22,7 +22,7 @@ import gymnasium as gym  # noqa: E402
 from peft import LoraConfig, get_peft_model  # noqa: E402
 
 import textgym  # noqa: E402, F401  (registers the envs)
-from textgym.algos import grpo, grpo_update  # noqa: E402
+from textgym.algos import grpo  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 from textgym.algos.server_rollouts import gguf_architecture, server_model_path  # noqa: E402
 from textgym.models import build_tiny_model, load_model  # noqa: E402
@@ -255,7 +255,7 @@ def test_grpo_trains_two_steps_with_rollouts_on_the_server(
 
     monkeypatch.setattr(LlamaServerPolicy, "generate", spy)
     seen = []
-    update = grpo_update.update
+    update = grpo.update
 
     def spy_update(learner, trajectories):
         seen.append(trajectories)

@@ -283,15 +283,20 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
     if replayed:
         description += "\n\nDefaults replayed from --config."
     view = _cli_view(config_class, description, replayed)
-    captured = io.StringIO()
+    # tyro's own error text is a box meant for a terminal; with its console output off it only
+    # exits, and the one line comes from reading argv against the grammar (_parse_error).
+    # Some of tyro's errors print their box whatever console_outputs says: stderr is held
+    # back and dropped on an error, and passed on (warnings) otherwise.
+    helping = any(arg in ("-h", "--help") for arg in argv)
+    held = io.StringIO()
     try:
-        with contextlib.redirect_stderr(captured):
-            parsed = tyro.cli(view, args=list(argv), prog=prog)
+        with contextlib.redirect_stderr(held):
+            parsed = tyro.cli(view, args=list(argv), prog=prog, console_outputs=helping)
     except SystemExit as exc:
         if exc.code not in (0, None):
-            raise UsageError(_tyro_error(captured.getvalue())) from None
+            raise UsageError(_parse_error(view, argv, prog)) from None
         raise
-    sys.stderr.write(captured.getvalue())  # warnings, if any
+    sys.stderr.write(held.getvalue())
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(view)}
     for name in [n for n in values if n.endswith("env_kwargs")]:
         values[name] = parse_env_kwargs(values[name], "--" + name.replace("_", "-"))
@@ -327,59 +332,148 @@ def _check_int_range(values: dict[str, Any]) -> None:
                 )
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+def _parse_error(view: type, argv: Sequence[str], prog: str) -> str:
+    """What is wrong with ``argv`` as the command line of ``view`` (a :func:`_cli_view`), in
+    one line: unknown options or extra arguments (with the nearest known options), a value
+    that does not read as its option's type, or a missing argument; else a pointer to
+    ``--help``.
 
-
-def _tyro_error(text: str) -> str:
-    """``tyro``'s error box as one line: the message, the items it lists and any suggestion.
-
-    ``tyro`` draws the box with Unicode lines when stdout is UTF-8 (``╭─ title``, ``│ ... │``)
-    and else as a title, a line of dashes and the contents indented by two spaces.
+    Example:
+        >>> @dataclasses.dataclass
+        ... class View:
+        ...     episodes: int = 1
+        ...     seed: int | None = None
+        >>> _parse_error(View, ["--episode", "3"], "textgym eval")
+        'Unrecognized options: --episode 3 (perhaps you meant --episodes)'
+        >>> _parse_error(View, ["--seed", "x"], "textgym eval")
+        "--seed: expected INT, got 'x'"
     """
-    lines = _ANSI.sub("", text).splitlines()
-    if any(line.lstrip().startswith("╭") for line in lines):
-        content = []
-        for raw in lines:
-            line = raw.strip()
-            if line.startswith("│"):
-                inner = line[1:-1] if line.endswith("│") else line[1:]
-                content.append(inner[1:] if inner.startswith(" ") else inner)
-    else:
-        rule = next(
-            (i for i, line in enumerate(lines) if line.strip() and set(line.strip()) == {"-"}),
-            None,
-        )
-        if rule is None:
-            return " ".join(text.split()) or "bad command line"
-        content = [line[2:] for line in lines[rule + 1 :]]
-    blocks: list[list[str]] = [[]]
-    for inner in content:
-        if inner.strip() and set(inner.strip()) <= {"─", "-"}:
-            blocks.append([])
-        else:
-            blocks[-1].append(inner.rstrip())
+    import difflib
 
-    def indent(line: str) -> int:
-        return len(line) - len(line.lstrip())
+    import tyro
 
-    def items(block: list[str]) -> list[str]:
-        return [ln.strip() for ln in block if ln.strip() and 4 <= indent(ln) < 8]
+    options, positionals, required = _grammar(view, tyro.conf.Positional)
+    hints = typing.get_type_hints(view)
+    many_positional = {n for n in positionals if typing.get_origin(hints[n]) is tuple}
+    unknown: list[str] = []
+    problems: list[str] = []
+    given: set[str] = set()
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("-") or _is_number(token):
+            after = argv[i - 2] if i >= 2 else ""
+            if not positionals and options.get(after) is bool:
+                problems.append(f"{after} takes no value, got {token!r}")
+            elif not positionals:
+                unknown.append(token)
+            elif positionals[0] not in many_positional:
+                positionals.pop(0)
+            else:  # a sequence takes the rest; it is given now
+                required.discard(positionals[0])
+            continue
+        flag, has_value, inline = token.partition("=")
+        if flag not in options:
+            unknown.append(token)
+            continue
+        given.add(flag)
+        kind = options[flag]
+        values = [inline] if has_value else []
+        if not has_value and kind is not bool:
+            many = typing.get_origin(_strip_none(kind)) is tuple
+            while i < len(argv) and (not argv[i].startswith("-") or _is_number(argv[i])):
+                values.append(argv[i])
+                i += 1
+                if not many:
+                    break
+        problem = _value_problem(kind, values)
+        if problem:
+            problems.append(f"{flag}: {problem}")
+    if unknown:
+        near = difflib.get_close_matches(unknown[0].partition("=")[0], list(options), n=1)
+        hint = f" (perhaps you meant {near[0]})" if near else ""
+        return "Unrecognized options: " + " ".join(unknown) + hint
+    if problems:
+        return problems[0]
+    missing = [name for name in required if name not in given and name.startswith("--")]
+    missing += [name.upper() for name in positionals if name in required]
+    if missing:
+        return f"Missing from {prog}: " + ", ".join(missing)
+    return f"could not read the command line; see {prog} --help"
 
-    top = [ln.strip() for ln in blocks[0] if ln.strip() and indent(ln) < 4]
-    message = " ".join(top + [", ".join(items(blocks[0]))] if items(blocks[0]) else top)
-    for block in blocks[1:]:
-        if block and block[0].strip().lower().startswith("perhaps you meant"):
-            message += f" (perhaps you meant {' or '.join(items(block[1:]))})"
-    union = _UNION_ERROR.match(message)
-    if union:  # tyro lists why each member of the union failed: the expected form is enough
-        message = f"{union['flag']}: expected {union['kinds']}, got {union['values']}"
-    return message or " ".join(text.split()) or "bad command line"
+
+def _grammar(view: type, positional: Any) -> tuple[dict[str, Any], list[str], set[str]]:
+    """``view``'s options (``{--flag: type}``, ``--no-flag`` for booleans), its positional
+    fields in order, and the names of the required ones (flags, or positional field names)."""
+    hints = typing.get_type_hints(view, include_extras=True)
+    options: dict[str, Any] = {}
+    positionals: list[str] = []
+    required: set[str] = set()
+    for f in dataclasses.fields(view):
+        hint = hints[f.name]
+        kind, marks = hint, ()
+        if typing.get_origin(hint) is Annotated:
+            kind, *marks = typing.get_args(hint)
+        flag = "--" + f.name.replace("_", "-")
+        name = f.name if positional in marks else flag
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            required.add(name)
+        if positional in marks:
+            positionals.append(f.name)
+            continue
+        options[flag] = kind
+        if kind is bool:
+            options["--no-" + flag[2:]] = bool
+    return options, positionals, required
 
 
-_UNION_ERROR = re.compile(
-    r"Error parsing (?P<flag>\S+): no type matching (?P<kinds>\S+) could be instantiated "
-    r"from \[(?P<values>.*?)\]"
-)
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def _strip_none(kind: Any) -> Any:
+    """``X`` of ``X | None``; any other type unchanged."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0] if len(rest) == 1 else kind
+    return kind
+
+
+def _value_problem(kind: Any, values: list[str]) -> str | None:
+    """Why ``values`` do not read as ``kind`` (``expected INT, got 'x'``), or ``None``."""
+    optional = _strip_none(kind) is not kind
+    kind = _strip_none(kind)
+    if kind is bool:
+        return f"takes no value, got {values[0]!r}" if values else None
+    members: tuple[Any, ...] = (kind,)
+    if typing.get_origin(kind) is tuple:
+        members = typing.get_args(kind)
+        if len(members) == 2 and members[1] is Ellipsis:
+            members = members[:1]
+        elif values and len(values) != len(members):
+            return f"expected {len(members)} values, got {len(values)}"
+    if not values:
+        return "expected a value"
+    for index, value in enumerate(values):
+        if optional and value == "None":
+            continue
+        member = members[index % len(members)]
+        if typing.get_origin(member) is typing.Literal:
+            choices = [str(c) for c in typing.get_args(member)]
+            if value not in choices:
+                return f"expected one of {{{','.join(choices)}}}, got {value!r}"
+        elif member in (int, float):
+            try:
+                member(value)
+            except ValueError:
+                return f"expected {_METAVARS[member]}, got {value!r}"
+    return None
 
 
 # ----------------------------------------------------------------------------- --env-kwargs

@@ -1,0 +1,75 @@
+"""The learner state of a GRPO run (:class:`Learner`): what one update reads and changes.
+
+The update itself is :func:`textgym.algos.grpo.update`; this module is below it so that the
+rollout side (:mod:`textgym.algos.grpo_rollouts`) can ask how the learner samples without
+importing the loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from textgym.algos.common import NonFiniteGuard
+from textgym.algos.distributed import SINGLE_PROCESS, DistributedContext
+from textgym.algos.grpo_config import GRPOConfig
+
+__all__ = ["Learner", "bf16_rollouts", "sampled_elsewhere"]
+
+
+@dataclass(kw_only=True)
+class Learner:
+    """The learner state of a GRPO run: everything :func:`textgym.algos.grpo.update` reads or changes.
+
+    Build one with :func:`textgym.algos.grpo.make_learner`, or directly (tests pass their own optimizer).
+
+    Attributes:
+        config: The run's arguments (never changed).
+        model: The policy being trained, a ``transformers`` causal LM (a ``peft`` model with
+            LoRA), in train mode.
+        optimizer: Over the model's trainable parameters (AdamW in :func:`make_learner`).
+        scheduler: Learning-rate schedule, stepped once per optimizer step.
+        max_loss_tokens: Most policy tokens per episode (``max_new_tokens`` x the env's most
+            agent turns); ``dr_grpo``'s constant normaliser is the batch size times this.
+        device: Where the model runs.
+        reference: Frozen reference policy of the KL penalty; ``None`` when ``beta == 0``, and
+            with LoRA (the base model with its adapter disabled is the reference then).
+        tokenizer: The model's tokenizer (``None`` when only :func:`textgym.algos.grpo.update` is needed).
+        pad_token_id: Token id written in padding (never attended to, never scored).
+        guard: Skips optimizer steps whose loss or gradient norm is not finite, and stops the
+            run after a few in a row.
+        dist: This process's rank in a data-parallel run (:mod:`textgym.algos.distributed`);
+            one process by default.
+    """
+
+    config: GRPOConfig
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    max_loss_tokens: int
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    reference: Any = None
+    tokenizer: Any = None
+    pad_token_id: int = 0
+    guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
+    dist: DistributedContext = SINGLE_PROCESS
+
+
+def sampled_elsewhere(learner: Learner) -> bool:
+    """Whether rollouts come from weights other than the learner's own: llama-server, or the
+    bfloat16 rollout copy (:func:`bf16_rollouts`)."""
+    return learner.config.rollout_engine != "hf" or bf16_rollouts(learner)
+
+
+def bf16_rollouts(learner: Learner) -> bool:
+    """Whether in-process rollouts sample a bfloat16 copy (``rollout_dtype``; ``auto``: on CUDA
+    with ``bf16``, when the learner's weights are not bfloat16 already)."""
+    config = learner.config
+    if config.rollout_engine != "hf" or config.rollout_dtype == "float32":
+        return False
+    learner_dtype = next(learner.model.parameters()).dtype
+    if config.rollout_dtype == "bfloat16":
+        return learner_dtype != torch.bfloat16
+    return learner.device.type == "cuda" and config.bf16 and learner_dtype != torch.bfloat16
