@@ -182,15 +182,56 @@ ARMS: dict[str, Arm] = {
 }
 
 
+#: Evaluation rows of ``tictactoe_eval.py`` that are an opponent style of the env under another
+#: name (the two ends of the minimax's strength).
+ROW_STYLES = {"optimal": "minimax", "random": "random"}
+
+
+def prioritised_league(
+    results: dict[str, Any], styles: tuple[str, ...] = LEAGUE_STYLES, *, slots: int = 40
+) -> list[str]:
+    """A league weighted by the policy's measured loss rate against each style: the env's
+    ``opponent`` list (drawn uniformly per episode), each style repeated ``1 + round(slots x
+    loss rate)`` times, so a style the policy never loses to keeps one slot and one it always
+    loses to gets ``slots + 1``. The weights are measured once, from an evaluation before the
+    run (prioritised fictitious self-play re-measures them as training goes; not built).
+
+    Args:
+        results: ``results`` of a ``tictactoe_eval.py`` JSON; the greedy rows are read, the
+            loss rate of a style averaged over the marks played. A style without a row keeps
+            one slot.
+        styles: The league's styles, in order.
+        slots: The extra slots of a style lost to every game (>= 0).
+
+    Raises:
+        ValueError: ``slots`` < 0, or no greedy results.
+    """
+    if slots < 0 or "greedy" not in results:
+        raise ValueError(f"Expected slots >= 0 and greedy results, got {slots}, {list(results)}")
+    losses: dict[str, list[float]] = {}
+    for row, marks in results["greedy"].items():
+        style = ROW_STYLES.get(row, row)
+        losses.setdefault(style, []).extend(m["loss"]["rate"] for m in marks.values())
+    league = []
+    for style in styles:
+        rates = losses.get(style, [0.0])
+        league += [style] * (1 + round(slots * sum(rates) / len(rates)))
+    return league
+
+
 def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     """The ``GRPOConfig`` of arm ``name``: :data:`BASE`, the arm's changes, then the command's
-    model, steps, seed and output folder.
+    model, steps, seed and output folder. With ``--league-from EVAL.json`` the env's opponent
+    list is :func:`prioritised_league` of that evaluation.
 
     Raises:
         KeyError: an unknown arm.
     """
     settings = {**BASE, **ARMS[name].changes}
     settings["env_kwargs"] = {**BASE["env_kwargs"], **ARMS[name].changes.get("env_kwargs", {})}
+    if getattr(args, "league_from", None):
+        evaluation = json.loads(Path(args.league_from).read_text())["results"]
+        settings["env_kwargs"]["opponent"] = prioritised_league(evaluation)
     out = Path(args.work_dir) / name
     if args.smoke:  # the tiny model: small batches, no bf16; LoRA only where the arm has it
         settings.update(cpu_bf16=False, eval_every=0, eval_episodes=4, rollout_batch_size=16)
@@ -460,6 +501,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--after", nargs="+", default=[], help="with gain: tictactoe_eval.py JSONs after RL"
     )
     parser.add_argument("--init", default=MASTER, help="model every arm starts from")
+    parser.add_argument(
+        "--league-from",
+        default=None,
+        help="a tictactoe_eval.py JSON of the start: opponents weighted by its loss rates",
+    )
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
     parser.add_argument(

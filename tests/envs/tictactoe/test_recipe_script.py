@@ -109,3 +109,17 @@ def test_the_gain_table_gives_the_loss_change_in_combined_standard_errors():
     flat = {"greedy": {"fork": {"O": _rates(0, 0, 1)}}}
     (row,) = recipe.gain_table(flat, {"greedy": {"fork": {"O": _rates(0, 1, 0)}}}).splitlines()[2:]
     assert row.endswith("| -100.0 (-) |")  # outcomes that never vary: no standard error
+
+
+def test_the_prioritised_league_weights_each_style_by_its_loss_rate():
+    results = {
+        "greedy": {
+            "optimal": {"X": _rates(0, 1, 0), "O": _rates(0, 0.6, 0.4)},  # the minimax
+            "fork": {"O": _rates(0, 0, 1)},
+        }
+    }
+    league = recipe.prioritised_league(results, ("minimax", "fork", "random"), slots=10)
+    assert league.count("minimax") == 3  # 1 + 10 x the marks' mean loss rate, 0.2
+    assert league.count("fork") == 11 and league.count("random") == 1  # no row: one slot
+    with pytest.raises(ValueError, match="slots >= 0"):
+        recipe.prioritised_league(results, slots=-1)
