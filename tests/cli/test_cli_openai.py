@@ -19,7 +19,7 @@ import textgym.cli.building
 from textgym.cli import main
 from textgym.envs.gsm8k.env import GSM8KEnv
 
-from ._chat_server import chat_completion, serving
+from .._chat_server import chat_completion, serving
 
 GOOD = 3  # requests answered before the failure
 

@@ -17,7 +17,7 @@ from textgym.cli import main
 from textgym.policies import GoldPolicy
 from textgym.types import Completion
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "data"
 GSM8K_TEST = SHARED / "gsm8k" / "test.jsonl"
 WORKPLACE = SHARED / "workplace"
