@@ -9,7 +9,7 @@ import pytest
 from textgym.cli import main
 from textgym.cli.compare import eval_rows
 
-from ._runs import table
+from .._runs import table
 
 
 def eval_run(path, policy, episodes=8):

@@ -13,7 +13,7 @@ from textgym.report import load_run
 from textgym.report.alignment import eval_setting, shared_eval
 from textgym.report.page import summary_rows
 
-from ._runs import table
+from .._runs import table
 
 TTT = "textgym/TicTacToe-v0"
 RANDOM = '{"opponent": "random", "random_move_prob": 1.0}'
