@@ -34,7 +34,7 @@ from textgym.cli import main  # noqa: E402
 from textgym.cli.outputs import DIR_LOCK  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 
-from ..test_cli_reliability import _rewarding  # noqa: E402
+from ..cli.test_cli_reliability import _rewarding  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
