@@ -229,7 +229,7 @@ def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     """
     settings = {**BASE, **ARMS[name].changes}
     settings["env_kwargs"] = {**BASE["env_kwargs"], **ARMS[name].changes.get("env_kwargs", {})}
-    if getattr(args, "league_from", None):
+    if args.league_from:
         evaluation = json.loads(Path(args.league_from).read_text())["results"]
         settings["env_kwargs"]["opponent"] = prioritised_league(evaluation)
     out = Path(args.work_dir) / name

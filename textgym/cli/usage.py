@@ -243,11 +243,8 @@ def _optional_metavar(name: str, kind: Any) -> str | None:
         >>> _optional_metavar("seed", int) is None
         True
     """
-    args = typing.get_args(kind)
-    if typing.get_origin(kind) not in (typing.Union, types.UnionType) or type(None) not in args:
-        return None
-    (inner, *more) = [a for a in args if a is not type(None)]
-    if more:
+    inner = _strip_none(kind)
+    if inner is kind:
         return None
     if inner is str and (name.endswith("_dir") or name == "plots"):
         return "DIR"
@@ -352,9 +349,8 @@ def _parse_error(view: type, argv: Sequence[str], prog: str) -> str:
 
     import tyro
 
-    options, positionals, required = _grammar(view, tyro.conf.Positional)
-    hints = typing.get_type_hints(view)
-    many_positional = {n for n in positionals if typing.get_origin(hints[n]) is tuple}
+    options, positional_kinds, required = _grammar(view, tyro.conf.Positional)
+    positionals = list(positional_kinds)  # those not given yet, in order
     unknown: list[str] = []
     problems: list[str] = []
     given: set[str] = set()
@@ -368,7 +364,7 @@ def _parse_error(view: type, argv: Sequence[str], prog: str) -> str:
                 problems.append(f"{after} takes no value, got {token!r}")
             elif not positionals:
                 unknown.append(token)
-            elif positionals[0] not in many_positional:
+            elif typing.get_origin(positional_kinds[positionals[0]]) is not tuple:
                 positionals.pop(0)
             else:  # a sequence takes the rest; it is given now
                 required.discard(positionals[0])
@@ -403,12 +399,13 @@ def _parse_error(view: type, argv: Sequence[str], prog: str) -> str:
     return f"could not read the command line; see {prog} --help"
 
 
-def _grammar(view: type, positional: Any) -> tuple[dict[str, Any], list[str], set[str]]:
+def _grammar(view: type, positional: Any) -> tuple[dict[str, Any], dict[str, Any], set[str]]:
     """``view``'s options (``{--flag: type}``, ``--no-flag`` for booleans), its positional
-    fields in order, and the names of the required ones (flags, or positional field names)."""
+    fields in order (``{name: type}``), and the names of the required ones (flags, or
+    positional field names)."""
     hints = typing.get_type_hints(view, include_extras=True)
     options: dict[str, Any] = {}
-    positionals: list[str] = []
+    positionals: dict[str, Any] = {}
     required: set[str] = set()
     for f in dataclasses.fields(view):
         hint = hints[f.name]
@@ -420,7 +417,7 @@ def _grammar(view: type, positional: Any) -> tuple[dict[str, Any], list[str], se
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             required.add(name)
         if positional in marks:
-            positionals.append(f.name)
+            positionals[f.name] = kind
             continue
         options[flag] = kind
         if kind is bool:
