@@ -36,16 +36,17 @@ class GRPOConfig(OptimizationConfig):
     (e.g. the output of textgym sft) or a Hugging Face model id."""
     output_dir: str = "runs/grpo"
     """Directory for checkpoints, metrics.jsonl, TensorBoard logs and plots."""
-    env_id: str = "textgym/TicTacToe-v0"
+    env_id: str
     """Registered env to train on (textgym list shows them)."""
     env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make for the env (none by default)."""
     wrappers: tuple[str, ...] = ("invalid_action_penalty",)
     """Reward wrappers applied in order, by name (textgym.wrappers.REWARD_WRAPPERS)."""
-    opponent_random_move_prob: tuple[float, float] | None = (0.5, 1.0)
+    opponent_random_move_prob: tuple[float, float] | None = None
     """Envs with an opponent (tic-tac-toe): the range (low, high) from which each task's
     opponent random-move probability is drawn, stratified over the tasks of a step; 1 is a
-    uniformly random opponent, 0 the optimal one. None keeps the env's own setting."""
+    uniformly random opponent, 0 the optimal one (the tic-tac-toe recipe trains on 0.5 1.0).
+    None keeps the env's own setting."""
     seed: int = 0
     """Seed of tasks, sampling and initialisation."""
     steps: int = 100

@@ -59,26 +59,27 @@ class TrainingEnv:
 def training_env(config: GRPOConfig) -> TrainingEnv:
     """The training env through the one builder (:mod:`textgym.builder`).
 
-    The opponent range stratifies only an env with a seeded opponent (``has_opponent``); for
-    any other env it is ignored, so the default config trains GSM8K as it trains tic-tac-toe.
+    With ``opponent_random_move_prob`` set, each task's opponent is drawn from that range,
+    stratified over the step's groups.
 
     Raises:
-        ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects).
+        ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects,
+            an opponent range for an env without a seeded opponent).
     """
-    recipe = EnvRecipe(config.env_id, dict(config.env_kwargs), tuple(config.wrappers))
+    opponents = config.opponent_random_move_prob
+    recipe = EnvRecipe(
+        config.env_id,
+        dict(config.env_kwargs),
+        tuple(config.wrappers),
+        opponent_random_move_prob=None if opponents is None else tuple(opponents),
+        groups=config.groups_per_step,
+    )
     _, probe = env_factory(recipe)  # the one probe: its checks, stop strings and step limit
-    stratified = config.opponent_random_move_prob is not None and probe.unwrapped.has_opponent
     steps = probe.spec.max_episode_steps if probe.spec is not None else None
     stop = probe.unwrapped.stop_strings
     settings = dict(probe.unwrapped.evaluation_settings)
     probe.close()
-    if stratified:  # the range was checked by GRPOConfig; has_opponent, just above
-        recipe = dataclasses.replace(
-            recipe,
-            opponent_random_move_prob=tuple(config.opponent_random_move_prob),
-            groups=config.groups_per_step,
-        )
-    return TrainingEnv(recipe.make, stop, int(steps or 1), stratified, settings)
+    return TrainingEnv(recipe.make, stop, int(steps or 1), opponents is not None, settings)
 
 
 def rollout_step(

@@ -190,7 +190,6 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
         env_id=_env_id(args),
         env_kwargs={"max_chars": args.max_chars},
         wrappers=(),
-        opponent_random_move_prob=None,
         seed=args.seed,
         steps=args.warmup + args.steps,
         groups_per_step=args.groups_per_step,

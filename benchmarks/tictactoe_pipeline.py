@@ -237,6 +237,7 @@ def _grpo_phase(
     config = GRPOConfig(
         model=str(model),
         output_dir=str(out),
+        env_id="textgym/TicTacToe-v0",
         env_kwargs={"prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
         opponent_random_move_prob=random_move_prob,
         steps=steps,

@@ -77,6 +77,7 @@ LEAGUE_STYLES = (
 
 #: The base recipe: the CPU LoRA pipeline's GRPO phase (tictactoe_pipeline.py's README command).
 BASE: dict[str, Any] = {
+    "env_id": "textgym/TicTacToe-v0",
     "env_kwargs": {"prompt_style": "compact", "agent_mark": "random"},
     "opponent_random_move_prob": (0.0, 1.0),
     "learning_rate": 3e-5,

@@ -124,6 +124,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     base = GRPOConfig(
         model=args.model,
         output_dir="/tmp/update_packing_unused",
+        env_id="textgym/TicTacToe-v0",
         groups_per_step=args.groups,
         group_size=args.group_size,
         micro_batch_size=args.micro_batch_size,

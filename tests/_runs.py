@@ -29,11 +29,12 @@ __all__ = [
 ]
 
 #: A ``textgym train`` run of a few seconds a step, as options: the tiny model on compact
-#: tic-tac-toe, 2 groups of 4 trajectories per step, 8 new tokens, no evaluation during training
+#: tic-tac-toe against opponents of stratified skill, 2 groups of 4 trajectories per step, 8 new tokens, no evaluation during training
 #: (2 episodes per setting after it), on the CPU, without TensorBoard.
 TINY_TRAIN: dict[str, Any] = {
     "model": "tiny",
     "env_kwargs": '{"prompt_style": "compact"}',
+    "opponent_random_move_prob": (0.5, 1.0),
     "groups_per_step": 2,
     "group_size": 4,
     "rollout_batch_size": 8,
@@ -58,6 +59,8 @@ def cli_options(**options: Any) -> list[str]:
         flag = name.replace("_", "-")
         if isinstance(value, bool):
             argv.append(f"--{flag}" if value else f"--no-{flag}")
+        elif isinstance(value, tuple):
+            argv += [f"--{flag}", *map(str, value)]
         else:
             argv += [f"--{flag}", str(value)]
     return argv
@@ -66,7 +69,7 @@ def cli_options(**options: Any) -> list[str]:
 def train_argv(**options: Any) -> list[str]:
     """The arguments of a tiny ``textgym train`` run: :data:`TINY_TRAIN` with ``options`` over
     it (``steps=1``, ``output_dir=path``, ``progress=False``)."""
-    return ["train", *cli_options(**(TINY_TRAIN | options))]
+    return ["train", "textgym/TicTacToe-v0", *cli_options(**(TINY_TRAIN | options))]
 
 
 def table(text: str) -> dict[str, list[str]]:

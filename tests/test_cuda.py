@@ -57,6 +57,8 @@ def test_grpo_step_on_cuda_reports_memory(tmp_path):
     config = GRPOConfig(
         model="tiny",
         output_dir=str(tmp_path),
+        env_id="textgym/TicTacToe-v0",
+        opponent_random_move_prob=(0.5, 1.0),
         steps=1,
         groups_per_step=2,
         group_size=2,

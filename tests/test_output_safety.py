@@ -146,7 +146,7 @@ def test_train_overwrite_refuses_a_foreign_file(tmp_path, capsys):
     fake_run(proj)
     (proj / "train.py").write_text("print()\n")
     before = tree(proj)
-    argv = ["train", "--device", "cpu", "--output-dir", str(proj), "--overwrite"]
+    argv = ["train", TTT, "--device", "cpu", "--output-dir", str(proj), "--overwrite"]
     line = one_error(capsys, argv)
     assert "train.py" in line, line
     assert tree(proj) == before

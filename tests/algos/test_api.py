@@ -57,7 +57,7 @@ def _field_docs(config: type) -> dict[str, str]:
 @pytest.mark.parametrize("config", [GRPOConfig, SFTConfig])
 def test_every_option_has_plain_help_and_a_default(config):
     """tyro turns field docstrings into --help text: no reST markup, and a default for every
-    option but SFT's data file."""
+    option but what names the task (SFT's data file, GRPO's env)."""
     docs = _field_docs(config)
     for field in dataclasses.fields(config):
         if not field.init:
@@ -68,13 +68,13 @@ def test_every_option_has_plain_help_and_a_default(config):
         has_default = field.default is not dataclasses.MISSING or (
             field.default_factory is not dataclasses.MISSING
         )
-        assert has_default or field.name == "data", field.name
+        assert has_default or field.name in ("data", "env_id"), field.name
 
 
 def test_loss_names_come_from_the_table():
     assert typing.get_args(losses.LossType) == losses.LOSS_TYPES == tuple(losses.LOSS_VARIANTS)
     for name, variant in losses.LOSS_VARIANTS.items():
-        config = GRPOConfig(model="tiny", loss_type=name)
+        config = GRPOConfig(model="tiny", env_id="textgym/TicTacToe-v0", loss_type=name)
         assert (config.epsilon_low, config.epsilon_high) == variant.epsilons
         assert config.scale_rewards == variant.scale_rewards[0]
 

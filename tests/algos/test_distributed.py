@@ -92,6 +92,8 @@ def update_config(directory: Path, **overrides) -> GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(directory / "unused"),
+        env_id="textgym/TicTacToe-v0",
+        opponent_random_move_prob=(0.5, 1.0),
         groups_per_step=4,
         group_size=GROUP,
         micro_batch_size=3,

@@ -33,7 +33,9 @@ def small(tmp_path, **overrides) -> GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(tmp_path / "run"),
+        env_id="textgym/TicTacToe-v0",
         env_kwargs=COMPACT,
+        opponent_random_move_prob=(0.5, 1.0),
         steps=2,
         groups_per_step=2,
         group_size=4,
@@ -88,7 +90,7 @@ def test_config_derives_defaults_per_loss_type(tmp_path):
 
 
 def test_model_defaults_to_gemma_as_in_every_command():
-    assert GRPOConfig().model == "gemma-3-270m"
+    assert GRPOConfig(env_id="textgym/TicTacToe-v0").model == "gemma-3-270m"
 
 
 def learner_for(model, config) -> Learner:

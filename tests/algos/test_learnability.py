@@ -133,6 +133,7 @@ def _small(tmp_path, **overrides):
     settings = dict(
         model="tiny",
         output_dir=str(tmp_path / "run"),
+        env_id="textgym/TicTacToe-v0",
         env_kwargs={"prompt_style": "compact"},
         steps=2,
         groups_per_step=1,
@@ -144,7 +145,6 @@ def _small(tmp_path, **overrides):
         eval_episodes=1,
         device="cpu",
         tensorboard=False,
-        opponent_random_move_prob=None,
     )
     return GRPOConfig(**(settings | overrides))
 

@@ -79,6 +79,7 @@ def test_sft_then_grpo_teaches_the_tiny_model_to_play(tmp_path):
         GRPOConfig(
             model=str(tmp_path / "sft"),
             output_dir=str(tmp_path / "grpo"),
+            env_id="textgym/TicTacToe-v0",
             env_kwargs=ENV_KWARGS,
             opponent_random_move_prob=(0.5, 1.0),
             steps=8,

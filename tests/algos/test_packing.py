@@ -339,5 +339,5 @@ def test_the_update_shares_the_prompt_on_the_cpu_only(share_prefix, device, expe
     from textgym.algos.grpo import update_shares_prefix
     from textgym.algos.grpo_config import GRPOConfig
 
-    config = GRPOConfig(share_prefix=share_prefix)
+    config = GRPOConfig(env_id="textgym/TicTacToe-v0", share_prefix=share_prefix)
     assert update_shares_prefix(config, torch.device(device)) is expected

@@ -109,6 +109,8 @@ def grpo_config(tmp_path, **overrides) -> GRPOConfig:
     settings = dict(
         model="tiny",
         output_dir=str(tmp_path / "run"),
+        env_id="textgym/TicTacToe-v0",
+        opponent_random_move_prob=(0.5, 1.0),
         steps=2,
         groups_per_step=2,
         group_size=4,
@@ -276,6 +278,7 @@ def test_grpo_with_kl_and_batch_reuse_is_unchanged(tmp_path, distinct_characters
     config = grpo_config(
         tmp_path,
         env_id=distinct_characters_env,
+        opponent_random_move_prob=None,
         wrappers=(),
         beta=0.04,
         num_iterations=2,
@@ -287,7 +290,12 @@ def test_grpo_with_kl_and_batch_reuse_is_unchanged(tmp_path, distinct_characters
 def test_grpo_lora_with_kl_is_unchanged(tmp_path, distinct_characters_env):
     """LoRA: the reference policy is the base model with the adapter disabled."""
     config = grpo_config(
-        tmp_path, env_id=distinct_characters_env, wrappers=(), beta=0.04, lora_rank=4
+        tmp_path,
+        env_id=distinct_characters_env,
+        opponent_random_move_prob=None,
+        wrappers=(),
+        beta=0.04,
+        lora_rank=4,
     )
     check("PINNED_GRPO_LORA", run_grpo(config), PINNED_GRPO_LORA)
 

@@ -172,7 +172,7 @@ def test_the_trainers_take_report_to(capsys, tmp_path, monkeypatch):
     assert made["report_to"] == ("wandb", "trackio") and made["config"] is config
     assert {f.name: f.default for f in dataclasses.fields(SFTConfig)}["report_to"] == ()
     with pytest.raises(SystemExit) as exc:
-        main(["train", "--report-to", "mlflow"])
+        main(["train", "textgym/TicTacToe-v0", "--report-to", "mlflow"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("textgym: error:") and "'mlflow'" in err and "wandb" in err

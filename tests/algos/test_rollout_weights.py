@@ -89,7 +89,12 @@ def test_an_update_on_bf16_rollouts_takes_the_ratio_against_the_sampler(tmp_path
     trajectories = rollout(make, policy, [0] * 4 + [1] * 4, batch_size=8, token_level=True)
     for i, trajectory in enumerate(trajectories):
         trajectory.rewards[-1] = float(i % 4)  # every group carries signal
-    settings = {"model": "tiny", "output_dir": str(tmp_path), "group_size": 4}
+    settings = {
+        "model": "tiny",
+        "output_dir": str(tmp_path),
+        "env_id": "textgym/TicTacToe-v0",
+        "group_size": 4,
+    }
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0)
     learner = Learner(
@@ -115,7 +120,9 @@ def test_grpo_trains_on_bf16_rollouts(tmp_path):
     config = GRPOConfig(
         model="tiny",
         output_dir=str(tmp_path / "run"),
+        env_id="textgym/TicTacToe-v0",
         env_kwargs={"prompt_style": "compact"},
+        opponent_random_move_prob=(0.5, 1.0),
         steps=1,
         groups_per_step=2,
         group_size=2,

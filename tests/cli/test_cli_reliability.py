@@ -63,7 +63,7 @@ def one_error(capsys, argv, code=2):
             "--output-dir",
             True,
         ),
-        (["train", "--device", "cpu", "--output-dir", "{out}"], "--output-dir", True),
+        (["train", TTT, "--device", "cpu", "--output-dir", "{out}"], "--output-dir", True),
     ],
     ids=["eval", "collect", "sft", "train"],
 )
@@ -189,7 +189,7 @@ def test_trainers_refuse_a_non_empty_output_dir(name, tmp_path, capsys, monkeypa
     data = tmp_path / "chat.jsonl"
     data.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}]}) + "\n")
     argv = [name, "--device", "cpu", "--output-dir", str(out)]
-    argv += ["--data", str(data)] if name == "sft" else []
+    argv += ["--data", str(data)] if name == "sft" else [TTT]
     line = one_error(capsys, argv)
     config = importlib.import_module(f"textgym.cli.{name}").Config
     resumable = "resume" in {f.name for f in dataclasses.fields(config)}
@@ -229,7 +229,7 @@ def test_a_device_this_machine_lacks_is_one_line(name, device, said, tmp_path, c
     argv = [name, "--device", device, "--output-dir", str(tmp_path / "run")]
     data = tmp_path / "chat.jsonl"
     data.write_text(json.dumps({"messages": [{"role": "user", "content": "a"}]}) + "\n")
-    argv += ["--data", str(data)] if name == "sft" else []
+    argv += ["--data", str(data)] if name == "sft" else [TTT]
     assert said in one_error(capsys, argv)
     assert not (tmp_path / "run").exists()  # refused before anything was made
 

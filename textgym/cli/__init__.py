@@ -8,7 +8,7 @@
   ``collect`` play the env's expert (``minimax``, ``gold``), else ``random``.
 - ``textgym play ENV_ID``: play an env yourself in the terminal (``--against`` a policy).
 - ``textgym sft --data FILE``: supervised fine-tuning on collected chat JSONL.
-- ``textgym train [ENV_ID]``: GRPO training of an LLM policy on an env.
+- ``textgym train ENV_ID``: GRPO training of an LLM policy on an env.
 - ``textgym compare RUN RUN ...``: compare eval, train and sft runs side by side.
 - ``textgym report RUN [RUN ...]``: one self-contained HTML page of eval, collect and train runs.
 

@@ -216,7 +216,8 @@ def _claim_and_train(
     config = _plain(config)
     env_id = getattr(config, "env_id", None)  # train has an env; sft has none
     if env_id is not None:  # build the env once, as train will
-        _, probe = build_env(env_id, dict(config.env_kwargs), list(config.wrappers))
+        wrappers, opponents = list(config.wrappers), config.opponent_random_move_prob
+        _, probe = build_env(env_id, dict(config.env_kwargs), wrappers, opponents)
         probe.close()
     if int(os.environ.get("RANK", "0")) != 0:  # under torchrun, rank 0 claims the directory
         return _train(config, train, report)

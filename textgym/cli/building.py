@@ -21,19 +21,24 @@ __all__ = ["build_env", "build_policy", "episode_policy", "policy_kwargs"]
 
 
 def build_env(
-    env_id: str, env_kwargs: dict[str, Any], wrappers: Sequence[str]
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    wrappers: Sequence[str],
+    opponent_random_move_prob: tuple[float, float] | None = None,
 ) -> tuple[Callable[[], gym.Env], gym.Env]:
     """Return a factory for the env and one env it built (to read the env contract from, then
     close): :func:`textgym.builder.env_factory`, with its errors as usage errors.
 
     Raises:
-        UsageError: for an unknown id or wrapper, an env that is not a ``textgym.TextEnv``, or
-            kwargs the env rejects.
+        UsageError: for an unknown id or wrapper, an env that is not a ``textgym.TextEnv``,
+            kwargs the env rejects, or an opponent range for an env without an opponent.
     """
     from textgym.builder import EnvRecipe, env_factory
 
     try:
-        return env_factory(EnvRecipe(env_id, env_kwargs, tuple(wrappers)))
+        return env_factory(
+            EnvRecipe(env_id, env_kwargs, tuple(wrappers), opponent_random_move_prob)
+        )
     except ValueError as exc:
         hint = "; separate wrappers with spaces" if any("," in w for w in wrappers) else ""
         raise UsageError(one_line(exc) + hint) from None

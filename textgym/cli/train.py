@@ -1,5 +1,5 @@
-"""``textgym train``: GRPO training of an LLM policy on an env (default
-textgym/TicTacToe-v0); every option is a field of ``textgym.algos.grpo_config.GRPOConfig``."""
+"""``textgym train``: GRPO training of an LLM policy on an env (ENV_ID); every option is a field
+of ``textgym.algos.grpo_config.GRPOConfig``."""
 
 from __future__ import annotations
 
