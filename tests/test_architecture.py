@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 
 
+@pytest.mark.subprocess
 def test_import_layers_hold():
     if importlib.util.find_spec("importlinter") is None:
         pytest.skip('import-linter is not installed (pip install -e ".[dev]")')
@@ -302,6 +303,7 @@ def test_allowed_reexports_still_reexport():
     )
 
 
+@pytest.mark.subprocess
 def test_the_tracked_tree_stays_under_15_mb():
     """Every copy of the checkout (a GPU machine's included) carries it: one adapter, no more."""
     try:
@@ -315,6 +317,7 @@ def test_the_tracked_tree_stays_under_15_mb():
     assert total < 15_000_000, f"tracked files hold {total / 1e6:.1f} MB"
 
 
+@pytest.mark.subprocess
 def test_the_trainers_load_no_env_they_do_not_use():
     """An env is imported when a run builds it (through its registered entry point), not when
     ``textgym.algos`` is imported: a GSM8K run loads no tic-tac-toe code."""

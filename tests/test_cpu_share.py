@@ -59,6 +59,7 @@ def test_nothing_changes_once_torch_is_imported(monkeypatch):
     assert cpu_share.share_the_cpu() == {}
 
 
+@pytest.mark.subprocess
 def test_busy_cores_sees_a_spinning_neighbour():
     """A real measurement: one process spinning keeps at least half a core busy."""
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])

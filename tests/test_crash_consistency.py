@@ -47,6 +47,7 @@ def _valid_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in lines]  # raises on a torn line
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_eval_killed_at_random_leaves_valid_files_and_no_stale_lock(tmp_path, seed):
     out = tmp_path / "run"
@@ -81,6 +82,7 @@ def test_eval_killed_at_random_leaves_valid_files_and_no_stale_lock(tmp_path, se
     assert len(_valid_jsonl(out / "trajectories.jsonl")) == 4
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("seed", [0, 1])
 def test_collect_killed_at_random_leaves_whole_lines(tmp_path, seed):
     output = tmp_path / "games.jsonl"
@@ -91,6 +93,7 @@ def test_collect_killed_at_random_leaves_whole_lines(tmp_path, seed):
     assert all("messages" in r for r in records)
 
 
+@pytest.mark.subprocess
 def test_train_killed_during_its_saves_resumes_to_the_end(tmp_path):
     """SIGKILL while ``train`` writes checkpoints (every step, at a random moment after the
     first one appeared): ``--resume`` starts from the last complete checkpoint (a half-written

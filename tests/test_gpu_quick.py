@@ -102,6 +102,7 @@ def test_random_weights_refuse_custom_code_and_adapters(config_only_folder, tmp_
 # --- the quick suite ------------------------------------------------------------------------
 
 
+@pytest.mark.subprocess
 def test_quick_suite_a_failing_or_timed_out_part_loses_only_itself(tmp_path):
     suite = _benchmark("gpu_suite")
     py = sys.executable
@@ -174,6 +175,7 @@ def test_quick_parts_mirror_the_gpu_check_and_pass_random_weights(tmp_path):
     assert "--engines now --batches 1 8 32 256 --turns 4 --new-tokens 64" in decode
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_quick_smoke_runs_every_part_on_the_cpu(tmp_path):
     command = [
@@ -202,6 +204,7 @@ def test_quick_smoke_runs_every_part_on_the_cpu(tmp_path):
 # --- benchmark JSON with a failing child ----------------------------------------------------
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_llm_decode_writes_what_succeeded_when_a_child_fails(tmp_path):
     output = tmp_path / "decode.json"
@@ -219,6 +222,7 @@ def test_llm_decode_writes_what_succeeded_when_a_child_fails(tmp_path):
     assert "batch_size" in failure["stderr_tail"]
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_grpo_vs_trl_writes_what_succeeded_when_a_child_fails(tmp_path, monkeypatch):
     bench = _benchmark("grpo_vs_trl")

@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.llm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.subprocess
 def test_gpu_suite_smoke_runs_every_part_and_resumes(tmp_path):
     command = [
         sys.executable,

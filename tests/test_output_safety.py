@@ -193,6 +193,7 @@ def immutable(path: Path):
         subprocess.run(["chattr", "-i", str(path)], check=False)
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(shutil.which("chattr") is None, reason="needs chattr")
 def test_overwrite_with_an_undeletable_file_deletes_nothing(tmp_path, capsys):
     proj = tmp_path / "proj"
@@ -420,6 +421,7 @@ def test_collect_to_dev_full_is_one_line(capsys):
     assert not Path("/dev/.full.lock").exists()
 
 
+@pytest.mark.subprocess
 def test_collect_to_a_fifo_is_refused_and_does_not_hang(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)

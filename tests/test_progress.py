@@ -153,6 +153,7 @@ def test_collect_shows_progress_too(monkeypatch, capsys, tmp_path):
     assert "collect textgym/TicTacToe-v0: 6/6 episodes (100%)" in err
 
 
+@pytest.mark.subprocess
 @pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal (POSIX)")
 def test_eval_draws_a_bar_in_a_terminal():
     """stderr on a pseudo-terminal: rich draws the bar (episodes/s and the count), and the

@@ -72,6 +72,7 @@ def check_resumes(task: str, work: Path) -> None:
         assert f"{stage}: done" in stdout
 
 
+@pytest.mark.subprocess
 def test_reverse_text_pipeline(tmp_path):
     work = tmp_path / "reverse"
     evals = check_common(work, run_pipeline("reverse_text", work))
@@ -95,6 +96,7 @@ def test_reverse_text_pipeline(tmp_path):
     check_resumes("reverse_text", work)
 
 
+@pytest.mark.subprocess
 def test_email_pipeline(tmp_path):
     work = tmp_path / "email"
     evals = check_common(work, run_pipeline("email", work))

@@ -287,6 +287,7 @@ def _saved_step(err: str) -> int:
     return int(last.split("after step ")[1].split(";")[0])
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_in_train_saves_the_last_step_and_resume_reaches_the_same_weights(
     tmp_path, three_steps
 ):
@@ -311,6 +312,7 @@ def test_ctrl_c_in_train_saves_the_last_step_and_resume_reaches_the_same_weights
     assert_same_weights(run / final, whole / "run" / final)
 
 
+@pytest.mark.subprocess
 def test_ctrl_c_in_sft_saves_the_last_step_and_resume_reaches_the_same_weights(tmp_path):
     data = tmp_path / "d.jsonl"
     records = [

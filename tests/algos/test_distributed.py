@@ -254,6 +254,7 @@ def assert_same_weights(got: dict, expected: dict) -> None:
         torch.testing.assert_close(got[name], tensor, atol=1e-5, rtol=0, msg=name)
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("name", list(UPDATE_CASES))
 def test_grpo_update_on_two_ranks_equals_one_process(launched, name, tmp_path):
     inputs, results, _ = launched
@@ -265,6 +266,7 @@ def test_grpo_update_on_two_ranks_equals_one_process(launched, name, tmp_path):
     assert_same_weights(weights, expected_weights)
 
 
+@pytest.mark.subprocess
 def test_sft_step_on_two_ranks_equals_one_process(launched):
     inputs, results, directory = launched
     weights, (loss, tokens) = results["sft_step"]
@@ -275,6 +277,7 @@ def test_sft_step_on_two_ranks_equals_one_process(launched):
     assert_same_weights(weights, expected_weights)
 
 
+@pytest.mark.subprocess
 def test_sft_run_on_two_ranks_equals_one_process(launched, tmp_path):
     _, _, directory = launched
     summary = sft.train(sft_config(directory, tmp_path / "sft"))
@@ -294,6 +297,7 @@ def train_rows(output_dir: Path) -> list[dict]:
     return [r for r in rows if r["stage"] == "train"]
 
 
+@pytest.mark.subprocess
 def test_resumed_two_rank_run_matches_an_uninterrupted_one(launched):
     _, _, directory = launched
     whole, resumed = directory / "whole", directory / "resumed"
@@ -309,6 +313,7 @@ def test_resumed_two_rank_run_matches_an_uninterrupted_one(launched):
     assert json.loads((whole / "final_eval.json").read_text()), "rank 0 evaluated"
 
 
+@pytest.mark.subprocess
 def test_one_process_resumes_a_two_rank_checkpoint(launched, tmp_path):
     _, _, directory = launched
     output = tmp_path / "one"

@@ -270,6 +270,7 @@ def test_plot_metrics_eval_only_run(tmp_path: Path) -> None:
     _assert_pngs(plot_metrics(path, out_dir), out_dir, {"eval.png"})
 
 
+@pytest.mark.subprocess
 def test_plot_metrics_leaves_pyplot_and_backend_alone(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     path = _synthetic_run(tmp_path / "run")

@@ -78,6 +78,7 @@ def _wandb_records(path: Path) -> list[bytes]:
     return records
 
 
+@pytest.mark.subprocess
 def test_wandb_offline_gets_every_finite_metric_and_the_config(tmp_path):
     _needs("wandb")
     from wandb.proto import wandb_internal_pb2
@@ -106,6 +107,7 @@ def test_wandb_offline_gets_every_finite_metric_and_the_config(tmp_path):
     assert name == "grpo-run"
 
 
+@pytest.mark.subprocess
 def test_trackio_gets_every_finite_metric(tmp_path):
     _needs("trackio")
     store = tmp_path / "trackio"

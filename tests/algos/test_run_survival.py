@@ -118,6 +118,7 @@ def _saved_step(err: str, run: Path) -> int:
     return step
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_in_train_saves_the_last_step_releases_the_lock_and_resumes(tmp_path):
     run = tmp_path / "run"
@@ -134,6 +135,7 @@ def test_sigterm_in_train_saves_the_last_step_releases_the_lock_and_resumes(tmp_
     assert not (run / DIR_LOCK).exists()
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_sigterm_in_sft_saves_the_last_step_releases_the_lock_and_resumes(tmp_path, data):
     run = tmp_path / "run"

@@ -22,6 +22,7 @@ def test_list_prints_ids(capsys):
     assert "textgym/TicTacToe-v0" in capsys.readouterr().out
 
 
+@pytest.mark.subprocess
 def test_eval_minimax_draws_every_game(tmp_path):
     out = tmp_path / "run"
     proc = run_cli(
@@ -98,6 +99,7 @@ def test_eval_with_wrappers_reports_components(capsys):
     assert "component format" in out and "component invalid_action" in out and "loss" in out
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -121,6 +123,7 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
     assert proc.stderr.strip().count("\n") == 0, proc.stderr
 
 
+@pytest.mark.subprocess
 def test_play_in_terminal():
     moves = "\n".join(["4", "hello", "0", "2", "6", "8", "1", "3", "5", "7"]) + "\n"
     proc = run_cli("play", "textgym/TicTacToe-v0", "--seed", "0", input_text=moves)

@@ -193,6 +193,7 @@ SUBPROCESS = [
 ]
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("argv", SUBPROCESS, ids=[" ".join(a)[:40] for a in SUBPROCESS])
 def test_a_real_process_prints_one_line_and_exits_2(argv, tmp_path):
     done = subprocess.run(

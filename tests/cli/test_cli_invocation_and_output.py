@@ -14,6 +14,7 @@ import textgym
 from textgym.cli import SUBCOMMANDS, main
 
 
+@pytest.mark.subprocess
 def test_python_dash_m_textgym_runs_the_cli():
     done = subprocess.run(
         [sys.executable, "-m", "textgym", "--version"], capture_output=True, text=True, timeout=120

@@ -88,6 +88,7 @@ def test_a_held_output_is_refused_naming_its_holder(argv, flag, directory, tmp_p
     assert not out.exists() or not directory or os.listdir(out) == []
 
 
+@pytest.mark.subprocess
 def test_two_concurrent_evals_the_second_is_refused_and_nothing_is_corrupted(tmp_path):
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "textgym.cli", "eval", TTT, "--no-progress"]

@@ -396,6 +396,7 @@ def _tictactoe():
     return gym.make("textgym/TicTacToe-v0")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_full_tictactoe_episodes_through_rollout(server_url):
     policy = make_policy(
@@ -421,6 +422,7 @@ def test_full_tictactoe_episodes_through_rollout(server_url):
     assert policy.tokens_generated > 0
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("env_id", ["textgym/Workplace-v1", "textgym/EmailToolUse-v1"])
 def test_tool_use_episodes_through_rollout(server_url, env_id):
@@ -440,6 +442,7 @@ def test_tool_use_episodes_through_rollout(server_url, env_id):
         assert calls >= 1 and observation["content"].count("<tool_response>") == calls
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_four_conversations_with_concurrency_two_come_back_in_order(server_url, monkeypatch):
     from openai.resources.chat.completions import AsyncCompletions
@@ -474,6 +477,7 @@ def test_four_conversations_with_concurrency_two_come_back_in_order(server_url, 
     assert all(c.finish_reason in ("stop", "length") and c.completion_ids is None for c in together)
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_unknown_model_gives_a_clear_value_error(server_url):
     with pytest.raises(ValueError) as info:
@@ -483,6 +487,7 @@ def test_unknown_model_gives_a_clear_value_error(server_url):
     assert repr(ALIAS) in message
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_default_model_and_act_inside_a_running_loop(server_url):
     policy = OpenAIPolicy(server_url, max_tokens=4, temperature=0.0)
@@ -495,6 +500,7 @@ def test_default_model_and_act_inside_a_running_loop(server_url):
     assert isinstance(completion.text, str) and completion.finish_reason in ("stop", "length")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 def test_cli_eval_with_the_openai_policy(server_url, tmp_path):
     code = main(
@@ -599,6 +605,7 @@ def test_tools_on_every_turn_and_a_seed_per_request(monkeypatch):
         OpenAIPolicy("http://127.0.0.1:1/v1", model="m", check=False, tool_format="xml")
 
 
+@pytest.mark.subprocess
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 2, 3])  # tasks with calls (seed 1 is a no-op task)
 def test_the_real_server_takes_structured_tool_histories(server_url, seed, monkeypatch):

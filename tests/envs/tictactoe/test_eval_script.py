@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.subprocess
+
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "benchmarks" / "tictactoe_eval.py"
 

@@ -47,6 +47,7 @@ def test_arms_that_change_the_env_keep_the_base_env_settings(tmp_path):
     assert "minimax_any" not in recipe.TRAIN_STYLES  # held out for evaluation
 
 
+@pytest.mark.subprocess
 def test_unknown_arm_is_refused_in_one_line():
     completed = subprocess.run(
         [sys.executable, str(SCRIPT), "run", "nobody"], capture_output=True, text=True
@@ -54,6 +55,7 @@ def test_unknown_arm_is_refused_in_one_line():
     assert completed.returncode == 2 and "expected an arm in control" in completed.stderr
 
 
+@pytest.mark.subprocess
 def test_smoke_arm_writes_a_record_the_table_reads(tmp_path):
     results = tmp_path / "results"
     completed = subprocess.run(
