@@ -369,6 +369,27 @@ def _difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]
     return {"delta": delta, "stderr": stderr, "z": delta / stderr if stderr > 0 else None}
 
 
+def no_call_floor(kwargs: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
+    """Email: the success of replying at once without a tool call, per reset seed, as a floor
+    for the evaluations on the same seeds (a conditional request whose condition does not hold,
+    "if X emailed me about Y, delete it", is done by changing nothing).
+
+    Returns:
+        ``{"mean", "stderr", "tasks", "solved_seeds"}``: the mean ``outcome`` over ``seeds`` with
+        its standard error, and the seeds it solves.
+    """
+    outcomes = {}
+    for seed in seeds:
+        env = EnvRecipe(TASKS["email"].env_id, kwargs).make()
+        env.reset(seed=seed)
+        info = env.step("Done.")[-1]
+        outcomes[seed] = info["reward_components"]["outcome"]
+        env.close()
+    mean, stderr = mean_stderr(list(outcomes.values()))
+    solved = [s for s, v in outcomes.items() if v > 0]
+    return {"mean": mean, "stderr": stderr, "tasks": len(seeds), "solved_seeds": solved}
+
+
 def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     stages = {
         s: json.loads((work / f"{s}.json").read_text())
@@ -412,6 +433,10 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     output = (
         Path(args.output) if args.output else REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
     )
+    floor = None
+    if args.task == "email" and args.eval_tasks is not None:
+        floor = no_call_floor(_eval_kwargs(args), [EVAL_SEED + g for g in range(args.eval_tasks)])
+        print(f"no-call floor (reply at once, no tool call): {floor['mean']:.4f}")
     record = {
         "benchmark": "task_pipeline",
         "task": args.task,
@@ -422,6 +447,7 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "machine": machine_info(),
         "table": table,
         "rl_vs_sft": rl_vs_sft,
+        "no_call_floor": floor,
         "stages": stages,
         "report_html": str(work / "report.html"),
     }

@@ -15,9 +15,17 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+import gymnasium as gym  # noqa: E402
+
+import textgym  # noqa: E402,F401  (registers the envs)
+
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import task_pipeline  # noqa: E402  (a script beside the benchmarks, not a package)
+
 STAGES = ("base-eval", "sft-data", "sft", "grpo", "eval", "report")
 
 
@@ -112,4 +120,19 @@ def test_email_pipeline(tmp_path):
         assert sum(calls["call_kinds"].values()) == calls["calls"]
     records = (work / "eval" / "grpo" / "greedy" / "trajectories.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["seed"] for r in records) == [2 * 10**9, 2 * 10**9 + 1]
+    record = json.loads((work / "result.json").read_text())
+    assert record["no_call_floor"]["tasks"] == 2
     check_resumes("email", work)
+
+
+def test_the_no_call_floor_solves_only_requests_whose_condition_fails():
+    seeds = [2 * 10**9 + g for g in range(40)]
+    floor = task_pipeline.no_call_floor({}, seeds)
+    assert floor["tasks"] == 40 and floor["solved_seeds"]  # some requests need no change
+    assert floor["mean"] == len(floor["solved_seeds"]) / 40
+    for seed in seeds:
+        env = gym.make("textgym/EmailToolUse-v1")
+        request = env.reset(seed=seed)[0]
+        solved = seed in floor["solved_seeds"]
+        assert solved <= ("Please if " in request), (seed, request)  # conditional requests only
+        env.close()
