@@ -338,6 +338,11 @@ def stage_grpo(args: argparse.Namespace, work: Path) -> dict[str, Any] | None:
                 "--groups-per-step", args.groups_per_step, "--group-size", args.group_size,
                 "--rollout-batch-size", args.batch_size,
                 "--micro-batch-size", args.micro_batch_size,
+                *(
+                    ["--micro-batch-tokens", args.micro_batch_tokens]
+                    if args.micro_batch_tokens
+                    else []
+                ),
                 "--max-new-tokens", args.max_new_tokens or task.max_new_tokens,
                 "--temperature", args.temperature, "--learning-rate", args.grpo_lr,
                 "--lora-rank", args.lora_rank, "--eval-every", args.eval_every,
@@ -510,6 +515,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--groups-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=None,
+        help="GRPO: pack each update's episodes into rows of at most this many tokens instead of "
+        "micro-batches of --micro-batch-size (bounds memory: email episodes run to thousands of "
+        "tokens, and 8 of them in one fp32 pass ran out of 24 GiB)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=None, help="None: the task's")
     parser.add_argument("--temperature", type=float, default=1.0, help="GRPO and sampled evals")
     parser.add_argument("--rollouts-per-task", type=int, default=4, help="sampled evals: pass@1..K")
