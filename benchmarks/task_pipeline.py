@@ -384,12 +384,11 @@ def no_call_floor(kwargs: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
         its standard error, and the seeds it solves.
     """
     outcomes = {}
-    for seed in seeds:
-        env = EnvRecipe(TASKS["email"].env_id, kwargs).make()
+    env = EnvRecipe(TASKS["email"].env_id, kwargs).make()
+    for seed in seeds:  # each reset(seed) generates that seed's task afresh
         env.reset(seed=seed)
-        info = env.step("Done.")[-1]
-        outcomes[seed] = info["reward_components"]["outcome"]
-        env.close()
+        outcomes[seed] = env.step("Done.")[-1]["reward_components"]["outcome"]
+    env.close()
     mean, stderr = mean_stderr(list(outcomes.values()))
     solved = [s for s, v in outcomes.items() if v > 0]
     return {"mean": mean, "stderr": stderr, "tasks": len(seeds), "solved_seeds": solved}

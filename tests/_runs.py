@@ -29,8 +29,9 @@ __all__ = [
 ]
 
 #: A ``textgym train`` run of a few seconds a step, as options: the tiny model on compact
-#: tic-tac-toe against opponents of stratified skill, 2 groups of 4 trajectories per step, 8 new tokens, no evaluation during training
-#: (2 episodes per setting after it), on the CPU, without TensorBoard.
+#: tic-tac-toe against opponents of stratified skill, 2 groups of 4 trajectories per step, 8 new
+#: tokens, no evaluation during training (2 episodes per setting after it), on the CPU, without
+#: TensorBoard.
 TINY_TRAIN: dict[str, Any] = {
     "model": "tiny",
     "env_kwargs": '{"prompt_style": "compact"}',
