@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-__all__ = ["REPO_ROOT", "dist_version", "git", "machine_info", "write_result"]
+__all__ = ["REPO_ROOT", "dist_version", "git", "git_dirty", "machine_info", "write_result"]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -28,6 +28,17 @@ def git(*args: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_dirty() -> bool | None:
+    """Whether tracked files differ from ``HEAD`` (``None`` without git).
+
+    Untracked files do not count: a run folder, a virtual environment or the GPU kit beside the
+    checkout leave the code that ran as committed, and every result JSON's ``"dirty"`` flag must
+    mean the same thing.
+    """
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
 
 
 def dist_version(name: str) -> str | None:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _provenance import REPO_ROOT, git, machine_info, write_result  # noqa: E402
+from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result  # noqa: E402
 
 #: Environment variables per policy (libgomp's; other OpenMP runtimes ignore them).
 POLICIES = {
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "benchmark": "cpu_contention",
                 "commit": git("rev-parse", "HEAD"),
-                "dirty": bool(git("status", "--porcelain")),
+                "dirty": git_dirty(),
                 "machine": machine_info(),
                 "settings": {k: v for k, v in vars(args).items() if k != "output"},
                 "complete": complete,

@@ -58,6 +58,7 @@ from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
     git,
+    git_dirty,
     machine_info,
     write_result,
 )
@@ -376,11 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(benches, args.games, args.repeats, args.warmup, args.seed)
     rel = ratios(rows)
     print_table(rows, rel)
-    status = git("status", "--porcelain", "--untracked-files=no")
     result = {
         "benchmark": "env_throughput",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": machine,
         "versions": {
             name: dist_version(name)

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from _provenance import REPO_ROOT, git, machine_info  # sibling module of this script
+from _provenance import REPO_ROOT, git, git_dirty, machine_info  # sibling module of this script
 
 PY = sys.executable
 BENCH = REPO_ROOT / "benchmarks"
@@ -302,7 +302,7 @@ def _write_record(
         "part": part.name,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "dirty": git_dirty(),
         "machine": machine_info(),
         "command": shlex.join(command),
         "returncode": returncode,
@@ -357,7 +357,7 @@ def run_quick(parts: list[Part], results: Path, smoke: bool, budget: float) -> i
         "suite": "quick",
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "dirty": git_dirty(),
         "smoke": smoke,
         "budget_s": budget,
         "parts": {},

@@ -102,6 +102,7 @@ from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
     git,
+    git_dirty,
     machine_info,
     write_result,
 )
@@ -683,12 +684,11 @@ def main(argv: list[str] | None = None) -> int:
         _print_table(results)
     speedup = _ratio(results, "trl", "ours")
     sharing_speedup = _ratio(results, "ours_no_sharing", "ours")
-    status = git("status", "--porcelain", "--untracked-files=no")
     device = _device()
     record = {
         "benchmark": "grpo_vs_trl",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": machine,
         "device": device,
         "cuda_device": torch.cuda.get_device_name() if device == "cuda" else None,

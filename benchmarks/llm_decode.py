@@ -62,7 +62,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from _provenance import dist_version, git, machine_info, write_result  # sibling module
+from _provenance import dist_version, git, git_dirty, machine_info, write_result  # sibling module
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "benchmark": "llm_decode",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "dirty": git_dirty(),
         "machine": machine_info(),
         "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "weights": "random" if args.random_weights else "checkpoint",

@@ -45,6 +45,7 @@ from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
     git,
+    git_dirty,
     machine_info,
     write_result,
 )
@@ -293,11 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     rows, sources = build_rows(args.seed)
     results = measure(rows, args.repeats)
     print_table(results, sources)
-    status = git("status", "--porcelain")
     record = {
         "benchmark": "reward_cost",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": info,
         "versions": {
             name: dist_version(name) for name in ("textgym", "rapidfuzz", "gymnasium", "numpy")

@@ -27,6 +27,7 @@ from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
     git,
+    git_dirty,
     machine_info,
     write_result,
 )
@@ -115,11 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             f"env share {r['env_share']:.2%}  ({r['episodes']} episodes, {r['turns']} turns, {r['wall_s']:.1f} s)"
         )
 
-    status = git("status", "--porcelain", "--untracked-files=no")
     record = {
         "benchmark": "rollout_throughput",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": machine_info(),
         "versions": {
             name: dist_version(name) for name in ("textgym", "torch", "transformers", "gymnasium")

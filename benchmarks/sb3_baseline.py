@@ -36,6 +36,7 @@ from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
     git,
+    git_dirty,
     machine_info,
     write_result,
 )
@@ -248,11 +249,10 @@ def main(argv: list[str] | None = None) -> int:
         goals["non_loss_at_least_0.95_at_0.5"] = by_prob[0.5]["win"] + by_prob[0.5]["draw"] >= 0.95
     print(f"goals: {goals}")
 
-    status = git("status", "--porcelain", "--untracked-files=no")
     result = {
         "benchmark": "sb3_baseline",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": machine,
         "versions": {
             name: dist_version(name)

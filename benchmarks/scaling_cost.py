@@ -29,7 +29,14 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module
+from _provenance import (
+    REPO_ROOT,
+    dist_version,
+    git,
+    git_dirty,
+    machine_info,
+    write_result,
+)  # sibling module
 
 import textgym  # noqa: F401  (registers the ids)
 from textgym.envs.tictactoe import MinimaxPolicy
@@ -122,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {
         "benchmark": "scaling_cost",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "dirty": git_dirty(),
         "machine": machine_info(),
         "versions": {"gymnasium": dist_version("gymnasium"), "textgym": dist_version("textgym")},
         "episodes": args.episodes,

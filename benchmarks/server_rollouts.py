@@ -34,7 +34,14 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result  # sibling module
+from _provenance import (
+    REPO_ROOT,
+    dist_version,
+    git,
+    git_dirty,
+    machine_info,
+    write_result,
+)  # sibling module
 
 import textgym  # noqa: F401  (registers the ids)
 from textgym.algos.server_rollouts import gguf_architecture, server_model_path
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     record: dict[str, Any] = {
         "benchmark": "server_rollouts",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "dirty": git_dirty(),
         "machine": machine_info(),
         "versions": {
             "torch": dist_version("torch"),

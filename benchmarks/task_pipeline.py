@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module
+from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result  # sibling module
 
 from textgym.algos.checkpoint_layout import latest_checkpoint
 from textgym.builder import EnvRecipe
@@ -445,7 +445,7 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "benchmark": "task_pipeline",
         "task": args.task,
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "dirty": git_dirty(),
         "command": shlex.join(["python", "benchmarks/task_pipeline.py", *sys.argv[1:]]),
         "settings": vars(args),
         "machine": machine_info(),

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
-from _provenance import git, machine_info, write_result  # sibling module of this script
+from _provenance import git, git_dirty, machine_info, write_result  # sibling module of this script
 
 import textgym  # noqa: F401
 from textgym.envs.tictactoe import MinimaxPolicy
@@ -345,10 +345,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def provenance(args: argparse.Namespace) -> dict[str, Any]:
     """Commit, whether tracked files differ from it, the machine, the arguments."""
-    status = git("status", "--porcelain", "--untracked-files=no")
     return {
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": machine_info(),
         "seed": args.seed,
         "args": vars(args),

@@ -59,7 +59,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _provenance import REPO_ROOT, git, machine_info, write_result  # sibling module of this script
+from _provenance import (
+    REPO_ROOT,
+    git,
+    git_dirty,
+    machine_info,
+    write_result,
+)  # sibling module of this script
 from safetensors.torch import load_file, save_file
 
 import textgym  # noqa: F401
@@ -380,7 +386,7 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
     record = {
         "benchmark": "tictactoe_pipeline",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain")),
+        "dirty": git_dirty(),
         "command": shlex.join(["python", "benchmarks/tictactoe_pipeline.py", *sys.argv[1:]]),
         "settings": vars(args),
         "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",

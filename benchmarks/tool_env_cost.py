@@ -23,6 +23,7 @@ from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
     git,
+    git_dirty,
     machine_info,
     write_result,
 )
@@ -97,11 +98,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{env_id:<26}{r['reset']:>10.1f}{r['step_gold_calls']:>12.1f}{r['step_read']:>11.1f}"
             f"{r['step_final']:>12.1f}"
         )
-    status = git("status", "--porcelain")
     record = {
         "benchmark": "tool_env_cost",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
+        "dirty": git_dirty(),
         "machine": info,
         "versions": {
             name: dist_version(name) for name in ("textgym", "gymnasium", "numpy", "jsonschema")

@@ -54,7 +54,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result
+from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.algos.batches import make_token_batch, micro_batch_rows
@@ -219,7 +219,7 @@ def main() -> None:
     record: dict[str, Any] = {
         "benchmark": "update_packing",
         "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "dirty": git_dirty(),
         "versions": {p: dist_version(p) for p in ("torch", "transformers", "peft")},
         "machine": machine_info(),
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
