@@ -13,7 +13,8 @@ second, reported separately) against:
   a fork beats).
 
 Each row gives win / draw / loss rates with binomial standard errors, the invalid-move rate
-(invalid actions / actions) and the share of games with any, the number of distinct games
+(invalid actions / actions), the share of games with any and the first 50 of them with the
+position each answered (``invalid_moves``), the number of distinct games
 (greedy play against a nearly deterministic opponent repeats a few lines), and two exact
 references from :mod:`textgym.envs.tictactoe.analysis` (no sampling): what the scripted minimax
 player (uniform among optimal moves) scores against that opponent, and the best any player can
@@ -111,6 +112,36 @@ def game_rates(games: list[Trajectory]) -> dict[str, Any]:
         "distinct_games": len({tuple(m["content"] for m in g.messages) for g in games}),
         "actions": actions,
     }
+
+
+def invalid_move_trace(games: list[Trajectory], limit: int = 50) -> list[dict[str, Any]]:
+    """The first ``limit`` invalid moves of ``games``, game by game (issue 34's trace).
+
+    Each entry: the game's ``seed``, the move's index among the policy's moves (``step``, from
+    0), the ``observation`` it answered (the user message before it: the board and the legal
+    moves), its ``completion`` and the env's ``reply`` (the next user message, ``None`` at the
+    end). Replaying ``seed`` with the same policy seed reproduces the game.
+    """
+    trace: list[dict[str, Any]] = []
+    for game in games:
+        turns = [i for i, m in enumerate(game.messages) if m["role"] == "assistant"]
+        for step, invalid in enumerate(game.invalid_actions):
+            if not invalid or step >= len(turns):
+                continue
+            i = turns[step]
+            after = game.messages[i + 1] if i + 1 < len(game.messages) else None
+            trace.append(
+                {
+                    "seed": game.seed,
+                    "step": step,
+                    "observation": game.messages[i - 1]["content"],
+                    "completion": game.messages[i]["content"],
+                    "reply": after["content"] if after and after["role"] == "user" else None,
+                }
+            )
+            if len(trace) == limit:
+                return trace
+    return trace
 
 
 def exact_references(mark: str, style: str, prob: str) -> dict[str, dict[str, float | str]]:
@@ -275,6 +306,7 @@ def play_rows(
                     policy.clear_cache()
                 result = {
                     **game_rates(games),
+                    "invalid_moves": invalid_move_trace(games),
                     "exact": exact_references(mark, style, prob),
                     "seconds": time.perf_counter() - start,
                 }
