@@ -8,8 +8,10 @@ samples or learns fails here. Each case runs a short tiny-model job and compares
 * a checksum of the final weights: the float64 sum of every parameter, and a sum weighted by
   ``cos(index)`` so that a permutation or a sign flip is caught too.
 
-Tolerances are tight (relative 1e-5): the CPU float32 runs are deterministic on one machine,
-and the slack only covers summation order in other BLAS builds. To re-record after a change
+Tolerances are tight (relative 1e-5, absolute 1e-6): the CPU float32 runs are deterministic on
+one machine, and the slack only covers summation order in other BLAS builds. The absolute part
+is for figures that are differences of O(1) float32 numbers, such as ``sampler_logprob_gap``
+(a few ulps of a log-probability: 6.7e-8 on one 2-core AMD EPYC, 1.9e-7 pinned on another). To re-record after a change
 that *should* move the numbers (say why in the commit), run
 ``TEXTGYM_RECORD_PINS=1 python -m pytest -q -s tests/algos/test_pinned_results.py`` and paste
 the printed dictionaries.
@@ -102,7 +104,7 @@ def _close(got, expected) -> bool:
         return got is expected or (isinstance(got, float) and math.isnan(got) and expected is None)
     if isinstance(expected, float) and math.isnan(expected):
         return isinstance(got, float) and math.isnan(got)
-    return math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-7)
+    return math.isclose(got, expected, rel_tol=1e-5, abs_tol=1e-6)
 
 
 def grpo_config(tmp_path, **overrides) -> GRPOConfig:
