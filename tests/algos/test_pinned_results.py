@@ -11,7 +11,7 @@ samples or learns fails here. Each case runs a short tiny-model job and compares
 Tolerances are tight (relative 1e-5, absolute 1e-6): the CPU float32 runs are deterministic on
 one machine, and the slack only covers summation order in other BLAS builds. The absolute part
 is for figures that are differences of O(1) float32 numbers, such as ``sampler_logprob_gap``
-(a few ulps of a log-probability: 6.7e-8 on one 2-core AMD EPYC, 1.9e-7 pinned on another). To re-record after a change
+(a few ulps of a log-probability: 6.7e-8 on a fresh 2-core AMD EPYC machine, 1.9e-7 pinned). To re-record after a change
 that *should* move the numbers (say why in the commit), run
 ``TEXTGYM_RECORD_PINS=1 python -m pytest -q -s tests/algos/test_pinned_results.py`` and paste
 the printed dictionaries.
