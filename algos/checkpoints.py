@@ -42,6 +42,7 @@ from textgym.algos.checkpoint_layout import (
     rng_state,
 )
 from textgym.algos.common import check_finite_parameters, check_positive_ints
+from textgym.algos.model_loading import saved_base
 
 __all__ = [
     "check_checkpoint_settings",
@@ -303,7 +304,7 @@ def save_checkpoint(
     check_free_disk(root, with_margin(size), what=final.name, keeps=keeps)
     scratch = root / f".checkpoint-{step}.tmp"
     scratch.mkdir()
-    save_model(model, tokenizer, scratch, base=config.model, final_dir=final)
+    save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=final)
     state = {"step": step, "rng": rng_state(), "extra": dict(extra or {})}
     torch.save(state, scratch / TRAINER_STATE)
     if optimizer_state:

@@ -83,6 +83,12 @@ class OptimizationConfig:
     the base weights frozen."""
     lora_alpha: int = 16
     """LoRA scaling numerator: the adapter's output is scaled by lora_alpha / lora_rank."""
+    continue_adapter: bool = False
+    """When model is a LoRA adapter folder: train that adapter itself further (lora_rank must be
+    its rank; its own lora_alpha applies) instead of merging it and stacking a new one, so the
+    result is one adapter on the adapter's base, as small as the one it started from. The start
+    policy (reference of the KL penalty, kl_to_start) is then the adapter as loaded, not the
+    base."""
     tensorboard: bool = True
     """Also write TensorBoard scalars (under output_dir/tensorboard)."""
     report_to: tuple[Literal["tensorboard", "wandb", "trackio", "none"], ...] = ()
@@ -106,6 +112,8 @@ class OptimizationConfig:
                 raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if self.lora_rank > 0 and self.lora_alpha <= 0:
             raise ValueError(f"lora_alpha: expected > 0 with LoRA, got {self.lora_alpha}")
+        if self.continue_adapter and self.lora_rank <= 0:
+            raise ValueError("continue_adapter trains a LoRA adapter: set lora_rank to its rank")
 
 
 def check_finite_floats(config: Any) -> None:

@@ -77,7 +77,12 @@ from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metric_summaries import progress_line, skipped_update_note
 from textgym.algos.metrics import MetricsLogger, write_run_record
-from textgym.algos.model_loading import autocast, load_trainable_model, resolve_device
+from textgym.algos.model_loading import (
+    adapter_start,
+    autocast,
+    load_trainable_model,
+    resolve_device,
+)
 from textgym.algos.policy_drift import start_policy_drift
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.server_rollouts import ServerRollouts
@@ -426,10 +431,8 @@ def update_shares_prefix(config: GRPOConfig, device: torch.device) -> bool:
 
 
 def _reference_log_probs(learner: Learner, mb: TokenBatch) -> torch.Tensor:
-    if learner.reference is not None:
-        return _log_probs(learner.reference, mb, learner.config)[0]
-    with learner.model.disable_adapter():  # LoRA: the base weights are the reference policy
-        return _log_probs(learner.model, mb, learner.config)[0]
+    with learner.start_policy() as reference:
+        return _log_probs(reference, mb, learner.config)[0]
 
 
 #: The sums an optimizer step accumulates over its micro-batches, in this order.
@@ -568,6 +571,7 @@ def make_learner(
     device = resolve_device(config.device) if device is None else device
     model, tokenizer, reference = load_trainable_model(config, device, reference=config.beta > 0)
     broadcast_parameters(model, dist)
+    start_adapter = adapter_start(model) if config.continue_adapter else None
     optimizer, scheduler = make_optimizer(model, config)
     return Learner(
         config=config,
@@ -577,6 +581,7 @@ def make_learner(
         max_loss_tokens=config.max_new_tokens * max_turns,
         device=device,
         reference=reference,
+        start_adapter=start_adapter,
         tokenizer=tokenizer,
         pad_token_id=tokenizer.pad_token_id or 0,
         dist=dist,

@@ -7,6 +7,8 @@ importing the loop.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,9 @@ class Learner:
         device: Where the model runs.
         reference: Frozen reference policy of the KL penalty; ``None`` when ``beta == 0``, and
             with LoRA (the base model with its adapter disabled is the reference then).
+        start_adapter: With ``continue_adapter``, a copy of the adapter's weights as loaded
+            (:func:`~textgym.algos.model_loading.adapter_start`): the start policy, since
+            disabling the adapter would give its base instead.
         tokenizer: The model's tokenizer (``None`` when only :func:`textgym.algos.grpo.update` is needed).
         pad_token_id: Token id written in padding (never attended to, never scored).
         guard: Skips optimizer steps whose loss or gradient norm is not finite, and stops the
@@ -51,10 +56,46 @@ class Learner:
     max_loss_tokens: int
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     reference: Any = None
+    start_adapter: dict[str, torch.Tensor] | None = None
     tokenizer: Any = None
     pad_token_id: int = 0
     guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
     dist: DistributedContext = SINGLE_PROCESS
+
+    def has_start_policy(self) -> bool:
+        """Whether :meth:`start_policy` can give the policy the run started from for free: a
+        reference model, a LoRA adapter to disable, or the copy of a continued adapter."""
+        return (
+            self.reference is not None
+            or self.start_adapter is not None
+            or hasattr(self.model, "disable_adapter")
+        )
+
+    @contextlib.contextmanager
+    def start_policy(self) -> Iterator[Any]:
+        """The model to forward as the start policy (no gradients): the reference model; with a
+        continued adapter, the model with the adapter's start weights swapped in and the trained
+        ones put back on exit; with LoRA, the model with its adapter disabled (the base).
+
+        Only where no autograd graph over the weights is alive (the swap writes them in place).
+        """
+        if self.reference is not None:
+            yield self.reference
+        elif self.start_adapter is not None:
+            params = dict(self.model.named_parameters())
+            trained = {n: params[n].detach().clone() for n in self.start_adapter}
+            with torch.no_grad():
+                for name, weight in self.start_adapter.items():
+                    params[name].copy_(weight)
+            try:
+                yield self.model
+            finally:
+                with torch.no_grad():
+                    for name, weight in trained.items():
+                        params[name].copy_(weight)
+        else:
+            with self.model.disable_adapter():
+                yield self.model
 
 
 def sampled_elsewhere(learner: Learner) -> bool:

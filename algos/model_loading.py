@@ -15,10 +15,12 @@ from typing import Any
 import torch
 
 __all__ = [
+    "adapter_start",
     "autocast",
     "load_trainable_model",
     "prepare_model",
     "resolve_device",
+    "saved_base",
 ]
 
 
@@ -122,8 +124,23 @@ def load_trainable_model(
         ValueError, OSError: from :func:`~textgym.models.load_model` (unknown model, no files).
         ImportError: LoRA without ``peft``.
     """
-    from textgym.models import load_model
+    from textgym.models import load_adapter_for_training, load_model
 
+    if getattr(config, "continue_adapter", False):
+        model, tokenizer, _base = load_adapter_for_training(config.model, device=device)
+        ranks = {adapter.r for adapter in model.peft_config.values()}
+        if ranks != {config.lora_rank}:
+            raise ValueError(
+                f"continue_adapter: the adapter in {config.model} has rank {sorted(ranks)}, "
+                f"lora_rank is {config.lora_rank}; set lora_rank to the adapter's rank"
+            )
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
+            model.config.use_cache = False
+            model.enable_input_require_grads()
+        return model, tokenizer, None
     model, tokenizer = load_model(config.model, device=device)
     frozen = copy.deepcopy(model).eval() if reference and config.lora_rank == 0 else None
     model = prepare_model(
@@ -133,3 +150,23 @@ def load_trainable_model(
         lora_alpha=config.lora_alpha,
     )
     return model, tokenizer, frozen
+
+
+def adapter_start(model: Any) -> dict[str, torch.Tensor]:
+    """A copy of ``model``'s trainable weights (a LoRA adapter's: a few MB), so the policy it
+    started from can be put back for a forward pass (:meth:`Learner.start_policy`)."""
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def saved_base(config: Any) -> str:
+    """The base model a LoRA adapter saved by this run applies to: ``config.model``, or with
+    ``continue_adapter`` the base of the adapter it continues.
+
+    Raises:
+        ModelLoadError: as :func:`textgym.models.load_model` for a refused adapter folder.
+    """
+    if not getattr(config, "continue_adapter", False):
+        return config.model
+    from textgym.models import adapter_base_of
+
+    return adapter_base_of(config.model)

@@ -10,6 +10,7 @@ free:
 
 - with LoRA, the model with its adapter disabled (peft's ``disable_adapter()``): the base
   weights, which the adapter starts from (its B matrix is zero at initialisation);
+- with ``continue_adapter``, the adapter's weights as loaded, swapped in for the pass;
 - with ``beta > 0``, the frozen reference model the KL penalty already keeps.
 
 A full fine-tune with ``beta == 0`` holds no copy of its start, and keeping one would double the
@@ -31,13 +32,7 @@ from textgym.algos.losses import k3_kl
 from textgym.algos.model_loading import autocast
 from textgym.rollout import Trajectory
 
-__all__ = ["has_start_policy", "start_policy_drift"]
-
-
-def has_start_policy(learner: Any) -> bool:
-    """Whether ``learner`` holds its start policy: a reference model, or a LoRA adapter to
-    disable."""
-    return learner.reference is not None or hasattr(learner.model, "disable_adapter")
+__all__ = ["start_policy_drift"]
 
 
 @torch.no_grad()
@@ -50,7 +45,7 @@ def start_policy_drift(learner: Any, trajectories: list[Trajectory]) -> dict[str
         learner: The :class:`~textgym.algos.learner.Learner`.
         trajectories: The step's token-level episodes (this rank's share).
     """
-    if not has_start_policy(learner):
+    if not learner.has_start_policy():
         return {}
     config = learner.config
     rows = [t for t in trajectories if sum(t.loss_mask) and len(t.token_ids) >= 2]
@@ -82,8 +77,6 @@ def _start_log_probs(learner: Any, mb: Any) -> torch.Tensor:
         "share_prefix": config.share_prefix,
         "packed": config.micro_batch_tokens is not None,
     }
-    with autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16):
-        if learner.reference is not None:
-            return sequence_log_probs(learner.reference, mb, **settings)[0]
-        with learner.model.disable_adapter():
-            return sequence_log_probs(learner.model, mb, **settings)[0]
+    mixed = autocast(learner.device, config.bf16, cpu_bf16=config.cpu_bf16)
+    with mixed, learner.start_policy() as start:
+        return sequence_log_probs(start, mb, **settings)[0]

@@ -61,7 +61,7 @@ from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, write_run_record
-from textgym.algos.model_loading import autocast, load_trainable_model
+from textgym.algos.model_loading import autocast, load_trainable_model, saved_base
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import conversation_tokens, read_conversations
 from textgym.builder import EnvRecipe, env_factory
@@ -542,7 +542,7 @@ def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     needed = with_margin(model_bytes(model) + tokenizer_bytes(tokenizer))
     check_free_disk(out, needed, what="the model", keeps="the checkpoints in it are intact")
-    save_model(model, tokenizer, scratch, base=config.model, final_dir=out)
+    save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=out)
     for item in scratch.iterdir():
         item.replace(out / item.name)
     scratch.rmdir()

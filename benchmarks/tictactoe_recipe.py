@@ -180,6 +180,24 @@ ARMS: dict[str, Arm] = {
             "group_size": 16,
         },
     ),
+    # The league folded onto master lost play at rank 16 (docs/mastery_study.md), and the exact
+    # fold (rank 32) is too large to commit: the league's settings training master's own
+    # adapter, so the result is one rank-16 adapter on the base.
+    "league_one": Arm(
+        "opponents + start states",
+        "the league, training the master adapter itself (one rank-16 adapter on the base)",
+        {
+            "env_kwargs": {
+                "opponent": list(LEAGUE_STYLES),
+                "start_boards": "critical",
+                "start_board_prob": 0.5,
+            },
+            "opponent_random_move_prob": (0.0, 0.5),
+            "learning_rate": 1e-4,
+            "groups_per_step": 8,
+            "continue_adapter": True,
+        },
+    ),
 }
 
 
@@ -239,6 +257,7 @@ def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
         settings.update(
             groups_per_step=2, micro_batch_size=8, lora_rank=min(settings["lora_rank"], 8)
         )
+        settings["continue_adapter"] = False  # the tiny model is no adapter to continue
     return GRPOConfig(
         model=args.init,
         output_dir=str(out),

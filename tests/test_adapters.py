@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -93,3 +94,96 @@ def test_cpu_bf16_autocast_only_where_asked_and_supported():
         assert not torch.is_autocast_enabled("cpu")  # bf16 alone is for CUDA
     with autocast(cpu, bf16=True, cpu_bf16=True):
         assert torch.is_autocast_enabled("cpu") is cpu_has_fast_bf16()
+
+
+def _continued(tmp_path, **overrides):
+    """A 1-step GRPO config that continues a seeded rank-4 adapter saved on the tiny model."""
+    from textgym.algos.grpo_config import GRPOConfig
+
+    base, tokenizer = load_model("tiny")
+    save_model(seeded_lora(base, seed=0), tokenizer, tmp_path / "sft", base="tiny")
+    settings = dict(
+        model=str(tmp_path / "sft"),
+        continue_adapter=True,
+        lora_rank=4,
+        output_dir=str(tmp_path / "run"),
+        env_id="textgym/TicTacToe-v0",
+        env_kwargs={"prompt_style": "compact"},
+        steps=1,
+        groups_per_step=1,
+        group_size=2,
+        rollout_batch_size=2,
+        micro_batch_size=2,
+        max_new_tokens=4,
+        eval_every=0,
+        device="cpu",
+        tensorboard=False,
+        progress=False,
+    )
+    return GRPOConfig(**(settings | overrides))
+
+
+def test_a_continued_adapter_is_trained_itself_and_its_start_swaps_in(tmp_path):
+    from safetensors.torch import load_file
+
+    from textgym.algos.grpo import make_learner
+
+    config = _continued(tmp_path, beta=0.05)
+    learner = make_learner(config)
+    trainable = {n for n, p in learner.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)  # the adapter, not the base
+    assert set(learner.start_adapter) == trainable and learner.reference is None
+    saved = load_file(str(tmp_path / "sft" / "adapter_model.safetensors"))
+    assert len(saved) == len(trainable)  # the adapter as saved: no new one stacked on it
+
+    params = dict(learner.model.named_parameters())
+    name = next(n for n in sorted(trainable) if "lora_B" in n)
+    start = params[name].detach().clone()
+    with torch.no_grad():
+        params[name].add_(1.0)  # as if trained
+    trained = params[name].detach().clone()
+    with learner.start_policy() as model:
+        assert model is learner.model
+        torch.testing.assert_close(params[name].detach(), start)
+    torch.testing.assert_close(params[name].detach(), trained)  # put back on exit
+
+
+@pytest.mark.slow
+def test_a_continued_run_saves_one_adapter_on_the_original_base(tmp_path):
+    from textgym.algos import grpo
+    from textgym.algos.checkpoints import latest_checkpoint
+
+    grpo.train(_continued(tmp_path, save_every=1))
+    checkpoint = latest_checkpoint(tmp_path / "run")
+    config = json.loads((checkpoint / ADAPTER_CONFIG).read_text())
+    assert config["base_model_name_or_path"] == "tiny" and config["r"] == 4
+    load_model(str(checkpoint))  # loads alone, on the base
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    train = [r for r in rows if r["stage"] == "train"]
+    # The random tiny model plays no valid move, so the step is skipped and the policy is
+    # still its start: the drift is zero against the continued adapter (against the base, with
+    # the adapter disabled, the seeded adapter would read as drift).
+    assert train[-1]["kl_to_start"] == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "match"),
+    [
+        ({"lora_rank": 8}, ValueError, "has rank \\[4\\], lora_rank is 8"),
+        ({"lora_rank": 0}, ValueError, "continue_adapter trains a LoRA adapter"),
+    ],
+)
+def test_continue_adapter_refuses_a_rank_it_cannot_continue(tmp_path, overrides, error, match):
+    from textgym.algos.grpo import make_learner
+
+    with pytest.raises(error, match=match):
+        make_learner(_continued(tmp_path, **overrides))
+
+
+def test_continue_adapter_needs_an_adapter_folder(tmp_path):
+    from textgym.algos.grpo import make_learner
+    from textgym.model_files import ModelLoadError
+
+    config = _continued(tmp_path)
+    with pytest.raises(ModelLoadError, match="Expected a LoRA adapter folder"):
+        make_learner(dataclasses.replace(config, model="tiny"))

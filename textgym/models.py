@@ -53,9 +53,11 @@ __all__ = [
     "MODEL_NAMES",
     "RANDOM_WEIGHTS_SEED",
     "adapter_base",
+    "adapter_base_of",
     "build_tiny_model",
     "cpu_has_fast_bf16",
     "default_cache_dir",
+    "load_adapter_for_training",
     "load_model",
     "random_weights_loading",
     "resolve_dtype",
@@ -383,14 +385,72 @@ def _adapter_base_of(path: Path, config: dict[str, Any]) -> str:
     return resolved
 
 
+def adapter_base_of(path: str | Path) -> str:
+    """The base model the LoRA adapter in ``path`` applies to: a built-in name or a folder
+    (resolved beside the adapter first, as :func:`load_model` resolves it).
+
+    Raises:
+        ModelLoadError: the folder is refused (:func:`~textgym.model_files.check_adapter_dir`)
+            or names no usable base.
+    """
+    config, _owners = check_adapter_dir(Path(path))
+    return _adapter_base_of(Path(path), config)
+
+
 def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tuple[Any, Any]:
     """A LoRA adapter directory: load its base (recursively), apply the adapter, merge it.
 
     The merge happens in the base's float32 weights, then the model is cast to ``dtype``, so a
-    bfloat16 model is rounded once. The merged model decodes as fast as the base. The folder
-    is checked first (:func:`~textgym.model_files.check_adapter_dir`, :func:`_adapter_base_of`)
-    and the loaded adapter after (:func:`~textgym.model_files.check_adapter_loaded`).
+    bfloat16 model is rounded once. The merged model decodes as fast as the base.
     """
+    model, tokenizer, _base = _open_adapter(path, cache_dir=cache_dir, depth=depth)
+    model = model.merge_and_unload()
+    # As after from_pretrained: peft leaves the merged weights frozen, and some torch kernels
+    # take much slower paths for frozen weights (see textgym.policies.slot_decoder's forward).
+    model.requires_grad_(True)
+    return (model if dtype is None else model.to(dtype)), tokenizer
+
+
+def load_adapter_for_training(
+    path: str | Path, *, device: Any = None, cache_dir: str | Path | None = None
+) -> tuple[Any, Any, str]:
+    """A LoRA adapter directory loaded to be trained further: the adapter itself trainable on its
+    frozen base (float32), not merged, so what is saved afterwards is one adapter of the same
+    rank on the same base (``GRPOConfig.continue_adapter``).
+
+    Returns:
+        ``(model, tokenizer, base)``: the ``peft`` model in train mode with only the adapter's
+        weights requiring gradients, the tokenizer as :func:`load_model` returns it, and the
+        adapter's base model (a built-in name or a resolved folder) for the saved adapter to name.
+
+    Raises:
+        ModelLoadError: ``path`` holds no ``adapter_config.json``, or the adapter is refused as
+            in :func:`load_model`.
+        MissingExtraError: no ``peft``.
+    """
+    _require_llm()
+    path = Path(path)
+    if not (path / ADAPTER_CONFIG).is_file():
+        raise ModelLoadError(
+            f"Expected a LoRA adapter folder (with {ADAPTER_CONFIG}) to train further, got {path}"
+        )
+    model, tokenizer, base = _open_adapter(path, cache_dir=cache_dir, depth=0, trainable=True)
+    ensure_chat_template(tokenizer)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if device is not None:
+        model = model.to(device)
+    model.train()
+    return model, tokenizer, base
+
+
+def _open_adapter(
+    path: Path, *, cache_dir: Any, depth: int, trainable: bool = False
+) -> tuple[Any, Any, str]:
+    """The ``peft`` model of the adapter in ``path`` on its base (loaded recursively, float32),
+    its tokenizer and its base's name. The folder is checked first
+    (:func:`~textgym.model_files.check_adapter_dir`, :func:`_adapter_base_of`) and the loaded
+    adapter after (:func:`~textgym.model_files.check_adapter_loaded`)."""
     if depth >= _MAX_ADAPTER_DEPTH:
         raise ModelLoadError(
             f"Adapter {path} stacks more than {_MAX_ADAPTER_DEPTH} adapters; is there a cycle in "
@@ -416,14 +476,12 @@ def _load_adapter(path: Path, *, dtype: Any, cache_dir: Any, depth: int) -> tupl
         model = guarded(
             f"The LoRA adapter in {path} ({', '.join(files)}) does not fit its base model {base!r}",
             "the adapter must be loaded on the base model it was trained on",
-            lambda: PeftModel.from_pretrained(model, str(path), config=peft_config),
+            lambda: PeftModel.from_pretrained(
+                model, str(path), config=peft_config, is_trainable=trainable
+            ),
         )
         check_adapter_loaded(model, owners, path)
-        model = model.merge_and_unload()
-    # As after from_pretrained: peft leaves the merged weights frozen, and some torch kernels
-    # take much slower paths for frozen weights (see textgym.policies.slot_decoder's forward).
-    model.requires_grad_(True)
-    return (model if dtype is None else model.to(dtype)), tokenizer
+    return model, tokenizer, base
 
 
 def _load_any(name: str, *, dtype: Any, cache_dir: Any, depth: int = 0) -> tuple[Any, Any]:
