@@ -180,13 +180,17 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     if server is not None and server.pending:
         trajectories, stale = server.collect(), 1.0  # sampled one update behind
     else:
-        trajectories = rollout_step(env, policy, config, step - 1, ctx)
+        # Named ranges for torch.profiler (benchmarks/grpo_vs_trl.py --profile-output); a
+        # few microseconds when no profiler runs.
+        with torch.profiler.record_function("grpo.rollout"):
+            trajectories = rollout_step(env, policy, config, step - 1, ctx)
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
         server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
     policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
     rolled = time.perf_counter()
-    metrics = update(learner, trajectories) | rollout_metrics(trajectories, ctx)
+    with torch.profiler.record_function("grpo.update"):
+        metrics = update(learner, trajectories) | rollout_metrics(trajectories, ctx)
     if _every(config.eval_every, step) or step == config.steps:
         # An extra forward pass without gradients: on evaluation steps only, off the hot path,
         # and timed on its own (not in update_time_s).
@@ -201,6 +205,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
         metrics |= {"sampler_staleness_steps": stale, "weight_sync_s": sync_s}
     timing = _timing(learner, began, rolled)
     timing["update_time_s"] -= metrics.get("drift_time_s", 0.0)
+    timing["step_time_s"] -= metrics.get("drift_time_s", 0.0)  # rollout + update, as each step
     return metrics | timing
 
 

@@ -226,6 +226,11 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
     )
     rollout = [r["rollout_time_s"] for r in rows]
     result.update(
+        # Per step as well as the means: on the GPU the first timed step has been the slow one
+        # (benchmarks/results/gpu_h200/run6), and these say which half of it is.
+        rollout_time_s=rollout,
+        update_time_s=[r["update_time_s"] for r in rows],
+        cuda_max_memory_gib=[r.get("cuda_max_memory_gib") for r in rows],
         rollout_time_mean_s=statistics.fmean(rollout),
         update_time_mean_s=statistics.fmean(r["update_time_s"] for r in rows),
         rollout_tokens_per_s=sum(result["generated_tokens"]) / sum(rollout),
@@ -469,6 +474,51 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _profiler() -> Any:
+    """``torch.profiler`` over CPU ops and, where there is one, the GPU's kernels."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    return torch.profiler.profile(activities=activities)
+
+
+def profile_summary(prof: Any, only: str, *, top: int = 30) -> dict[str, Any]:
+    """What a profiled child spent its time on: each ``grpo.rollout`` / ``grpo.update`` range
+    of the trainer (``textgym.algos.grpo``'s ``record_function`` names) in order, one per step,
+    warm-up included, with its CPU wall time and the GPU time of the kernels it launched (ms);
+    then the ``top`` operators by self time (GPU time on CUDA, CPU time elsewhere) over the
+    whole run, and the same as ``key_averages``' text table."""
+    device = torch.cuda.is_available()
+    ranges: dict[str, list[dict[str, float]]] = {}
+    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
+        if event.name.startswith("grpo."):
+            ranges.setdefault(event.name, []).append(
+                {
+                    "cpu_ms": event.cpu_time_total / 1e3,
+                    "device_ms": getattr(event, "device_time_total", 0.0) / 1e3,
+                }
+            )
+    key = "self_device_time_total" if device else "self_cpu_time_total"
+    averages = prof.key_averages()
+    ops = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:top]
+    return {
+        "benchmark": "grpo_vs_trl profile",
+        "trainer": only,
+        "ranges_per_step": ranges,
+        "sorted_by": key,
+        "top_ops": [
+            {
+                "name": e.key,
+                "calls": e.count,
+                "self_ms": getattr(e, key) / 1e3,
+                "self_cpu_ms": e.self_cpu_time_total / 1e3,
+            }
+            for e in ops
+        ],
+        "table": averages.table(sort_by=key, row_limit=top),
+    }
+
+
 def child(args: argparse.Namespace) -> None:
     """Run one trainer (or the decode roofline) in this process and write its JSON."""
     from textgym.models import random_weights_loading
@@ -477,13 +527,17 @@ def child(args: argparse.Namespace) -> None:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
+    profiler = _profiler() if args.profile_output else contextlib.nullcontext()
     with weights, tempfile.TemporaryDirectory(prefix=f"grpo_vs_trl_{args.only}_") as scratch:
         runner = {
             "ours": run_ours,
             "trl": run_trl,
             "ours_no_sharing": lambda a, o: run_ours(a, o, share_prefix=False),
         }.get(args.only)
-        result = runner(args, Path(scratch)) if runner else decode_roofline(args)
+        with profiler as prof:
+            result = runner(args, Path(scratch)) if runner else decode_roofline(args)
+    if args.profile_output:
+        write_result(Path(args.profile_output), profile_summary(prof, args.only))
     result["peak_rss_mib"] = (
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     )  # KiB on Linux
@@ -646,8 +700,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--output", default=None, help="default benchmarks/results/grpo_vs_trl_{cpu,cuda}.json"
     )
-    parser.add_argument("--only", choices=(*TRAINERS, "decode"), help=argparse.SUPPRESS)
-    parser.add_argument("--child-output", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--profile-output",
+        default=None,
+        help="with --only ours / ours_no_sharing: run it under torch.profiler and write the "
+        "per-step rollout / update ranges and the top operators to this JSON (the profiler "
+        "slows the run: time it without)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=(*TRAINERS, "decode"),
+        help="run one trainer (or the decode roofline) in this process, no rounds or "
+        "comparison, and write its JSON to --child-output",
+    )
+    parser.add_argument("--child-output", help="with --only: where its JSON goes")
     args = parser.parse_args(argv)
     batch = args.groups_per_step * args.group_size
     if batch % args.micro_batch_size:
@@ -655,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
             f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
             "TRL needs whole accumulation steps"
         )
+    if args.profile_output and args.only not in ("ours", "ours_no_sharing"):
+        parser.error("--profile-output profiles one of our runs: add --only ours")
     if args.only:
         child(args)
         return 0

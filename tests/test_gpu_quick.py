@@ -246,3 +246,26 @@ def test_grpo_vs_trl_writes_what_succeeded_when_a_child_fails(tmp_path, monkeypa
     (failure,) = record["failures"]
     assert failure["runner"] == "trl" and failure["returncode"] == 2
     assert "trl broke" in failure["output_tail"]
+
+
+@pytest.mark.slow
+def test_grpo_vs_trl_profiles_one_run_step_by_step(tmp_path):
+    bench = _benchmark("grpo_vs_trl")
+    output, profile = tmp_path / "ours.json", tmp_path / "profile.json"
+    argv = "--steps 2 --warmup 1 --groups-per-step 2 --group-size 2 --micro-batch-size 2"
+    argv += f" --max-new-tokens 4 --threads 1 --only ours --child-output {output}"
+    assert bench.main([*argv.split(), "--profile-output", str(profile)]) == 0
+    record = json.loads(output.read_text())
+    assert len(record["rollout_time_s"]) == len(record["update_time_s"]) == 2  # timed steps
+    summary = json.loads(profile.read_text())
+    # One range per step, the warm-up included, in step order.
+    assert [len(summary["ranges_per_step"][k]) for k in ("grpo.rollout", "grpo.update")] == [3, 3]
+    assert all(r["cpu_ms"] > 0 for r in summary["ranges_per_step"]["grpo.update"])
+    assert summary["top_ops"] and summary["top_ops"][0]["self_ms"] > 0
+    assert "Self CPU" in summary["table"]
+
+
+def test_grpo_vs_trl_profiles_only_one_of_our_runs():
+    bench = _benchmark("grpo_vs_trl")
+    with pytest.raises(SystemExit):
+        bench.main(["--profile-output", "x.json"])

@@ -170,6 +170,11 @@ def test_a_run_whose_groups_are_all_equal_prints_the_hint_and_logs_the_drift(tmp
     # (eval_every=0), an extra forward pass kept off the other steps.
     assert "kl_to_start" not in train[0]
     assert train[1]["kl_to_start"] is not None and train[1]["kl_to_start"] >= 0.0
+    # The drift's forward pass is timed on its own, outside the step's rollout + update.
+    assert train[1]["drift_time_s"] > 0.0
+    for row in train:
+        parts = row["rollout_time_s"] + row["update_time_s"]
+        assert row["step_time_s"] == pytest.approx(parts, abs=1e-6)
 
 
 @pytest.mark.llm
