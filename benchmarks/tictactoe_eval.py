@@ -10,7 +10,10 @@ second, reported separately) against:
 - the opponents outside the training distribution (``TicTacToe-v0``'s ``opponent`` styles):
   ``minimax_last`` and ``minimax_any`` (optimal, other tie-breaks), ``fork`` (Crowley &
   Siegler's rules, never loses), ``greedy_center`` and ``greedy_edge`` (win/block players that
-  a fork beats).
+  a fork beats);
+- with ``--selfplay-against PATH ...``, other models (earlier checkpoints of the policy): rows
+  ``selfplay:PATH`` played through the PettingZoo twin, the other model sampled at
+  ``--selfplay-temperature`` (no exact references).
 
 Each row gives win / draw / loss rates with binomial standard errors, the invalid-move rate
 (invalid actions / actions), the share of games with any and the first 50 of them with the
@@ -317,6 +320,72 @@ def play_rows(
     return results
 
 
+def build_opponent_models(args: argparse.Namespace) -> dict[str, Any]:
+    """``{path: policy}`` for ``--selfplay-against``: each model sampled at
+    ``--selfplay-temperature`` (above 0 its games vary; greedy against greedy replays one game a
+    mark), its own sampling seed ``args.seed + 1``."""
+    from textgym.models import load_model
+    from textgym.policies.hf import HFPolicy
+
+    stop = list(gym.make(ENV_ID).unwrapped.stop_strings)
+    opponents = {}
+    for path in args.selfplay_against:
+        model, tokenizer = load_model(path, dtype=args.dtype, device=args.device)
+        opponents[path] = HFPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.selfplay_temperature,
+            stop=stop,
+            batch_size=args.batch_size,
+            seed=args.seed + 1,
+        )
+    return opponents
+
+
+def play_selfplay(
+    args: argparse.Namespace,
+    policies: dict[str, Any],
+    opponents: dict[str, Any],
+    results: dict[str, Any],
+    on_row: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Rows ``selfplay:PATH``: the policy against another model (an earlier checkpoint) through
+    the PettingZoo twin (:func:`textgym.selfplay.selfplay`, the same ``--prompt-style`` for both
+    seats), ``--games`` games with each of ``--marks``; added to ``results[mode]``."""
+    from textgym.envs.tictactoe.pettingzoo_env import env as twin
+    from textgym.selfplay import selfplay
+
+    seeds = list(range(args.seed * 10**6, args.seed * 10**6 + args.games))
+    for mode, policy in policies.items():
+        for path, opponent in opponents.items():
+            row = f"selfplay:{path}"
+            results.setdefault(mode, {})[row] = {}
+            for mark in args.marks:
+                start = time.perf_counter()
+                games = selfplay(
+                    [policy, opponent],
+                    seeds,
+                    batch_size=args.batch_size,
+                    first_player="player_0" if mark == "X" else "player_1",
+                    make_env=lambda: twin(prompt_style=args.prompt_style),
+                )
+                ours = [g.trajectories["player_0"] for g in games]
+                result = {
+                    **game_rates(ours),
+                    "invalid_moves": invalid_move_trace(ours),
+                    "opponent_invalid_action": game_rates(
+                        [g.trajectories["player_1"] for g in games]
+                    )["invalid_action"],
+                    "opponent_temperature": args.selfplay_temperature,
+                    "seconds": time.perf_counter() - start,
+                }
+                results[mode][row][mark] = result
+                print_row(mode, "selfplay", mark, result, flush=True)
+                if on_row is not None:
+                    on_row(results)
+
+
 def _pct(r: dict[str, float]) -> str:
     return f"{100 * r['rate']:5.1f} ± {100 * r['stderr']:3.1f}"
 
@@ -337,8 +406,8 @@ def print_row(mode: str, row: str, mark: str, r: dict[str, Any], *, flush: bool 
     print(
         f"{mode:9} {row:15} {mark:4} | {_pct(r['win'])} {_pct(r['draw'])} {_pct(r['loss'])}"
         f" | {100 * r['invalid_action']['rate']:9.2f} | {r['distinct_games']:5d}"
-        f" | {_exact(r['exact']['minimax_player']):>22}"
-        f" | {_exact(r['exact']['best_player']):>22}",
+        f" | {_exact(r['exact']['minimax_player']) if 'exact' in r else '-':>22}"
+        f" | {_exact(r['exact']['best_player']) if 'exact' in r else '-':>22}",
         flush=flush,
     )
 
@@ -369,9 +438,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="episode seeds and policy sampling")
     parser.add_argument("--output", default=None, help="JSON path")
     parser.add_argument("--ceilings", default=None, help="write only the ceiling table here")
+    parser.add_argument(
+        "--selfplay-against",
+        nargs="*",
+        default=[],
+        help="with --model: also play these models (earlier checkpoints) through the "
+        "PettingZoo twin, one row each",
+    )
+    parser.add_argument(
+        "--selfplay-temperature",
+        type=float,
+        default=1.0,
+        help="the --selfplay-against models' sampling temperature (0: greedy)",
+    )
     args = parser.parse_args(argv)
     if args.games < 1:
         parser.error(f"Expected --games >= 1, got {args.games}")
+    if args.selfplay_against and args.model is None:
+        parser.error("--selfplay-against plays a --model against other models")
     return args
 
 
@@ -415,6 +499,9 @@ def main(argv: list[str] | None = None) -> int:
         record["positions"] = play_exam(args, policies)
         save_partial({})
     record["results"] = play_rows(args, save_partial, policies)
+    if args.selfplay_against:
+        opponents = build_opponent_models(args)
+        play_selfplay(args, policies, opponents, record["results"], save_partial)
     record["complete"] = True
     record["seconds"] = time.perf_counter() - start
     if args.output:

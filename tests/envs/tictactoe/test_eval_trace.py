@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 from textgym.rollout import Trajectory
 
@@ -49,3 +52,27 @@ def test_each_invalid_move_with_the_position_it_answered():
 def test_the_trace_stops_at_its_limit():
     games = [_game(seed, [True, True]) for seed in range(5)]
     assert len(_eval_script().invalid_move_trace(games, limit=3)) == 3
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_selfplay_rows_play_the_model_against_another_as_each_mark(tmp_path):
+    pytest.importorskip("pettingzoo")
+    pytest.importorskip("transformers")
+    output = tmp_path / "eval.json"
+    argv = "--model tiny --selfplay-against tiny --selfplay-temperature 0 --rows --games 2"
+    argv += " --max-new-tokens 4"
+    assert _eval_script().main([*argv.split(), "--output", str(output)]) == 0
+    record = json.loads(output.read_text())
+    rows = record["results"]["greedy"]["selfplay:tiny"]
+    assert set(rows) == {"X", "O"} and record["complete"]
+    assert all(row["games"] == 2 and row["opponent_temperature"] == 0 for row in rows.values())
+    # The random tiny model answers nothing legal. As X ours moves first: every move invalid,
+    # traced. As O it never moves: the other model, X, never made a legal first move.
+    assert rows["X"]["invalid_action"]["rate"] == 1.0 and rows["X"]["invalid_moves"]
+    assert rows["O"]["actions"] == 0 and rows["O"]["opponent_invalid_action"]["rate"] == 1.0
+
+
+def test_selfplay_needs_a_model():
+    with pytest.raises(SystemExit):
+        _eval_script().parse_args(["--policy", "minimax", "--selfplay-against", "tiny"])
