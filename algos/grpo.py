@@ -70,6 +70,7 @@ from textgym.algos.grpo_rollouts import (
     rollout_step,
     training_env,
 )
+from textgym.algos.league import OpponentLeague
 from textgym.algos.learnability import hint_rule
 from textgym.algos.learner import Learner, sampled_elsewhere
 from textgym.algos.losses import LOSS_VARIANTS, loss_normalizer, policy_loss
@@ -182,8 +183,11 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     else:
         # Named ranges for torch.profiler (benchmarks/grpo_vs_trl.py --profile-output); a
         # few microseconds when no profiler runs.
+        opponents = None
+        if run.league is not None:  # one style per group, the same draw on every rank
+            opponents = run.league.draw(config.groups_per_step, f"{config.seed}/{step}/league")
         with torch.profiler.record_function("grpo.rollout"):
-            trajectories = rollout_step(env, policy, config, step - 1, ctx)
+            trajectories = rollout_step(env, policy, config, step - 1, ctx, opponents)
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
         server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
@@ -191,6 +195,9 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     rolled = time.perf_counter()
     with torch.profiler.record_function("grpo.update"):
         metrics = update(learner, trajectories) | rollout_metrics(trajectories, ctx)
+    if run.league is not None and opponents is not None:
+        metrics |= run.league.metrics()  # the draw this step's groups came from
+        _record_league(run.league, opponents, trajectories, config, ctx)
     if _every(config.eval_every, step) or step == config.steps:
         # An extra forward pass without gradients: on evaluation steps only, off the hot path,
         # and timed on its own (not in update_time_s).
@@ -609,6 +616,7 @@ class _Run:
     logger: Any  # MetricsLogger on rank 0, NullLogger on the others
     stop: StopOnInterrupt
     episodes: TrainEpisodesLog  # a sample of each step's rollouts (train_episodes.jsonl)
+    league: OpponentLeague | None = None  # opponent_priority "loss"
     eval_metrics: dict[str, Any] = field(default_factory=dict)  # the last evaluation's
     hint_rule: str | None = None  # the learnability rule of the last hint printed
 
@@ -633,7 +641,10 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
             config, learner, list(env.stop), out / "llama-server" / f"rank{ctx.rank}"
         )
         policy = server.policy
-    start = _restore(checkpoint, learner, policy)
+    league = None
+    if config.opponent_priority == "loss":
+        league = OpponentLeague(tuple(config.env_kwargs["opponent"]))
+    start = _restore(checkpoint, learner, policy, league)
     deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
     logger, stop = _logger(out, config, ctx), StopOnInterrupt()
     return _Run(
@@ -649,6 +660,7 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
         logger=logger,
         stop=stop,
         episodes=TrainEpisodesLog(out, config.log_completions),
+        league=league,
     )
 
 
@@ -665,7 +677,7 @@ def _after_step(run: _Run, step: int) -> str | None:
     out_of_time, stopping = _any_rank([time.perf_counter() > run.deadline, run.stop.requested], ctx)
     saved = done or out_of_time or stopping or _every(config.save_every, step)
     if saved:  # save first: an evaluation that fails or is interrupted costs no work
-        _save(run.learner, run.policy, step, final=done)
+        _save(run.learner, run.policy, step, final=done, league=run.league)
     if stopping:
         raise TrainingInterrupted(step, run.out / f"checkpoint-{step}")
     if ctx.is_main and (done or _every(config.eval_every, step)):
@@ -696,7 +708,7 @@ def _evaluate_saved(run: _Run, step: int, *, saved: bool) -> dict[str, float]:
             return _evaluate(run.evaluator, run.env, run.config, step)
     except BaseException as exc:
         if not saved:
-            _save(run.learner, run.policy, step)
+            _save(run.learner, run.policy, step, league=run.league)
         if isinstance(exc, KeyboardInterrupt):
             raise TrainingInterrupted(step, run.out / f"checkpoint-{step}") from None
         raise
@@ -719,9 +731,14 @@ def _finished(checkpoint: Path, config: GRPOConfig) -> bool:
     return checkpoint.name == f"checkpoint-{config.steps}" and final_eval.exists()
 
 
-def _restore(checkpoint: Path | None, learner: Learner, policy: HFPolicy) -> int:
-    """Load ``checkpoint`` into the learner and the sampling policy; return its step (0 if
-    there is none)."""
+def _restore(
+    checkpoint: Path | None,
+    learner: Learner,
+    policy: HFPolicy,
+    league: OpponentLeague | None = None,
+) -> int:
+    """Load ``checkpoint`` into the learner, the sampling policy and the opponent league;
+    return its step (0 if there is none)."""
     if checkpoint is None:
         return 0
     state = load_checkpoint(
@@ -733,10 +750,19 @@ def _restore(checkpoint: Path | None, learner: Learner, policy: HFPolicy) -> int
         optimizer_needed=checkpoint.name != f"checkpoint-{learner.config.steps}",
     )
     policy.set_sampling_state(state["extra"].get("sampling_state"))
+    if league is not None and "league" in state["extra"]:
+        league.load_state_dict(state["extra"]["league"])
     return int(state["step"])
 
 
-def _save(learner: Learner, policy: HFPolicy, step: int, *, final: bool = False) -> Path | None:
+def _save(
+    learner: Learner,
+    policy: HFPolicy,
+    step: int,
+    *,
+    final: bool = False,
+    league: OpponentLeague | None = None,
+) -> Path | None:
     """Checkpoint the learner and the sampling policy's RNG state after ``step`` (rank 0 only:
     the other ranks hold the same weights and optimizer state); return its path (``None`` on
     other ranks). Older checkpoints beyond ``save_total_limit`` go once it is complete. The
@@ -748,7 +774,9 @@ def _save(learner: Learner, policy: HFPolicy, step: int, *, final: bool = False)
     """
     if not learner.dist.is_main:
         return None
-    extra = {"sampling_state": policy.sampling_state()}
+    extra: dict[str, Any] = {"sampling_state": policy.sampling_state()}
+    if league is not None:
+        extra["league"] = league.state_dict()
     return save_trainer_checkpoint(learner, step, extra=extra, final=final)
 
 
@@ -771,6 +799,22 @@ def _any_rank(flags: list[bool], ctx: DistributedContext) -> list[bool]:
     if not ctx.distributed:
         return flags
     return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
+
+
+def _record_league(
+    league: OpponentLeague,
+    opponents: list[str],
+    trajectories: list[Trajectory],
+    config: GRPOConfig,
+    ctx: DistributedContext,
+) -> None:
+    """Add the step's outcomes per style to the league, summed over the ranks (each played its
+    contiguous share of the groups, :func:`rollout_step`)."""
+    per_episode = [style for style in opponents for _ in range(config.group_size)]
+    first = ctx.rank * len(trajectories) if ctx.distributed else 0
+    mine = per_episode[first : first + len(trajectories)]
+    counts = league.counts(mine, [t.outcome for t in trajectories])
+    league.add(all_reduce_sum(counts, ctx) if ctx.distributed else counts)
 
 
 def _every(interval: int, step: int) -> bool:

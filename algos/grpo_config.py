@@ -47,6 +47,11 @@ class GRPOConfig(OptimizationConfig):
     opponent random-move probability is drawn, stratified over the tasks of a step; 1 is a
     uniformly random opponent, 0 the optimal one (the tic-tac-toe recipe trains on 0.5 1.0).
     None keeps the env's own setting."""
+    opponent_priority: Literal["uniform", "loss"] = "uniform"
+    """Envs with a list of opponent styles (tic-tac-toe's env_kwargs opponent): uniform lets the
+    env draw a style per episode; loss draws one per group, weighted by the policy's recent loss
+    rate against each, measured on its own training episodes (prioritised fictitious
+    self-play's hard weighting; textgym.algos.league)."""
     seed: int = 0
     """Seed of tasks, sampling and initialisation."""
     steps: int = 100
@@ -211,6 +216,21 @@ def _opponent_range_broken(config: GRPOConfig) -> bool:
     return prob is not None and not (len(prob) == 2 and 0 <= prob[0] <= prob[1] <= 1)
 
 
+def _league_problem(config: GRPOConfig) -> str | None:
+    """Why ``opponent_priority="loss"`` cannot run with this config (``None``: it can)."""
+    if config.opponent_priority == "uniform":
+        return None
+    styles = config.env_kwargs.get("opponent")
+    if not isinstance(styles, list | tuple) or len(set(styles)) < 2:
+        return (
+            "loss draws among the env's opponent styles: give env_kwargs opponent as a list of "
+            f"at least two styles, got {styles!r}"
+        )
+    if config.rollout_engine != "hf":
+        return "loss needs rollout_engine hf (the draw follows the step's own rollouts)"
+    return None
+
+
 def _not_negative(name: str) -> _Rule:
     return _Rule(
         name,
@@ -270,6 +290,7 @@ _RULES = (
         lambda c: f"expected > 0 or None, got {c.time_limit_minutes}",
     ),
     _Rule("wrappers", lambda c: _wrapper_problem(c) is not None, _wrapper_problem),
+    _Rule("opponent_priority", lambda c: _league_problem(c) is not None, _league_problem),
     _Rule(
         "opponent_random_move_prob",
         _opponent_range_broken,

@@ -83,10 +83,16 @@ def training_env(config: GRPOConfig) -> TrainingEnv:
 
 
 def rollout_step(
-    env: TrainingEnv, policy: HFPolicy, config: GRPOConfig, step: int, ctx: DistributedContext
+    env: TrainingEnv,
+    policy: HFPolicy,
+    config: GRPOConfig,
+    step: int,
+    ctx: DistributedContext,
+    opponents: list[str] | None = None,
 ) -> list[Trajectory]:
     """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
-    seed and opponent stratum.
+    seed and opponent stratum, and with ``opponents`` (one style per task, all ranks' tasks)
+    the opponent style (``reset(options={"opponent": ...})``).
 
     With more than one rank, this rank plays its contiguous ``1 / world_size`` of the episodes
     (whole groups), its sampling RNG re-seeded from ``(seed, step, rank)``, so a checkpoint
@@ -94,7 +100,11 @@ def rollout_step(
     """
     first = config.seed * 10**6 + step * config.groups_per_step
     seeds = GroupSeeds(first, config.batch_size, config.group_size)
-    options = [{"episode_index": i // config.group_size} for i in range(config.batch_size)]
+    options = [
+        ({"episode_index": i // config.group_size} if env.stratified else {})
+        | ({"opponent": opponents[i // config.group_size]} if opponents else {})
+        for i in range(config.batch_size)
+    ]
     mine = slice(None)
     if ctx.distributed:
         share = config.batch_size // ctx.world_size
@@ -112,7 +122,7 @@ def rollout_step(
             policy,
             seeds[mine],
             batch_size=config.rollout_batch_size,
-            options=options[mine] if env.stratified else None,
+            options=options[mine] if env.stratified or opponents else None,
             token_level=True,
             env_workers=config.env_workers,
             on_episode_end=progress.episode_done,

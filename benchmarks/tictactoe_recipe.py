@@ -198,6 +198,24 @@ ARMS: dict[str, Arm] = {
             "continue_adapter": True,
         },
     ),
+    # Issue 34's league weighted by the policy's current loss rate against each style,
+    # re-measured every step from its own training episodes (textgym.algos.league).
+    "league_pfsp": Arm(
+        "opponent priority",
+        "league_one with each group's style drawn by the policy's recent loss rate against it",
+        {
+            "env_kwargs": {
+                "opponent": list(LEAGUE_STYLES),
+                "start_boards": "critical",
+                "start_board_prob": 0.5,
+            },
+            "opponent_random_move_prob": (0.0, 0.5),
+            "learning_rate": 1e-4,
+            "groups_per_step": 8,
+            "continue_adapter": True,
+            "opponent_priority": "loss",
+        },
+    ),
 }
 
 
