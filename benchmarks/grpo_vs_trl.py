@@ -98,6 +98,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from _profiling import profile_summary, profiler  # sibling module of this script
 from _provenance import (  # sibling module of this script
     REPO_ROOT,
     dist_version,
@@ -474,51 +475,6 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _profiler() -> Any:
-    """``torch.profiler`` over CPU ops and, where there is one, the GPU's kernels."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    return torch.profiler.profile(activities=activities)
-
-
-def profile_summary(prof: Any, only: str, *, top: int = 30) -> dict[str, Any]:
-    """What a profiled child spent its time on: each ``grpo.rollout`` / ``grpo.update`` range
-    of the trainer (``textgym.algos.grpo``'s ``record_function`` names) in order, one per step,
-    warm-up included, with its CPU wall time and the GPU time of the kernels it launched (ms);
-    then the ``top`` operators by self time (GPU time on CUDA, CPU time elsewhere) over the
-    whole run, and the same as ``key_averages``' text table."""
-    device = torch.cuda.is_available()
-    ranges: dict[str, list[dict[str, float]]] = {}
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        if event.name.startswith("grpo."):
-            ranges.setdefault(event.name, []).append(
-                {
-                    "cpu_ms": event.cpu_time_total / 1e3,
-                    "device_ms": getattr(event, "device_time_total", 0.0) / 1e3,
-                }
-            )
-    key = "self_device_time_total" if device else "self_cpu_time_total"
-    averages = prof.key_averages()
-    ops = sorted(averages, key=lambda e: getattr(e, key), reverse=True)[:top]
-    return {
-        "benchmark": "grpo_vs_trl profile",
-        "trainer": only,
-        "ranges_per_step": ranges,
-        "sorted_by": key,
-        "top_ops": [
-            {
-                "name": e.key,
-                "calls": e.count,
-                "self_ms": getattr(e, key) / 1e3,
-                "self_cpu_ms": e.self_cpu_time_total / 1e3,
-            }
-            for e in ops
-        ],
-        "table": averages.table(sort_by=key, row_limit=top),
-    }
-
-
 def child(args: argparse.Namespace) -> None:
     """Run one trainer (or the decode roofline) in this process and write its JSON."""
     from textgym.models import random_weights_loading
@@ -527,17 +483,18 @@ def child(args: argparse.Namespace) -> None:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
-    profiler = _profiler() if args.profile_output else contextlib.nullcontext()
+    profiling = profiler() if args.profile_output else contextlib.nullcontext()
     with weights, tempfile.TemporaryDirectory(prefix=f"grpo_vs_trl_{args.only}_") as scratch:
         runner = {
             "ours": run_ours,
             "trl": run_trl,
             "ours_no_sharing": lambda a, o: run_ours(a, o, share_prefix=False),
         }.get(args.only)
-        with profiler as prof:
+        with profiling as prof:
             result = runner(args, Path(scratch)) if runner else decode_roofline(args)
     if args.profile_output:
-        write_result(Path(args.profile_output), profile_summary(prof, args.only))
+        summary = {"benchmark": "grpo_vs_trl profile", "trainer": args.only}
+        write_result(Path(args.profile_output), summary | profile_summary(prof, ranges="grpo."))
     result["peak_rss_mib"] = (
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     )  # KiB on Linux

@@ -50,6 +50,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -62,6 +63,7 @@ from typing import Any
 
 import gymnasium as gym
 import torch
+from _profiling import profile_summary, profiler  # sibling module
 from _provenance import dist_version, git, git_dirty, machine_info, write_result  # sibling module
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
@@ -183,6 +185,7 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
         result["graph_captures"] = stats.graph_captures
         result["graph_capture_s"] = stats.graph_capture_s
         result["row_steps"] = stats.row_steps
+        result["decode_steps"] = stats.decode_steps
     if device == "cuda" and engine in ("now", "generate"):
         result.update(_roofline(model, result, batch, sequences))
     return result
@@ -313,12 +316,17 @@ def _roofline(
 
 def child(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
-    if args.engine == "llama.cpp":
-        result = run_llama_cpp(args, args.batch)
-    elif args.engine == "cb":
-        result = run_continuous_batching(args, args.batch)
-    else:
-        result = run_hf(args, args.engine, args.batch)
+    with profiler() if args.profile_output else contextlib.nullcontext() as prof:
+        if args.engine == "llama.cpp":
+            result = run_llama_cpp(args, args.batch)
+        elif args.engine == "cb":
+            result = run_continuous_batching(args, args.batch)
+        else:
+            result = run_hf(args, args.engine, args.batch)
+    if args.profile_output:
+        summary = {"benchmark": "llm_decode profile", "engine": args.engine, "batch": args.batch}
+        summary["decode_steps"] = result.get("decode_steps")
+        write_result(Path(args.profile_output), summary | profile_summary(prof))
     result["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     Path(args.child_output).write_text(json.dumps(result))
 
@@ -364,6 +372,7 @@ def _spawn(args: argparse.Namespace, engine: str, batch: int, gguf: str | None) 
         "--gguf",
         gguf or "",
         *(["--random-weights"] if args.random_weights else []),
+        *(["--profile-output", args.profile_output] if args.profile_output else []),
     ]
     completed = subprocess.run(argv, capture_output=True, text=True, check=False)
     if completed.returncode != 0:
@@ -412,6 +421,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output", default=None)
     parser.add_argument("--note", default="", help="free text kept in the JSON (e.g. build flags)")
+    parser.add_argument(
+        "--profile-output",
+        default=None,
+        help="with one engine and one batch: run it under torch.profiler and write the top "
+        "operators (with call counts) to this JSON (the profiler slows it: time it without)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--engine", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -421,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(args)
         return 0
+    if args.profile_output and (len(args.engines) != 1 or len(args.batches) != 1):
+        parser.error("--profile-output profiles one run: give one --engines and one --batches")
     if args.smoke:
         args.model, args.batches, args.turns, args.new_tokens = "tiny", [1, 2], 2, 4
         args.engines = [e for e in args.engines if e != "llama.cpp"]

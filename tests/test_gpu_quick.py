@@ -259,8 +259,8 @@ def test_grpo_vs_trl_profiles_one_run_step_by_step(tmp_path):
     assert len(record["rollout_time_s"]) == len(record["update_time_s"]) == 2  # timed steps
     summary = json.loads(profile.read_text())
     # One range per step, the warm-up included, in step order.
-    assert [len(summary["ranges_per_step"][k]) for k in ("grpo.rollout", "grpo.update")] == [3, 3]
-    assert all(r["cpu_ms"] > 0 for r in summary["ranges_per_step"]["grpo.update"])
+    assert [len(summary["ranges"][k]) for k in ("grpo.rollout", "grpo.update")] == [3, 3]
+    assert all(r["cpu_ms"] > 0 for r in summary["ranges"]["grpo.update"])
     assert summary["top_ops"] and summary["top_ops"][0]["self_ms"] > 0
     assert "Self CPU" in summary["table"]
 
@@ -269,3 +269,21 @@ def test_grpo_vs_trl_profiles_only_one_of_our_runs():
     bench = _benchmark("grpo_vs_trl")
     with pytest.raises(SystemExit):
         bench.main(["--profile-output", "x.json"])
+
+
+@pytest.mark.subprocess
+@pytest.mark.slow
+def test_llm_decode_profiles_one_engine_at_one_batch(tmp_path):
+    profile = tmp_path / "profile.json"
+    command = [sys.executable, str(BENCH / "llm_decode.py"), "--model", "tiny"]
+    command += ["--engines", "now", "--batches", "1", "--turns", "2", "--new-tokens", "4"]
+    command += ["--output", str(tmp_path / "decode.json"), "--profile-output", str(profile)]
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert completed.returncode == 0, completed.stdout[-2000:] + completed.stderr[-2000:]
+    summary = json.loads(profile.read_text())
+    assert (summary["engine"], summary["batch"]) == ("now", 1) and summary["decode_steps"] > 0
+    assert summary["top_ops"] and summary["top_ops"][0]["calls"] > 0
+    command[command.index("1")] = "2"  # one batch more: refused before any child runs
+    command.insert(command.index("2"), "1")
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert refused.returncode == 2 and "profiles one run" in refused.stderr
