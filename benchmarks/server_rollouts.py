@@ -3,7 +3,7 @@
 One GRPO step's rollouts of the tic-tac-toe pipeline (``--episodes`` episodes: 4 groups x 8 by
 default, compact prompts, the opponent at ``random_move_prob`` 0.5, temperature 1, 16 new tokens
 per turn) played twice by the same policy, Gemma 3 270M with the pipeline's LoRA adapter
-(``benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/master``, kept unmerged;
+(``benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/league``, kept unmerged;
 stored in float32):
 
 - ``in_process``: :class:`textgym.policies.hf.HFPolicy` on the ``peft`` model, float32, as
@@ -51,7 +51,7 @@ from textgym.policies.llama_server import LlamaServerPolicy
 from textgym.rollout import rollout
 from textgym.serving.llama_cpp import LlamaServer, write_lora_gguf
 
-ADAPTER = REPO_ROOT / "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/master"
+ADAPTER = REPO_ROOT / "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/league"
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "server_rollouts_cpu.json"
 ENV_KWARGS = {"prompt_style": "compact", "agent_mark": "random", "random_move_prob": 0.5}
 

@@ -51,10 +51,10 @@ from textgym.algos.grpo_config import GRPOConfig
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "recipe"
 TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"
-#: The committed CPU adapter (safe-expert SFT, then GRPO; docs/mastery_study.md): every arm's
-#: start. The first three arms (control excepted) started from the earlier recipe's mastery
-#: adapter, which the git history keeps.
-MASTER = "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/master"
+#: The committed CPU adapter, every arm's default start: the safe-expert SFT and GRPO adapter
+#: (``master``) trained on by the ``league_one`` arm (docs/mastery_study.md). Earlier arms
+#: started from ``master`` or the earlier recipe's mastery adapter, which the git history keeps.
+START = "benchmarks/results/tictactoe_pipeline_gemma-3-270m_cpu_lora_safe/league"
 #: Evaluation rows: the two ends of the training range and two players it never trained with.
 OUTCOMES = ("win", "draw", "loss")
 EVAL_ROWS = ("random", "optimal", "fork", "greedy_center")
@@ -308,6 +308,7 @@ def read_curve(metrics: Path) -> list[dict[str, Any]]:
 def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
     """Train arm ``name``, evaluate its last checkpoint, write and return its record."""
     config = arm_config(name, args)
+    commit = git("rev-parse", "HEAD")  # the code that trains (HEAD may move while it runs)
     load = [os.getloadavg()[0]]
     start = time.perf_counter()
     grpo.train(config)  # resumes (or only returns) when the folder holds a checkpoint
@@ -353,7 +354,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "curve": curve,
         "eval": evaluation["results"],
         "eval_games_per_row_and_mark": args.eval_games,
-        "commit": git("rev-parse", "HEAD"),
+        "commit": commit,
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "machine": machine_info(),
         "smoke": args.smoke,
@@ -538,7 +539,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--after", nargs="+", default=[], help="with gain: tictactoe_eval.py JSONs after RL"
     )
-    parser.add_argument("--init", default=MASTER, help="model every arm starts from")
+    parser.add_argument("--init", default=START, help="model every arm starts from")
     parser.add_argument(
         "--league-from",
         default=None,
@@ -564,7 +565,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.init = "tiny" if args.init == MASTER else args.init
+        args.init = "tiny" if args.init == START else args.init
         args.steps, args.eval_games = min(args.steps, 2), min(args.eval_games, 4)
     if not args.list and args.command is None:
         parser.error("expected a command: run ARM, table, or --list")

@@ -33,7 +33,7 @@ def test_each_arm_is_the_base_recipe_with_its_own_changes(name, tmp_path):
             assert got == changes.get(key, value), (name, key)
     for key in set(changes) - set(recipe.BASE):
         assert getattr(config, key) == changes[key], (name, key)
-    assert config.model == recipe.MASTER and config.steps == 40
+    assert config.model == recipe.START and config.steps == 40
     assert config.output_dir == str(tmp_path / name)
 
 
