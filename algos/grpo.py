@@ -187,7 +187,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
         if run.league is not None:  # one style per group, the same draw on every rank
             opponents = run.league.draw(config.groups_per_step, f"{config.seed}/{step}/league")
         with torch.profiler.record_function("grpo.rollout"):
-            trajectories = rollout_step(env, policy, config, step - 1, ctx, opponents)
+            trajectories = rollout_step(env, policy, config, step - 1, ctx, opponents=opponents)
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
         server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))

@@ -88,6 +88,7 @@ def rollout_step(
     config: GRPOConfig,
     step: int,
     ctx: DistributedContext,
+    *,
     opponents: list[str] | None = None,
 ) -> list[Trajectory]:
     """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
