@@ -78,8 +78,7 @@ def prepare_model(
         ImportError: ``lora_rank > 0`` without ``peft`` installed.
     """
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
+        _checkpoint_activations(model)
     if lora_rank > 0:
         try:
             from peft import LoraConfig, get_peft_model
@@ -97,6 +96,12 @@ def prepare_model(
             model.enable_input_require_grads()
     model.train()
     return model
+
+
+def _checkpoint_activations(model: Any) -> None:
+    """Recompute decoder activations in the backward pass (no KV cache while training)."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
 
 
 def load_trainable_model(
@@ -135,10 +140,7 @@ def load_trainable_model(
                 f"lora_rank is {config.lora_rank}; set lora_rank to the adapter's rank"
             )
         if config.gradient_checkpointing:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-            model.config.use_cache = False
+            _checkpoint_activations(model)
             model.enable_input_require_grads()
         return model, tokenizer, None
     model, tokenizer = load_model(config.model, device=device)

@@ -187,3 +187,10 @@ def test_continue_adapter_needs_an_adapter_folder(tmp_path):
     config = _continued(tmp_path)
     with pytest.raises(ModelLoadError, match="Expected a LoRA adapter folder"):
         make_learner(dataclasses.replace(config, model="tiny"))
+
+
+def test_a_continued_adapter_can_recompute_its_activations(tmp_path):
+    from textgym.algos.grpo import make_learner
+
+    learner = make_learner(_continued(tmp_path, gradient_checkpointing=True))
+    assert learner.model.is_gradient_checkpointing and not learner.model.config.use_cache
