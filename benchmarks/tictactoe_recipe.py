@@ -75,6 +75,18 @@ LEAGUE_STYLES = (
     "greedy_edge",
 )
 
+#: The ``league`` arm's changes, which ``league_one`` and ``league_pfsp`` build on.
+LEAGUE: dict[str, Any] = {
+    "env_kwargs": {
+        "opponent": list(LEAGUE_STYLES),
+        "start_boards": "critical",
+        "start_board_prob": 0.5,
+    },
+    "opponent_random_move_prob": (0.0, 0.5),
+    "learning_rate": 1e-4,
+    "groups_per_step": 8,
+}
+
 #: The base recipe: the CPU LoRA pipeline's GRPO phase (tictactoe_pipeline.py's README command).
 BASE: dict[str, Any] = {
     "env_id": "textgym/TicTacToe-v0",
@@ -149,16 +161,7 @@ ARMS: dict[str, Arm] = {
         "opponents + start states",
         "every opponent style, p in [0, 0.5]; half the episodes start from a critical position; "
         "lr 1e-4, 8 groups of 8",
-        {
-            "env_kwargs": {
-                "opponent": list(LEAGUE_STYLES),
-                "start_boards": "critical",
-                "start_board_prob": 0.5,
-            },
-            "opponent_random_move_prob": (0.0, 0.5),
-            "learning_rate": 1e-4,
-            "groups_per_step": 8,
-        },
+        LEAGUE,
     ),
     # The league arm's diagnosis: 47-71% of its groups had equal rewards and the sampled
     # entropy was 0.02-0.03 nats/token, so a wrong greedy move was almost never sampled
@@ -186,35 +189,14 @@ ARMS: dict[str, Arm] = {
     "league_one": Arm(
         "opponents + start states",
         "the league, training the master adapter itself (one rank-16 adapter on the base)",
-        {
-            "env_kwargs": {
-                "opponent": list(LEAGUE_STYLES),
-                "start_boards": "critical",
-                "start_board_prob": 0.5,
-            },
-            "opponent_random_move_prob": (0.0, 0.5),
-            "learning_rate": 1e-4,
-            "groups_per_step": 8,
-            "continue_adapter": True,
-        },
+        {**LEAGUE, "continue_adapter": True},
     ),
     # Issue 34's league weighted by the policy's current loss rate against each style,
     # re-measured every step from its own training episodes (textgym.algos.league).
     "league_pfsp": Arm(
         "opponent priority",
         "league_one with each group's style drawn by the policy's recent loss rate against it",
-        {
-            "env_kwargs": {
-                "opponent": list(LEAGUE_STYLES),
-                "start_boards": "critical",
-                "start_board_prob": 0.5,
-            },
-            "opponent_random_move_prob": (0.0, 0.5),
-            "learning_rate": 1e-4,
-            "groups_per_step": 8,
-            "continue_adapter": True,
-            "opponent_priority": "loss",
-        },
+        {**LEAGUE, "continue_adapter": True, "opponent_priority": "loss"},
     ),
 }
 

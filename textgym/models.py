@@ -435,13 +435,19 @@ def load_adapter_for_training(
             f"Expected a LoRA adapter folder (with {ADAPTER_CONFIG}) to train further, got {path}"
         )
     model, tokenizer, base = _open_adapter(path, cache_dir=cache_dir, depth=0, trainable=True)
-    ensure_chat_template(tokenizer)
-    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
+    _ready_tokenizer(tokenizer)
     if device is not None:
         model = model.to(device)
     model.train()
     return model, tokenizer, base
+
+
+def _ready_tokenizer(tokenizer: Any) -> None:
+    """A chat template (:func:`~textgym.chat_templates.ensure_chat_template`) and a pad token
+    (EOS when it has none), in place."""
+    ensure_chat_template(tokenizer)
+    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
 
 
 def _open_adapter(
@@ -638,9 +644,7 @@ def load_model(
         model, tokenizer = _load_random(name, dtype=dtype, cache_dir=cache_dir)
     else:
         model, tokenizer = _load_any(name, dtype=dtype, cache_dir=cache_dir)
-    ensure_chat_template(tokenizer)
-    if tokenizer.pad_token_id is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
+    _ready_tokenizer(tokenizer)
     if device is not None:
         model = model.to(device)
     model.eval()
