@@ -73,7 +73,12 @@ from textgym.envs.email_tool_use.diagnostics import (
 )
 from textgym.envs.email_tool_use.expert import LookupExpertPolicy
 from textgym.envs.reverse_text import load_passages
-from textgym.envs.reverse_text.lengths import LengthEpisode, length_bucket_summary, passage_split
+from textgym.envs.reverse_text.lengths import (
+    LengthEpisode,
+    length_bucket_summary,
+    passage_split,
+    passage_windows,
+)
 from textgym.evaluation import TASK_COMPONENTS, mean_stderr
 from textgym.rollout import rollout
 
@@ -135,17 +140,30 @@ def _curriculum(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     """ReverseText: the bundled corpus split into ``WORK/data/{train,test}.jsonl`` (rewritten
-    each time: deterministic)."""
+    each time: deterministic). With ``--windows K`` each side also gets up to K word-aligned
+    pieces of each of its passages (:func:`passage_windows`, ``--window-min-chars`` to the last
+    curriculum stage's ``max_chars``, ids ``PASSAGE~wN``): all whole passages first, then every
+    passage's first piece, then every second piece, so a ``--limit`` prefix spreads over the
+    passages. A piece stays on its passage's side."""
     folder = work / "data"
     folder.mkdir(parents=True, exist_ok=True)
-    sides: dict[str, list[str]] = {"train": [], "test": []}
+    longest = _curriculum(args)[-1]["env_kwargs"].get("max_chars")
+    sides: dict[str, list[list[dict[str, str]]]] = {"train": [], "test": []}
     for p in load_passages():
-        row = json.dumps({"id": p.task_id, "text": p.text}, ensure_ascii=False)
-        sides[passage_split(p.task_id, args.test_fraction)].append(row + "\n")
+        rows = [{"id": p.task_id, "text": p.text}]
+        if args.windows and longest is not None and args.window_min_chars <= longest:
+            pieces = passage_windows(
+                p.text, args.windows, args.window_min_chars, longest, seed=p.task_id
+            )
+            rows += [{"id": f"{p.task_id}~w{k}", "text": w} for k, w in enumerate(pieces)]
+        sides[passage_split(p.task_id, args.test_fraction)].append(rows)
     paths = {}
-    for side, rows in sides.items():
+    for side, passages in sides.items():
+        ordered = [rows[k] for k in range(1 + args.windows) for rows in passages if k < len(rows)]
         paths[side] = folder / f"{side}.jsonl"
-        paths[side].write_text("".join(rows), encoding="utf-8")
+        paths[side].write_text(
+            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered), encoding="utf-8"
+        )
     return paths
 
 
@@ -193,11 +211,13 @@ def _trained_task_ids(work: Path) -> set[str]:
     return ids
 
 
-def _details(args: argparse.Namespace, records: list[dict[str, Any]], k: int) -> dict[str, Any]:
+def _details(
+    args: argparse.Namespace, records: list[dict[str, Any]], k: int, kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """Per-length buckets with pass@1 and pass@``k`` (ReverseText) or per-tool-call diagnostics
     (email)."""
     if args.task == "reverse_text":
-        lengths = {p.task_id: len(p.text) for p in load_passages()}
+        lengths = {r["id"]: len(r["text"]) for r in _read_jsonl(Path(kwargs["data_path"]))}
         episodes = [
             LengthEpisode(
                 r["task_id"],
@@ -258,7 +278,7 @@ def evaluate(args: argparse.Namespace, work: Path, model: str, name: str) -> dic
             "invalid_action_rate": summary["invalid_action_rate"],
             "tasks": summary["tasks"],
             "shared_with_training": len({r["task_id"] for r in records} & trained),
-            **_details(args, records, k),
+            **_details(args, records, k, result["env_kwargs"]),
         }
     return result
 
@@ -491,6 +511,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--test-fraction", type=float, default=0.2, help="reverse_text: passages held out"
+    )
+    parser.add_argument(
+        "--windows",
+        type=int,
+        default=0,
+        help="reverse_text: also up to K word-aligned pieces of each passage, on its side of the "
+        "split (more short texts than the corpus's 48 paragraphs of at most 80 characters)",
+    )
+    parser.add_argument(
+        "--window-min-chars", type=int, default=16, help="reverse_text: the shortest piece"
     )
     parser.add_argument(
         "--sft-episodes",

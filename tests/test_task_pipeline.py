@@ -80,6 +80,29 @@ def check_resumes(task: str, work: Path) -> None:
         assert f"{stage}: done" in stdout
 
 
+def test_windows_stay_on_their_passages_side_and_spread_over_passages(tmp_path):
+    curriculum = json.dumps([{"steps": 1, "env_kwargs": {"max_chars": 64}}])
+    args = task_pipeline.parse_args(
+        ["reverse_text", "--windows", "3", "--curriculum", curriculum, "--work-dir", str(tmp_path)]
+    )
+    paths = task_pipeline._split_files(args, tmp_path)
+    rows = {
+        side: [json.loads(x) for x in path.read_text().splitlines()] for side, path in paths.items()
+    }
+    sides = {side: {r["id"].split("~")[0] for r in rs} for side, rs in rows.items()}
+    assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
+    for side, rs in rows.items():
+        whole = [r for r in rs if "~" not in r["id"]]
+        assert rs[: len(whole)] == whole  # the whole passages first, then the pieces
+        pieces = rs[len(whole) :]
+        assert len(pieces) > 2 * len(whole) and all(16 <= len(r["text"]) <= 64 for r in pieces)
+        text = {r["id"]: r["text"] for r in whole}
+        assert all(r["text"] in text[r["id"].split("~")[0]] for r in pieces)
+        # The first pieces come from different passages: a --limit prefix spreads out.
+        first = [r["id"].split("~")[0] for r in pieces[:20]]
+        assert len(set(first)) == 20
+
+
 @pytest.mark.subprocess
 def test_reverse_text_pipeline(tmp_path):
     work = tmp_path / "reverse"

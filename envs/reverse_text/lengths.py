@@ -5,6 +5,9 @@ Pure helpers for training and evaluating a small model on ``textgym/ReverseText-
 - :func:`passage_split` puts a passage in ``"train"`` or ``"test"`` by a hash of its task id
   (SHA-256, so the split is the same on every machine and does not move when passages are
   added, removed or reordered), for a held-out evaluation on passages never trained on.
+- :func:`passage_windows` cuts word-aligned pieces of a passage at a chosen length, so a corpus
+  of long paragraphs yields many short texts (more expert data and a larger held-out set for a
+  small model trained on short texts; the pieces of a held-out passage stay held out).
 - :func:`length_bucket_summary` groups episodes by the length of their passage in characters and
   reports, per bucket, the mean LCS reward with its standard error, the exact-reversal rate with
   its binomial standard error, and pass@k when each passage was played several times.
@@ -18,13 +21,15 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from textgym.evaluation import mean_stderr, pass_at_k
 
-__all__ = ["LengthEpisode", "length_bucket_summary", "passage_split"]
+__all__ = ["LengthEpisode", "length_bucket_summary", "passage_split", "passage_windows"]
 
 
 def passage_split(task_id: str, test_fraction: float = 0.2) -> str:
@@ -40,6 +45,46 @@ def passage_split(task_id: str, test_fraction: float = 0.2) -> str:
         raise ValueError(f"Expected test_fraction in [0, 1], got {test_fraction}")
     digest = hashlib.sha256(task_id.encode("utf-8")).digest()
     return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
+
+
+def passage_windows(
+    text: str, count: int, min_chars: int, max_chars: int, *, seed: str
+) -> list[str]:
+    """Up to ``count`` distinct word-aligned pieces of ``text``, each ``min_chars`` to
+    ``max_chars`` characters long.
+
+    A piece starts at a word and ends at the end of a word (runs of non-space characters, so
+    punctuation stays with its word), with the text's own spacing inside. Each draw picks a
+    start word and a target length uniformly, then keeps the longest run of whole words from
+    that start that fits the target; draws that give a piece shorter than ``min_chars`` or one
+    already drawn are skipped (at most ``4 * count`` draws), so a short text may give fewer
+    pieces, or none. Deterministic in ``seed`` (e.g. the passage's task id) on every machine.
+
+    Raises:
+        ValueError: ``count < 0`` or not ``1 <= min_chars <= max_chars``.
+    """
+    if count < 0 or not 1 <= min_chars <= max_chars:
+        raise ValueError(
+            f"Expected count >= 0 and 1 <= min_chars <= max_chars, got {count}, {min_chars} "
+            f"and {max_chars}"
+        )
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    rng = random.Random(hashlib.sha256(seed.encode("utf-8")).digest())
+    pieces: list[str] = []
+    for _ in range(4 * count):
+        if len(pieces) == count or not words:
+            break
+        first = rng.randrange(len(words))
+        target = rng.randint(min_chars, max_chars)
+        start, end = words[first][0], None
+        for _, word_end in words[first:]:
+            if word_end - start > target:
+                break
+            end = word_end
+        piece = text[start:end] if end is not None else ""
+        if len(piece) >= min_chars and piece not in pieces:
+            pieces.append(piece)
+    return pieces
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from textgym.envs.reverse_text import load_passages
-from textgym.envs.reverse_text.lengths import LengthEpisode, length_bucket_summary, passage_split
+from textgym.envs.reverse_text.lengths import (
+    LengthEpisode,
+    length_bucket_summary,
+    passage_split,
+    passage_windows,
+)
 
 
 def test_split_is_deterministic_disjoint_and_near_its_fraction():
@@ -25,6 +33,42 @@ def test_split_is_deterministic_disjoint_and_near_its_fraction():
 def test_split_refuses_a_fraction_outside_0_1():
     with pytest.raises(ValueError, match=r"test_fraction in \[0, 1\]"):
         passage_split("corpus-00000", 1.5)
+
+
+@given(
+    words=st.lists(st.text("abcXY,.!'", min_size=1, max_size=12), min_size=0, max_size=30),
+    gaps=st.lists(st.sampled_from([" ", "  ", "\n", " \t "]), min_size=30, max_size=30),
+    count=st.integers(0, 8),
+    low=st.integers(1, 40),
+    extra=st.integers(0, 40),
+    seed=st.text(max_size=8),
+)
+def test_windows_are_distinct_whole_word_pieces_within_the_bounds(
+    words, gaps, count, low, extra, seed
+):
+    text = "".join(w + g for w, g in zip(words, gaps)).strip()
+    pieces = passage_windows(text, count, low, low + extra, seed=seed)
+    assert len(pieces) <= count and len(set(pieces)) == len(pieces)
+    spans = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    starts, ends = {a for a, _ in spans}, {b for _, b in spans}
+    for piece in pieces:
+        assert low <= len(piece) <= low + extra
+        # A slice of the text that begins at a word's start and ends at a word's end.
+        assert any(text[a : a + len(piece)] == piece and a + len(piece) in ends for a in starts)
+    assert pieces == passage_windows(text, count, low, low + extra, seed=seed)
+
+
+def test_windows_of_the_corpus_give_many_short_texts():
+    passages = load_passages(min_chars=200)
+    pieces = [w for p in passages for w in passage_windows(p.text, 5, 20, 60, seed=p.task_id)]
+    assert len(pieces) >= 4 * len(passages)
+    assert all(20 <= len(w) <= 60 and w == w.strip() for w in pieces)
+    assert passage_windows("a" * 80, 3, 20, 60, seed="x") == []  # one word, too long
+
+
+def test_windows_refuse_bad_bounds():
+    with pytest.raises(ValueError, match="min_chars <= max_chars"):
+        passage_windows("some text here", 2, 30, 20, seed="x")
 
 
 def test_buckets_group_by_length_with_their_statistics():
