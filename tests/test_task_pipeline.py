@@ -91,7 +91,7 @@ def test_windows_stay_on_their_passages_side_and_spread_over_passages(tmp_path):
     }
     sides = {side: {r["id"].split("~")[0] for r in rs} for side, rs in rows.items()}
     assert sides["train"] and sides["test"] and not sides["train"] & sides["test"]
-    for side, rs in rows.items():
+    for rs in rows.values():
         whole = [r for r in rs if "~" not in r["id"]]
         assert rs[: len(whole)] == whole  # the whole passages first, then the pieces
         pieces = rs[len(whole) :]
