@@ -156,28 +156,38 @@ def exact_references(mark: str, style: str, prob: str) -> dict[str, dict[str, fl
     }
 
 
+def _model_policies(
+    args: argparse.Namespace, path: str, temperatures: dict[str, float], seed: int
+) -> dict[str, Any]:
+    """``{label: HFPolicy}`` of the model at ``path``, loaded once, one policy per temperature,
+    with this run's dtype, device, token limit, batch size and the env's stop strings."""
+    from textgym.models import load_model  # torch/transformers only for a model
+    from textgym.policies.hf import HFPolicy
+
+    model, tokenizer = load_model(path, dtype=args.dtype, device=args.device)
+    stop = list(gym.make(ENV_ID).unwrapped.stop_strings)
+    return {
+        label: HFPolicy(
+            model,
+            tokenizer,
+            max_new_tokens=args.max_new_tokens,
+            temperature=temperature,
+            stop=stop,
+            batch_size=args.batch_size,
+            seed=seed,
+        )
+        for label, temperature in temperatures.items()
+    }
+
+
 def build_policies(args: argparse.Namespace) -> dict[str, Any]:
     """``{decoding label: policy}``: one scripted policy, or the model once per decoding."""
     if args.model is None:
         return {"scripted": SCRIPTED[args.policy](seed=args.seed, reasoning=False)}
-    from textgym.models import load_model  # torch/transformers only for a model
-    from textgym.policies.hf import HFPolicy
-
-    model, tokenizer = load_model(args.model, dtype=args.dtype, device=args.device)
-    stop = list(gym.make(ENV_ID).unwrapped.stop_strings)
     temperatures = {"greedy": 0.0, "sampled": args.temperature}
-    return {
-        mode: HFPolicy(
-            model,
-            tokenizer,
-            max_new_tokens=args.max_new_tokens,
-            temperature=temperatures[mode],
-            stop=stop,
-            batch_size=args.batch_size,
-            seed=args.seed,
-        )
-        for mode in args.decoding
-    }
+    return _model_policies(
+        args, args.model, {mode: temperatures[mode] for mode in args.decoding}, args.seed
+    )
 
 
 class _FirstVisits:
@@ -324,23 +334,10 @@ def build_opponent_models(args: argparse.Namespace) -> dict[str, Any]:
     """``{path: policy}`` for ``--selfplay-against``: each model sampled at
     ``--selfplay-temperature`` (above 0 its games vary; greedy against greedy replays one game a
     mark), its own sampling seed ``args.seed + 1``."""
-    from textgym.models import load_model
-    from textgym.policies.hf import HFPolicy
-
-    stop = list(gym.make(ENV_ID).unwrapped.stop_strings)
-    opponents = {}
-    for path in args.selfplay_against:
-        model, tokenizer = load_model(path, dtype=args.dtype, device=args.device)
-        opponents[path] = HFPolicy(
-            model,
-            tokenizer,
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.selfplay_temperature,
-            stop=stop,
-            batch_size=args.batch_size,
-            seed=args.seed + 1,
-        )
-    return opponents
+    return {
+        path: _model_policies(args, path, {"": args.selfplay_temperature}, args.seed + 1)[""]
+        for path in args.selfplay_against
+    }
 
 
 def play_selfplay(

@@ -213,7 +213,8 @@ def prioritised_league(
     ``opponent`` list (drawn uniformly per episode), each style repeated ``1 + round(slots x
     loss rate)`` times, so a style the policy never loses to keeps one slot and one it always
     loses to gets ``slots + 1``. The weights are measured once, from an evaluation before the
-    run (prioritised fictitious self-play re-measures them as training goes; not built).
+    run; ``--opponent-priority loss`` (:class:`textgym.algos.league.OpponentLeague`, the
+    ``league_pfsp`` arm) re-measures them from each step's own episodes instead.
 
     Args:
         results: ``results`` of a ``tictactoe_eval.py`` JSON; the greedy rows are read, the
