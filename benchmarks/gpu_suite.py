@@ -29,8 +29,9 @@ Parts:
   the mastery recipe's data (the pipeline's defaults: safe-expert games thinned to a cover of
   their positions, 5 epochs, as the CPU recipe of ``docs/mastery_study.md``; not yet run on a
   GPU), GRPO with the reference's 256 episodes per step (32 tasks x 8) against opponents of
-  ``random_move_prob`` 0.2-0.7, then a mastery phase against 0-0.25 (the reference's two
-  phases), evaluation over 500 games per opponent, greedy and sampled.
+  ``random_move_prob`` 0.2-0.7 (the reference's first phase), then the mastery phase against
+  the league (every opponent style at 0-0.5, half the episodes from critical positions),
+  evaluation over 500 games per opponent, greedy and sampled.
 
 Quick (``--quick``): the speed parts only, in at most ``--budget`` seconds (default 480, the
 8 minutes that fit one device command): the CUDA tests (a warning that CUDA graphs turned off
@@ -98,7 +99,7 @@ def _pipeline_args(results: Path, smoke: bool) -> list[str]:
             "--micro-batch-size 32 --opponent-random-move-prob 0.2 0.7 --max-new-tokens 32 "
             "--batch-size 256 --eval-episodes 500 --eval-every 10 --eval-every-episodes 128 "
             "--eval-dtype bfloat16 --grpo-time-limit 7.5 --mastery-steps 20 "
-            "--mastery-random-move-prob 0 0.25"
+            "--mastery-lr 2e-6 --mastery-groups-per-step 32"
         ),
     ]
 

@@ -19,7 +19,12 @@ or the GPU suite's parts of under 9 minutes, go on where they stopped):
    resumes it.
 5. ``eval-grpo``: evaluate the final GRPO checkpoint.
 6. ``mastery``: with ``--mastery-steps`` > 0, a second GRPO phase from that checkpoint against
-   stronger opponents (``--mastery-random-move-prob``, the reference's 0-0.25 after 0.2-0.7 for learning).
+   a league (issue 34): each group's opponent one of ``--mastery-opponents`` (every style of the
+   env by default) at a ``random_move_prob`` in ``--mastery-random-move-prob``, a share
+   ``--mastery-start-board-prob`` of its episodes starting from a critical position (one where
+   a move can change the result), at ``--mastery-lr`` with ``--mastery-groups-per-step``
+   groups. With LoRA it trains the GRPO adapter further (``continue_adapter``), so the result is
+   still one adapter on the SFT model.
 7. ``eval-mastery``: evaluate its final checkpoint.
 8. ``report``: the table, plots and one JSON with the commands, machine and device; with LoRA
    (``--lora-rank``) the adapters of every stage are copied beside the JSON, each recording the
@@ -76,6 +81,7 @@ from textgym.algos.model_loading import resolve_device
 from textgym.builder import EnvRecipe
 from textgym.collect import covering_records, sft_record
 from textgym.envs.tictactoe import MinimaxPolicy
+from textgym.envs.tictactoe.env import OPPONENTS
 from textgym.envs.tictactoe.expert import TIE_BREAKS
 from textgym.envs.tictactoe.opponent import OPTIMAL_STYLES
 from textgym.envs.tictactoe.parsing import is_answer
@@ -90,7 +96,7 @@ EVAL_STAGES = ("baseline", "eval-sft", "eval-grpo", "eval-mastery")
 TRAIN_STRATA = 10
 #: Adapter files copied beside the result (the tokenizer is the base's; Gemma's is 33 MB).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-OPPONENTS = {"random": 1.0, "optimal": 0.0}
+EVAL_OPPONENTS = {"random": 1.0, "optimal": 0.0}
 
 
 def stratum_probs(low: float, high: float) -> list[float]:
@@ -156,7 +162,7 @@ def evaluate_stage(
             batch_size=args.batch_size,
             seed=args.seed,
         )
-        plan = {f"{mode}/{opponent}": [(prob, seeds)] for opponent, prob in OPPONENTS.items()}
+        plan = {f"{mode}/{opponent}": [(prob, seeds)] for opponent, prob in EVAL_OPPONENTS.items()}
         if mode == "sampled":  # the training objective: sampled, as in the rollouts
             plan[f"{mode}/train"] = strata
         for key, groups in plan.items():
@@ -238,21 +244,33 @@ def _grpo_phase(
     out: Path,
     random_move_prob: tuple[float, float],
     steps: int,
+    league: bool = False,
 ) -> dict[str, Any] | None:
-    """One GRPO phase; ``None`` (no JSON) while the time limit stops it early."""
+    """One GRPO phase (``league``: the mastery phase's settings); ``None`` (no JSON) while the
+    time limit stops it early."""
+    env_kwargs: dict[str, Any] = {"prompt_style": args.prompt_style, "agent_mark": args.agent_mark}
+    phase: dict[str, Any] = {"learning_rate": args.grpo_lr, "groups_per_step": args.groups_per_step}
+    if league:
+        env_kwargs["opponent"] = list(args.mastery_opponents)
+        if args.mastery_start_board_prob > 0:
+            env_kwargs["start_boards"] = "critical"
+            env_kwargs["start_board_prob"] = args.mastery_start_board_prob
+        phase = {
+            "learning_rate": args.mastery_lr,
+            "groups_per_step": args.mastery_groups_per_step,
+            "continue_adapter": args.lora_rank > 0 and args.continue_mastery,
+        }
     config = GRPOConfig(
         model=str(model),
         output_dir=str(out),
         env_id="textgym/TicTacToe-v0",
-        env_kwargs={"prompt_style": args.prompt_style, "agent_mark": args.agent_mark},
+        env_kwargs=env_kwargs,
         opponent_random_move_prob=random_move_prob,
         steps=steps,
-        groups_per_step=args.groups_per_step,
         group_size=args.group_size,
         rollout_batch_size=args.batch_size,
         micro_batch_size=args.micro_batch_size,
         max_new_tokens=args.max_new_tokens,
-        learning_rate=args.grpo_lr,
         eval_every=args.eval_every,
         eval_episodes=args.eval_every_episodes,
         eval_temperature=0.0,
@@ -263,6 +281,7 @@ def _grpo_phase(
         save_every=max(1, steps // 10),
         resume=latest_checkpoint(out) is not None,
         time_limit_minutes=args.grpo_time_limit,
+        **phase,
     )
     start = time.perf_counter()
     grpo.train(config)
@@ -291,7 +310,7 @@ def stage_eval_grpo(args: argparse.Namespace, work: Path, device: torch.device) 
 def stage_mastery(
     args: argparse.Namespace, work: Path, device: torch.device
 ) -> dict[str, Any] | None:
-    """The second GRPO phase, from the last GRPO checkpoint against ``--mastery-random-move-prob``."""
+    """The second GRPO phase, from the last GRPO checkpoint, against the league."""
     if args.mastery_steps == 0:
         return {"skipped": "--mastery-steps 0"}
     return _grpo_phase(
@@ -301,6 +320,7 @@ def stage_mastery(
         out=work / "mastery",
         random_move_prob=tuple(args.mastery_random_move_prob),
         steps=args.mastery_steps,
+        league=True,
     )
 
 
@@ -316,13 +336,17 @@ def export_adapters(args: argparse.Namespace, work: Path, target: Path) -> dict[
     """Copy the LoRA adapter of each trained stage to ``target/<stage>`` in bfloat16, chained
     by base.
 
-    Each adapter records the one it was trained on as its base (``../sft`` for GRPO, ``../grpo``
-    for mastery), so the folder moves as a whole and loads with ``load_model``.
+    Each adapter records the one it was trained on as its base (``../sft`` for GRPO and for the
+    mastery phase, which trains the GRPO adapter further; ``../grpo`` for a mastery adapter
+    stacked on it, ``--no-continue-mastery``), so the folder moves as a whole and loads with
+    ``load_model``.
     """
     sources = {"sft": work / "sft", "grpo": latest_checkpoint(work / "grpo")}
     if args.mastery_steps > 0:
         sources["mastery"] = latest_checkpoint(work / "mastery")
-    exported, previous = {}, args.model
+    continued = args.continue_mastery  # the mastery adapter is the GRPO one trained further
+    bases = {"sft": args.model, "grpo": "../sft", "mastery": "../sft" if continued else "../grpo"}
+    exported = {}
     for stage, source in sources.items():
         if source is None or not (source / ADAPTER_FILES[0]).is_file():
             break
@@ -334,10 +358,9 @@ def export_adapters(args: argparse.Namespace, work: Path, target: Path) -> dict[
         tensors = load_file(source / ADAPTER_FILES[1])
         save_file({k: v.to(torch.bfloat16) for k, v in tensors.items()}, folder / ADAPTER_FILES[1])
         config = json.loads((folder / ADAPTER_FILES[0]).read_text())
-        config["base_model_name_or_path"] = previous
+        config["base_model_name_or_path"] = bases[stage]
         (folder / ADAPTER_FILES[0]).write_text(json.dumps(config, indent=2) + "\n")
         exported[stage] = str(folder)
-        previous = f"../{stage}"
     return exported
 
 
@@ -467,13 +490,36 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         (0.5, 1.0),
         "random_move_prob range of GRPO opponents",
     )
-    parser.add_argument("--mastery-steps", type=int, default=0, help="second GRPO phase (0: none)")
+    parser.add_argument(
+        "--mastery-steps", type=int, default=0, help="second GRPO phase, the league (0: none)"
+    )
+    parser.add_argument(
+        "--mastery-opponents",
+        nargs="+",
+        choices=OPPONENTS,
+        default=list(OPPONENTS),
+        help="the league: opponent styles, one drawn per group",
+    )
     _probability_range(
         parser,
         "--mastery-random-move-prob",
-        (0.0, 0.25),
-        "random_move_prob range of the second phase's opponents",
+        (0.0, 0.5),
+        "random_move_prob range of the league's opponents",
     )
+    parser.add_argument(
+        "--mastery-start-board-prob",
+        type=float,
+        default=0.5,
+        help="share of league episodes starting from a critical position (0: the empty board)",
+    )
+    parser.add_argument("--mastery-lr", type=float, default=1e-4)
+    parser.add_argument(
+        "--continue-mastery",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="LoRA: train the GRPO adapter further (one adapter), or stack a new one on it",
+    )
+    parser.add_argument("--mastery-groups-per-step", type=int, default=8)
     parser.add_argument(
         "--agent-mark", default="random", choices=["X", "O", "random"], help="SFT, GRPO, eval"
     )
@@ -499,6 +545,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.eval_every, args.eval_every_episodes, args.max_new_tokens = 1, 2, 8
         args.batch_size, args.micro_batch_size = 8, 4
         args.mastery_steps = min(args.mastery_steps, 1)
+        args.mastery_groups_per_step = 2
     return args
 
 
