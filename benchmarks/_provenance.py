@@ -67,8 +67,14 @@ def machine_info() -> dict[str, Any]:
 
 
 def write_result(path: str | Path, record: dict[str, Any]) -> None:
-    """Write a benchmark record as indented JSON (creating folders) and say where."""
+    """Write a benchmark record as indented JSON (creating folders) and say where.
+
+    The file is replaced whole (written beside it, then renamed), so a process killed while
+    writing, e.g. by a time cap, leaves the previous record rather than half of one.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(partial, path)
     print(f"wrote {path}")

@@ -397,6 +397,57 @@ def _gguf_path(scratch: Path) -> str | None:
     return str(package.assemble(scratch / package.MODEL_NAME))
 
 
+def _header(args: argparse.Namespace, device: str) -> dict[str, Any]:
+    """What the record says of the run before any result: commit, machine, versions, settings."""
+    return {
+        "benchmark": "llm_decode",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": git_dirty(),
+        "machine": machine_info(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "weights": "random" if args.random_weights else "checkpoint",
+        "versions": {
+            name: dist_version(name)
+            for name in ("torch", "transformers", "llama_cpp_python", "textgym")
+        },
+        "settings": {
+            key: value
+            for key, value in vars(args).items()
+            if key not in ("child", "engine", "batch", "child_output", "gguf")
+        },
+    }
+
+
+def _record(
+    header: dict[str, Any],
+    results: dict[str, dict[str, list[dict[str, Any]]]],
+    failures: list[dict[str, Any]],
+    *,
+    complete: bool = False,
+) -> dict[str, Any]:
+    """The result record of the runs so far (``complete``: every planned run was tried)."""
+    best = {
+        engine: {batch: min(runs, key=lambda r: r["wall_s"]) for batch, runs in per.items()}
+        for engine, per in results.items()
+    }
+    comparison = {}
+    if "now" in best and "llama.cpp" in best:
+        comparison = {
+            f"decode_now_over_llama_cpp_batch_{b}": best["now"][b]["decode_tokens_per_s"]
+            / best["llama.cpp"][b]["decode_tokens_per_s"]
+            for b in best["now"]
+            if b in best["llama.cpp"]
+        }
+    return {
+        **header,
+        "complete": complete,
+        "best_of_repeats": best,
+        "comparison": comparison,
+        "runs": results,
+        "failures": failures,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gemma-3-270m")
@@ -449,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         args.output
         or f"benchmarks/results/llm_decode_{'smoke_' if args.smoke else ''}{device}.json"
     )
+    header = _header(args, device)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     failures: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="llm_decode_") as scratch:
@@ -462,8 +514,11 @@ def main(argv: list[str] | None = None) -> int:
                     except ChildFailed as error:
                         print(f"[{repeat}] {error}:\n{error.record['stderr_tail']}", flush=True)
                         failures.append({"repeat": repeat, **error.record})
+                        write_result(output, _record(header, results, failures))
                         continue
                     results.setdefault(engine, {}).setdefault(str(batch), []).append(result)
+                    # After every run: a time cap that kills this process loses only the rest.
+                    write_result(output, _record(header, results, failures))
                     print(
                         f"[{repeat}] {engine:9s} batch {batch:3d}: "
                         f"prefill {result['prefill_tokens_per_s']:8.1f} tok/s  "
@@ -472,40 +527,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"peak RSS {result['peak_rss_gb']:.2f} GB  ({result['dtype']})",
                         flush=True,
                     )
-    best = {
-        engine: {batch: min(runs, key=lambda r: r["wall_s"]) for batch, runs in per.items()}
-        for engine, per in results.items()
-    }
-    comparison = {}
-    if "now" in best and "llama.cpp" in best:
-        comparison = {
-            f"decode_now_over_llama_cpp_batch_{b}": best["now"][b]["decode_tokens_per_s"]
-            / best["llama.cpp"][b]["decode_tokens_per_s"]
-            for b in best["now"]
-            if b in best["llama.cpp"]
-        }
-    record = {
-        "benchmark": "llm_decode",
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": git_dirty(),
-        "machine": machine_info(),
-        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-        "weights": "random" if args.random_weights else "checkpoint",
-        "versions": {
-            name: dist_version(name)
-            for name in ("torch", "transformers", "llama_cpp_python", "textgym")
-        },
-        "settings": {
-            key: value
-            for key, value in vars(args).items()
-            if key not in ("child", "engine", "batch", "child_output", "gguf")
-        },
-        "best_of_repeats": best,
-        "comparison": comparison,
-        "runs": results,
-        "failures": failures,
-    }
-    print(json.dumps(comparison, indent=2))
+    record = _record(header, results, failures, complete=True)
+    print(json.dumps(record["comparison"], indent=2))
     write_result(output, record)
     if failures:
         print(f"{len(failures)} of the runs failed; see 'failures' in {output}")

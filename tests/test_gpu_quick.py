@@ -220,6 +220,35 @@ def test_llm_decode_writes_what_succeeded_when_a_child_fails(tmp_path):
     (failure,) = record["failures"]
     assert (failure["engine"], failure["batch"]) == ("now", 0) and failure["returncode"] != 0
     assert "batch_size" in failure["stderr_tail"]
+    assert record["complete"] is True  # every planned run tried, one failed
+
+
+def test_llm_decode_keeps_the_runs_done_when_it_is_killed_midway(tmp_path, monkeypatch):
+    bench = _benchmark("llm_decode")
+    runs = []
+
+    def spawn(args, engine, batch, gguf):
+        if runs:  # the second run: the part's time cap kills the whole process here
+            raise KeyboardInterrupt
+        runs.append(batch)
+        return {
+            "wall_s": 1.0,
+            "prefill_tokens_per_s": 10.0,
+            "decode_tokens_per_s": 20.0,
+            "wall_s_per_episode": 0.5,
+            "peak_rss_gb": 0.1,
+            "dtype": "float32",
+        }
+
+    monkeypatch.setattr(bench, "_spawn", spawn)
+    output = tmp_path / "decode.json"
+    argv = ["--model", "tiny", "--engines", "now", "--batches", "1", "8", "--output", str(output)]
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(argv)
+    record = json.loads(output.read_text())
+    assert record["complete"] is False and list(record["runs"]["now"]) == ["1"]
+    assert record["best_of_repeats"]["now"]["1"]["decode_tokens_per_s"] == 20.0
+    assert not list(tmp_path.glob(".*partial"))  # replaced whole, nothing left beside it
 
 
 @pytest.mark.subprocess
