@@ -25,9 +25,9 @@ from textgym.models import adapter_base_of, load_model  # noqa: E402
 
 
 def test_the_mastery_phase_continues_the_grpo_adapter_against_the_league(tmp_path):
-    output = tmp_path / "result.json"
     argv = ["--smoke", "--lora-rank", "4", "--mastery-steps", "1", "--work-dir", str(tmp_path)]
-    assert tictactoe_pipeline.main([*argv, "--output", str(output)]) == 0
+    for stage in ("sft", "grpo", "mastery"):  # the training stages only: no evaluation
+        assert tictactoe_pipeline.main([*argv, "--stage", stage]) == 0
     run = json.loads((tmp_path / "mastery" / "run.json").read_text())["config"]
     assert run["env_kwargs"]["opponent"] == list(OPPONENTS)
     assert run["env_kwargs"]["start_boards"] == "critical"
@@ -38,7 +38,9 @@ def test_the_mastery_phase_continues_the_grpo_adapter_against_the_league(tmp_pat
     grpo = tictactoe_pipeline.latest_checkpoint(tmp_path / "grpo")
     mastery = tictactoe_pipeline.latest_checkpoint(tmp_path / "mastery")
     assert Path(adapter_base_of(mastery)).resolve() == Path(adapter_base_of(grpo)).resolve()
-    adapters = json.loads(output.read_text())["adapters"]
+    adapters = tictactoe_pipeline.export_adapters(
+        tictactoe_pipeline.parse_args(argv), tmp_path, tmp_path / "exported"
+    )
     exported = Path(adapters["mastery"])
     config = json.loads((exported / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "../sft"
