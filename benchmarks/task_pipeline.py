@@ -101,16 +101,16 @@ class Task:
 
 
 TASKS = {
-    # Short passages first (the corpus has 57-558 characters; 48 up to 80, 93 up to 160).
+    # Short texts first: pieces of the corpus's paragraphs (57-558 characters; --windows) up
+    # to 32, then 64 characters, the run of docs/suite_learning.md.
     "reverse_text": Task(
         "textgym/ReverseText-v0",
         (
-            {"steps": 60, "env_kwargs": {"max_chars": 80}},
-            {"steps": 60, "env_kwargs": {"max_chars": 120}},
-            {"steps": 80, "env_kwargs": {"max_chars": 160}},
+            {"steps": 10, "env_kwargs": {"max_chars": 32}},
+            {"steps": 20, "env_kwargs": {"max_chars": 64}},
         ),
         None,
-        192,
+        48,
     ),
     # Fewer distractors first, then the env's defaults (num_steps 1, distractors 2).
     "email": Task(
@@ -302,7 +302,7 @@ def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     email :class:`LookupExpertPolicy` by default (``--sft-expert``)."""
     task, stages = TASKS[args.task], _curriculum(args)
     data, parts = work / "sft_data.jsonl", []
-    if args.task == "reverse_text":  # each training passage up to the last length, once
+    if args.task == "reverse_text":  # each training text up to the last length, once
         limit = [] if args.sft_episodes is None else ["--limit", args.sft_episodes]
         parts.append((stages[-1]["env_kwargs"], limit))
     else:  # --sft-episodes spread over the curriculum's settings, each from its own seeds
@@ -515,9 +515,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--windows",
         type=int,
-        default=0,
+        default=8,
         help="reverse_text: also up to K word-aligned pieces of each passage, on its side of the "
-        "split (more short texts than the corpus's 48 paragraphs of at most 80 characters)",
+        "split (more short texts than the corpus's 48 paragraphs of at most 80 characters); 0: "
+        "whole passages only",
     )
     parser.add_argument(
         "--window-min-chars", type=int, default=16, help="reverse_text: the shortest piece"

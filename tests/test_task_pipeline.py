@@ -118,9 +118,9 @@ def test_reverse_text_pipeline(tmp_path):
     assert len(sft) == 2 and all(r["task_id"] in train_ids for r in sft)
     assert all(r["return"] > 1.0 for r in sft)  # the gold answers: lcs 1 + format 0.1
     sampled = evals["grpo"]["sampled"]
-    assert evals["grpo"]["env_kwargs"]["max_chars"] == 120  # the last smoke stage's length
+    assert evals["grpo"]["env_kwargs"]["max_chars"] == 64  # the last smoke stage's length
     buckets = sampled["length_buckets"]
-    assert [b["bucket"] for b in buckets] == ["1-80", "81+"]
+    assert [b["bucket"] for b in buckets] == ["1-32", "33+"]
     assert sum(b["episodes"] for b in buckets) == 4
     records = (work / "eval" / "grpo" / "sampled" / "trajectories.jsonl").read_text().splitlines()
     assert {json.loads(r)["task_id"] for r in records} <= test_ids
