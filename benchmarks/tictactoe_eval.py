@@ -334,10 +334,11 @@ def build_opponent_models(args: argparse.Namespace) -> dict[str, Any]:
     """``{path: policy}`` for ``--selfplay-against``: each model sampled at
     ``--selfplay-temperature`` (above 0 its games vary; greedy against greedy replays one game a
     mark), its own sampling seed ``args.seed + 1``."""
-    return {
-        path: _model_policies(args, path, {"": args.selfplay_temperature}, args.seed + 1)[""]
-        for path in args.selfplay_against
-    }
+    temperature = {"opponent": args.selfplay_temperature}
+    opponents = {}
+    for path in args.selfplay_against:
+        opponents[path] = _model_policies(args, path, temperature, args.seed + 1)["opponent"]
+    return opponents
 
 
 def play_selfplay(
