@@ -198,6 +198,13 @@ ARMS: dict[str, Arm] = {
         "league_one with each group's style drawn by the policy's recent loss rate against it",
         {**LEAGUE, "continue_adapter": True, "opponent_priority": "loss"},
     ),
+    # RL's reach (issue 34): the same league from a weaker start, the 2-epoch safe SFT
+    # (--init its adapter), which loses most games to the optimal player.
+    "league_weak_sft": Arm(
+        "start policy",
+        "league_one from the 2-epoch safe SFT instead of master",
+        {**LEAGUE, "continue_adapter": True},
+    ),
 }
 
 
