@@ -61,6 +61,7 @@ from textgym.algos.distributed import (
     broadcast_parameters,
     init_distributed,
 )
+from textgym.algos.dynamic_sampling import sample_groups
 from textgym.algos.grpo_config import GRPOConfig, check_world_size
 from textgym.algos.grpo_rollouts import (
     TrainingEnv,
@@ -178,26 +179,39 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     config, ctx = learner.config, learner.dist
     began = time.perf_counter()
     stale, sync_s = 0.0, 0.0
+    opponents = None
     if server is not None and server.pending:
         trajectories, stale = server.collect(), 1.0  # sampled one update behind
+        played = trajectories
     else:
         # Named ranges for torch.profiler (benchmarks/grpo_vs_trl.py --profile-output); a
         # few microseconds when no profiler runs.
-        opponents = None
-        if run.league is not None:  # one style per group, the same draw on every rank
-            opponents = run.league.draw(config.groups_per_step, f"{config.seed}/{step}/league")
         with torch.profiler.record_function("grpo.rollout"):
-            trajectories = rollout_step(env, policy, config, step - 1, ctx, opponents=opponents)
+            if config.dynamic_sampling_rounds:
+                sampled = sample_groups(
+                    lambda r: _play_round(run, step, r),
+                    config.groups_per_step,
+                    config.group_size,
+                    config.dynamic_sampling_rounds,
+                )
+                trajectories, played, opponents = sampled.batch, sampled.played, sampled.opponents
+            else:
+                trajectories, opponents = _play_round(run, step, 0)
+                played = trajectories
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
         server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
     policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
     rolled = time.perf_counter()
     with torch.profiler.record_function("grpo.update"):
-        metrics = update(learner, trajectories) | rollout_metrics(trajectories, ctx)
+        # The rollout metrics describe every episode played (with dynamic sampling the batch
+        # is a biased pick of them); the update's, the batch.
+        metrics = update(learner, trajectories) | rollout_metrics(played, ctx)
+    if config.dynamic_sampling_rounds:
+        metrics |= sampled.metrics(config.group_size)
     if run.league is not None and opponents is not None:
         metrics |= run.league.metrics()  # the draw this step's groups came from
-        _record_league(run.league, opponents, trajectories, config, ctx)
+        _record_league(run.league, opponents, played, config, ctx)
     if _every(config.eval_every, step) or step == config.steps:
         # An extra forward pass without gradients: on evaluation steps only, off the hot path,
         # and timed on its own (not in update_time_s).
@@ -799,6 +813,20 @@ def _any_rank(flags: list[bool], ctx: DistributedContext) -> list[bool]:
     if not ctx.distributed:
         return flags
     return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
+
+
+def _play_round(run: _Run, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:
+    """Rollout round ``round_`` of step ``step`` (0: the step's own groups; more with dynamic
+    sampling), with the league's draw of one style per group (the same on every rank)."""
+    config = run.learner.config
+    opponents = None
+    if run.league is not None:
+        key = f"{config.seed}/{step}/league" + (f"/{round_}" if round_ else "")
+        opponents = run.league.draw(config.groups_per_step, key)
+    trajectories = rollout_step(
+        run.env, run.policy, config, step - 1, run.learner.dist, opponents=opponents, round_=round_
+    )
+    return trajectories, opponents
 
 
 def _record_league(

@@ -16,6 +16,7 @@ from textgym.algos.advantages import ScaleRewards
 from textgym.algos.checkpoints import check_checkpoint_settings
 from textgym.algos.common import OptimizationConfig, check_positive_ints
 from textgym.algos.distributed import DistributedContext
+from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS
 from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
 
@@ -52,6 +53,11 @@ class GRPOConfig(OptimizationConfig):
     env draw a style per episode; loss draws one per group, weighted by the policy's recent loss
     rate against each, measured on its own training episodes (prioritised fictitious
     self-play's hard weighting; textgym.algos.league)."""
+    dynamic_sampling_rounds: int = 0
+    """DAPO's dynamic sampling (textgym.algos.dynamic_sampling): when fewer than M of a step's
+    groups have unequal rewards, play up to this many more rounds of M groups (new tasks) and
+    update on M informative groups, filling any shortfall with flat ones. 0 turns it off.
+    Needs rollout_engine hf and one process."""
     seed: int = 0
     """Seed of tasks, sampling and initialisation."""
     steps: int = 100
@@ -168,7 +174,13 @@ class GRPOConfig(OptimizationConfig):
 
 
 def check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
-    """ValueError unless the step's groups split evenly over the ranks."""
+    """ValueError unless the step's groups split evenly over the ranks, and, with dynamic
+    sampling, there is one rank (the ranks would have to agree on which groups to keep)."""
+    if ctx.distributed and config.dynamic_sampling_rounds:
+        raise ValueError(
+            f"dynamic_sampling_rounds: expected 0 with {ctx.world_size} ranks, got "
+            f"{config.dynamic_sampling_rounds}; dynamic sampling runs in one process"
+        )
     if config.groups_per_step % ctx.world_size:
         raise ValueError(
             f"groups_per_step: expected a multiple of the {ctx.world_size} ranks (whole groups "
@@ -214,6 +226,14 @@ def _wrapper_problem(config: GRPOConfig) -> str | None:
 def _opponent_range_broken(config: GRPOConfig) -> bool:
     prob = config.opponent_random_move_prob
     return prob is not None and not (len(prob) == 2 and 0 <= prob[0] <= prob[1] <= 1)
+
+
+def _extra_seeds_overflow(config: GRPOConfig) -> bool:
+    """Whether a step's or an extra round's task seeds would leave their band
+    (:func:`textgym.algos.dynamic_sampling.round_seed`)."""
+    own = config.steps * config.groups_per_step
+    extra = own * config.dynamic_sampling_rounds
+    return bool(config.dynamic_sampling_rounds) and max(own, extra) > EXTRA_ROUND_SEEDS
 
 
 def _league_problem(config: GRPOConfig) -> str | None:
@@ -274,6 +294,22 @@ _RULES = (
     ),
     *(_not_negative(name) for name in ("epsilon_low", "epsilon_high", "eval_temperature", "beta")),
     _not_negative("log_completions"),
+    _not_negative("dynamic_sampling_rounds"),
+    _Rule(
+        "dynamic_sampling_rounds",
+        lambda c: bool(c.dynamic_sampling_rounds) and c.rollout_engine != "hf",
+        lambda c: "needs rollout_engine hf (the extra rounds follow the step's own rollouts)",
+    ),
+    _Rule(
+        "dynamic_sampling_rounds",
+        _extra_seeds_overflow,
+        lambda c: (
+            f"expected steps x groups_per_step ({c.steps} x {c.groups_per_step}) and that times "
+            f"dynamic_sampling_rounds ({c.dynamic_sampling_rounds}) each <= "
+            f"{EXTRA_ROUND_SEEDS:,}, the task seeds each kind of round has; use fewer steps or "
+            "rounds"
+        ),
+    ),
     _Rule(
         "temperature",
         lambda c: c.temperature <= 0,

@@ -23,6 +23,7 @@ from typing import Any
 import gymnasium as gym
 
 from textgym.algos.distributed import DistributedContext, all_gather_objects, all_reduce_sum
+from textgym.algos.dynamic_sampling import round_seed
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.learner import Learner, bf16_rollouts
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
@@ -90,16 +91,21 @@ def rollout_step(
     ctx: DistributedContext,
     *,
     opponents: list[str] | None = None,
+    round_: int = 0,
 ) -> list[Trajectory]:
     """Play step ``step``'s M tasks x G copies (``step`` counts from 0); a task's copies share
     seed and opponent stratum, and with ``opponents`` (one style per task, all ranks' tasks)
-    the opponent style (``reset(options={"opponent": ...})``).
+    the opponent style (``reset(options={"opponent": ...})``). ``round_`` >= 1 plays an extra
+    round of dynamic sampling on its own tasks
+    (:func:`textgym.algos.dynamic_sampling.round_seed`).
 
     With more than one rank, this rank plays its contiguous ``1 / world_size`` of the episodes
     (whole groups), its sampling RNG re-seeded from ``(seed, step, rank)``, so a checkpoint
     needs no per-rank sampling state and resumes on any number of ranks.
     """
-    first = config.seed * 10**6 + step * config.groups_per_step
+    first = round_seed(
+        config.seed, step, round_, config.groups_per_step, config.dynamic_sampling_rounds
+    )
     seeds = GroupSeeds(first, config.batch_size, config.group_size)
     options = [
         ({"episode_index": i // config.group_size} if env.stratified else {})

@@ -198,6 +198,13 @@ ARMS: dict[str, Arm] = {
         "league_one with each group's style drawn by the policy's recent loss rate against it",
         {**LEAGUE, "continue_adapter": True, "opponent_priority": "loss"},
     ),
+    # The league's groups were 70-88% flat (equal rewards): DAPO's dynamic sampling plays up to
+    # three more rounds of 8 groups a step so each update has 8 informative groups.
+    "league_dynamic": Arm(
+        "dynamic sampling",
+        "league_one with up to 3 extra rollout rounds a step until 8 groups differ in reward",
+        {**LEAGUE, "continue_adapter": True, "dynamic_sampling_rounds": 3},
+    ),
     # RL's reach (issue 34): the same league from a weaker start, the 2-epoch safe SFT
     # (--init its adapter), which loses most games to the optimal player.
     "league_weak_sft": Arm(
