@@ -14,7 +14,8 @@ every episode returned 0 (or less)        too hard for this policy: SFT warm-up,
 every episode returned the same value     nothing to compare: an easier or harder setting, a
                                           reward with more resolution
 per-token entropy < 0.1 nats              samples are near copies: raise ``--temperature``
-groups flat, the batch's rewards mixed    larger ``--group-size`` or higher ``--temperature``
+groups flat, the batch's rewards mixed    larger ``--group-size``, higher ``--temperature``, or
+                                          ``--dynamic-sampling-rounds``
 ========================================  =====================================================
 
 The rules apply to a step whose update was skipped (every group flat) or whose share of flat
@@ -101,7 +102,8 @@ def hint_rule(row: Mapping[str, Any]) -> tuple[str, str] | None:
     if spread > 0.0:
         return "flat_groups", (
             f"{state} though the batch's rewards differ (std {spread:.3g}): larger "
-            "--group-size or higher --temperature"
+            "--group-size, higher --temperature, or --dynamic-sampling-rounds to fill the "
+            "batch with groups that differ"
         )
     return None
 
