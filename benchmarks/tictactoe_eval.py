@@ -32,7 +32,14 @@ play, :func:`~textgym.envs.tictactoe.opponent.value_preserving_moves`) and ``bes
 also a safe expert's move. Passing it is necessary for never losing, not sufficient: a policy
 that plays other safe moves than the expert's reaches positions the exam does not hold. It says
 where a policy that loses goes wrong, without an opponent's sampling in between (unsafe moves
-are counted by the number of marks on the board and listed).
+are counted by the number of marks on the board and listed). ``--exam-set critical`` holds
+instead every critical position with the mark to move
+(:func:`~textgym.envs.tictactoe.opponent.critical_positions`: 1,732 for X, 1,459 for O), each
+shown as an episode's start state (``reset(options={"board": ...})``), the positions RL starts
+from. ``--explore-samples K`` (with ``--decoding greedy sampled``) then samples the policy K
+times at ``--temperature`` in each position its greedy move gets wrong and records how often
+a safe move comes up: whether a GRPO group of 8 started there can contain a game that differs,
+the only way RL can correct that move.
 
 Policies: ``--policy minimax`` or ``random`` (scripted, fast), or ``--model PATH`` (a local
 model or LoRA adapter directory, ``textgym.models.load_model``) played greedily and/or sampled
@@ -70,8 +77,13 @@ from textgym.envs.tictactoe.analysis import (
     opponent_policy,
     outcome_probabilities,
 )
+from textgym.envs.tictactoe.board import to_move
 from textgym.envs.tictactoe.env import OPPONENTS
-from textgym.envs.tictactoe.opponent import safe_best_moves, value_preserving_moves
+from textgym.envs.tictactoe.opponent import (
+    critical_positions,
+    safe_best_moves,
+    value_preserving_moves,
+)
 from textgym.envs.tictactoe.parsing import parse_move
 from textgym.evaluation import OUTCOMES
 from textgym.policies import RandomPolicy
@@ -228,6 +240,74 @@ def exam_positions(
     return [visitor.visits[board] for board in sorted(visitor.visits)]
 
 
+class _StartStates:
+    """A policy that keeps each episode's first conversation (and info), keyed by its start
+    board, and then plays the safe expert."""
+
+    name = "start_states"
+    tokens_generated = None
+
+    def __init__(self) -> None:
+        self.expert = MinimaxPolicy(reasoning=False, style="safe_best", tie_break="first")
+        self.first: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {}
+
+    def act(self, conversations: Any, infos: Any) -> Any:
+        for conversation, info in zip(conversations, infos, strict=True):
+            if len(conversation) <= 2:  # the system prompt and the start position only
+                self.first.setdefault(info["board"], ([dict(m) for m in conversation], dict(info)))
+        return self.expert.act(conversations, infos)
+
+
+def critical_exam_positions(
+    mark: str, prompt_style: str
+) -> list[tuple[list[dict[str, Any]], dict[str, Any]]]:
+    """Every critical position with ``mark`` to move, as the ``(conversation, info)`` of an
+    episode started there, sorted by board (``--exam-set critical``)."""
+    boards = [b for b in critical_positions() if to_move(b) == mark]
+    keeper = _StartStates()
+    rollout(
+        lambda: gym.make(ENV_ID, prompt_style=prompt_style),
+        keeper,
+        [0] * len(boards),
+        batch_size=64,
+        options=[{"board": b} for b in boards],
+    )
+    return [keeper.first[b] for b in boards]
+
+
+def explore_unsafe(
+    policy: Any,
+    positions: list[tuple[list[dict[str, Any]], dict[str, Any]]],
+    unsafe: list[dict[str, Any]],
+    samples: int,
+    batch_size: int,
+) -> dict[str, Any]:
+    """Sample ``policy`` ``samples`` times in each position of ``unsafe`` (``take_exam``'s
+    list) and count the safe moves: per position ``p_safe`` (safe samples / samples), and
+    over positions the mean ``p_safe``, the number with no safe sample, and the mean chance
+    that a group of 8 samples holds at least one safe move, ``1 - (1 - p_safe) ** 8``."""
+    by_board = {info["board"]: (conversation, info) for conversation, info in positions}
+    wanted = [by_board[u["board"]] for u in unsafe for _ in range(samples)]
+    moves: list[int | None] = []
+    for start in range(0, len(wanted), batch_size):
+        chunk = wanted[start : start + batch_size]
+        completions = policy.act([c for c, _ in chunk], [i for _, i in chunk])
+        moves += [parse_move(c.text) for c in completions]
+    for k, u in enumerate(unsafe):
+        drawn = moves[k * samples : (k + 1) * samples]
+        u["p_safe"] = sum(m in u["safe"] for m in drawn) / samples
+        u["sampled_moves"] = {str(m): drawn.count(m) for m in sorted(set(drawn), key=str)}
+    n = len(unsafe)
+    p = [u["p_safe"] for u in unsafe]
+    return {
+        "samples": samples,
+        "positions": n,
+        "mean_p_safe": sum(p) / n if n else math.nan,
+        "never_safe": sum(x == 0 for x in p),
+        "group_of_8_has_safe": sum(1 - (1 - x) ** 8 for x in p) / n if n else math.nan,
+    }
+
+
 def take_exam(
     policy: Any, positions: list[tuple[list[dict[str, Any]], dict[str, Any]]], batch_size: int
 ) -> dict[str, Any]:
@@ -267,10 +347,21 @@ def play_exam(args: argparse.Namespace, policies: dict[str, Any]) -> dict[str, A
     """``{decoding: {mark: take_exam result}}`` for ``--positions``."""
     results: dict[str, Any] = {}
     for mark in args.marks:
-        positions = exam_positions(args.positions_games, mark, args.prompt_style, args.seed)
+        if args.exam_set == "critical":
+            positions = critical_exam_positions(mark, args.prompt_style)
+        else:
+            positions = exam_positions(args.positions_games, mark, args.prompt_style, args.seed)
         for mode, policy in policies.items():
             start = time.perf_counter()
             result = take_exam(policy, positions, args.batch_size)
+            if mode == "greedy" and args.explore_samples:
+                result["explore"] = explore_unsafe(
+                    policies["sampled"],
+                    positions,
+                    result["unsafe"],
+                    args.explore_samples,
+                    args.batch_size,
+                )
             result["seconds"] = time.perf_counter() - start
             results.setdefault(mode, {})[mark] = result
             print(
@@ -280,6 +371,15 @@ def play_exam(args: argparse.Namespace, policies: dict[str, Any]) -> dict[str, A
                 f"{result['unsafe_by_marks']}",
                 flush=True,
             )
+            if "explore" in result:
+                e = result["explore"]
+                print(
+                    f"  explore T={args.temperature}: {e['positions']} unsafe positions x "
+                    f"{e['samples']} samples, mean p(safe) {e['mean_p_safe']:.3f}, never safe "
+                    f"{e['never_safe']}, P(a group of 8 holds a safe move) "
+                    f"{e['group_of_8_has_safe']:.3f}",
+                    flush=True,
+                )
     return results
 
 
@@ -423,6 +523,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--positions-games", type=int, default=4000, help="expert games that find the positions"
     )
+    parser.add_argument(
+        "--exam-set",
+        choices=["expert", "critical"],
+        default="expert",
+        help="the exam's positions: the safe expert's (default) or every critical one",
+    )
+    parser.add_argument(
+        "--explore-samples",
+        type=int,
+        default=0,
+        help="samples at --temperature in each position the greedy move gets wrong",
+    )
     parser.add_argument("--marks", nargs="+", choices=MARKS, default=list(MARKS))
     parser.add_argument(
         "--decoding", nargs="+", choices=["greedy", "sampled"], default=["greedy"], help="--model"
@@ -454,6 +566,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"Expected --games >= 1, got {args.games}")
     if args.selfplay_against and args.model is None:
         parser.error("--selfplay-against plays a --model against other models")
+    if args.explore_samples < 0:
+        parser.error(f"Expected --explore-samples >= 0, got {args.explore_samples}")
+    if args.explore_samples and not (
+        args.positions and args.model and {"greedy", "sampled"} <= set(args.decoding)
+    ):
+        parser.error("--explore-samples needs --positions, --model and --decoding greedy sampled")
     return args
 
 

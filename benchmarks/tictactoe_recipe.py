@@ -212,7 +212,18 @@ ARMS: dict[str, Arm] = {
         "league_one from the 2-epoch safe SFT instead of master",
         {**LEAGUE, "continue_adapter": True},
     ),
+    # Issue 34's start states aimed at the misreads: the league's critical starts replaced by
+    # the positions the start policy's greedy move gets wrong in the critical exam
+    # (tictactoe_eval.py --exam-set critical; run with --start-boards-from that JSON).
+    "league_misreads": Arm(
+        "start states",
+        "league_one, half the episodes starting where the start policy's greedy move is unsafe",
+        {**LEAGUE, "continue_adapter": True},
+    ),
 }
+
+#: Arms whose start boards come from ``--start-boards-from``.
+NEEDS_START_BOARDS = ("league_misreads",)
 
 
 #: Evaluation rows of ``tictactoe_eval.py`` that are an opponent style of the env under another
@@ -253,10 +264,27 @@ def prioritised_league(
     return league
 
 
+def misread_boards(exam: dict[str, Any]) -> list[str]:
+    """The boards of a ``tictactoe_eval.py --positions`` JSON where the greedy move was unsafe,
+    both marks, in the exam's order.
+
+    Raises:
+        ValueError: no greedy exam in the JSON, or no unsafe move in it.
+    """
+    greedy = exam.get("positions", {}).get("greedy")
+    if not greedy:
+        raise ValueError("Expected a tictactoe_eval.py --positions JSON with a greedy exam")
+    boards = [u["board"] for mark in greedy for u in greedy[mark]["unsafe"]]
+    if not boards:
+        raise ValueError("The exam has no unsafe greedy move: no start boards to train from")
+    return boards
+
+
 def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     """The ``GRPOConfig`` of arm ``name``: :data:`BASE`, the arm's changes, then the command's
     model, steps, seed and output folder. With ``--league-from EVAL.json`` the env's opponent
-    list is :func:`prioritised_league` of that evaluation.
+    list is :func:`prioritised_league` of that evaluation; with ``--start-boards-from
+    EXAM.json`` its start boards are :func:`misread_boards` of that exam.
 
     Raises:
         KeyError: an unknown arm.
@@ -266,6 +294,9 @@ def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     if args.league_from:
         evaluation = json.loads(Path(args.league_from).read_text())["results"]
         settings["env_kwargs"]["opponent"] = prioritised_league(evaluation)
+    if args.start_boards_from:
+        exam = json.loads(Path(args.start_boards_from).read_text())
+        settings["env_kwargs"]["start_boards"] = misread_boards(exam)
     out = Path(args.work_dir) / name
     if args.smoke:  # the tiny model: small batches, no bf16; LoRA only where the arm has it
         settings.update(cpu_bf16=False, eval_every=0, eval_episodes=4, rollout_batch_size=16)
@@ -542,6 +573,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="a tictactoe_eval.py JSON of the start: opponents weighted by its loss rates",
     )
+    parser.add_argument(
+        "--start-boards-from",
+        default=None,
+        help="a tictactoe_eval.py --positions JSON: start from its unsafe greedy positions",
+    )
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
     parser.add_argument(
@@ -568,6 +604,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("expected a command: run ARM, table, or --list")
     if args.command == "run" and args.arm not in ARMS:
         parser.error(f"expected an arm in {', '.join(ARMS)}, got {args.arm!r}")
+    if args.command == "run" and args.arm in NEEDS_START_BOARDS and not args.start_boards_from:
+        parser.error(f"arm {args.arm} needs --start-boards-from EXAM.json")
     if args.steps < 1 or args.eval_games < 1:
         parser.error("expected --steps >= 1 and --eval-games >= 1")
     return args

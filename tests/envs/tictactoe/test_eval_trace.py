@@ -2,27 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
 from textgym.rollout import Trajectory
-
-BENCH = Path(__file__).resolve().parents[3] / "benchmarks"
-
-
-def _eval_script():
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))  # its sibling _provenance
-    spec = importlib.util.spec_from_file_location(
-        "bench_tictactoe_eval", BENCH / "tictactoe_eval.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _game(seed: int, invalid: list[bool]) -> Trajectory:
@@ -39,8 +23,8 @@ def _game(seed: int, invalid: list[bool]) -> Trajectory:
     )  # fmt: skip
 
 
-def test_each_invalid_move_with_the_position_it_answered():
-    trace = _eval_script().invalid_move_trace(
+def test_each_invalid_move_with_the_position_it_answered(eval_script):
+    trace = eval_script.invalid_move_trace(
         [_game(7, [False, True, False]), _game(8, [False]), _game(9, [True, True])]
     )
     assert [(t["seed"], t["step"]) for t in trace] == [(7, 1), (9, 0), (9, 1)]
@@ -49,20 +33,20 @@ def test_each_invalid_move_with_the_position_it_answered():
     assert trace[2]["reply"] == "game over"
 
 
-def test_the_trace_stops_at_its_limit():
+def test_the_trace_stops_at_its_limit(eval_script):
     games = [_game(seed, [True, True]) for seed in range(5)]
-    assert len(_eval_script().invalid_move_trace(games, limit=3)) == 3
+    assert len(eval_script.invalid_move_trace(games, limit=3)) == 3
 
 
 @pytest.mark.llm
 @pytest.mark.slow
-def test_selfplay_rows_play_the_model_against_another_as_each_mark(tmp_path):
+def test_selfplay_rows_play_the_model_against_another_as_each_mark(eval_script, tmp_path):
     pytest.importorskip("pettingzoo")
     pytest.importorskip("transformers")
     output = tmp_path / "eval.json"
     argv = "--model tiny --selfplay-against tiny --selfplay-temperature 0 --rows --games 2"
     argv += " --max-new-tokens 4"
-    assert _eval_script().main([*argv.split(), "--output", str(output)]) == 0
+    assert eval_script.main([*argv.split(), "--output", str(output)]) == 0
     record = json.loads(output.read_text())
     rows = record["results"]["greedy"]["selfplay:tiny"]
     assert set(rows) == {"X", "O"} and record["complete"]
@@ -73,6 +57,6 @@ def test_selfplay_rows_play_the_model_against_another_as_each_mark(tmp_path):
     assert rows["O"]["actions"] == 0 and rows["O"]["opponent_invalid_action"]["rate"] == 1.0
 
 
-def test_selfplay_needs_a_model():
+def test_selfplay_needs_a_model(eval_script):
     with pytest.raises(SystemExit):
-        _eval_script().parse_args(["--policy", "minimax", "--selfplay-against", "tiny"])
+        eval_script.parse_args(["--policy", "minimax", "--selfplay-against", "tiny"])

@@ -21,14 +21,34 @@ def args(*argv: str):
     return recipe.parse_args(["run", *argv])
 
 
+def _exam(unsafe: dict[str, list[str]]) -> dict:
+    """A ``tictactoe_eval.py --positions`` record whose greedy exam got ``unsafe`` wrong."""
+    return {
+        "positions": {
+            "greedy": {mark: {"unsafe": [{"board": b} for b in boards]} for mark, boards in unsafe.items()}
+        }
+    }  # fmt: skip
+
+
+MISREADS = {"X": ["X.O......", "XO.X.O..."], "O": ["........X"]}
+
+
 @pytest.mark.parametrize("name", list(recipe.ARMS))
 def test_each_arm_is_the_base_recipe_with_its_own_changes(name, tmp_path):
-    config = recipe.arm_config(name, args(name, "--work-dir", str(tmp_path)))
+    extra: list[str] = []
+    if name in recipe.NEEDS_START_BOARDS:
+        exam = tmp_path / "exam.json"
+        exam.write_text(json.dumps(_exam(MISREADS)))
+        extra = ["--start-boards-from", str(exam)]
+    config = recipe.arm_config(name, args(name, "--work-dir", str(tmp_path), *extra))
     changes = recipe.ARMS[name].changes
     for key, value in recipe.BASE.items():
         got = getattr(config, key)
         if key == "env_kwargs":
-            assert got == {**value, **changes.get(key, {})}
+            want = {**value, **changes.get(key, {})}
+            if extra:  # the exam's misread boards in place of the arm's own start boards
+                want["start_boards"] = ["X.O......", "XO.X.O...", "........X"]
+            assert got == want
         else:
             assert got == changes.get(key, value), (name, key)
     for key in set(changes) - set(recipe.BASE):
@@ -111,6 +131,16 @@ def test_the_gain_table_gives_the_loss_change_in_combined_standard_errors():
     flat = {"greedy": {"fork": {"O": _rates(0, 0, 1)}}}
     (row,) = recipe.gain_table(flat, {"greedy": {"fork": {"O": _rates(0, 1, 0)}}}).splitlines()[2:]
     assert row.endswith("| -100.0 (-) |")  # outcomes that never vary: no standard error
+
+
+def test_misread_boards_come_from_the_greedy_exam_and_are_required(tmp_path):
+    assert recipe.misread_boards(_exam(MISREADS)) == ["X.O......", "XO.X.O...", "........X"]
+    with pytest.raises(ValueError, match="no unsafe greedy move"):
+        recipe.misread_boards(_exam({"X": [], "O": []}))
+    with pytest.raises(ValueError, match="greedy exam"):
+        recipe.misread_boards({"positions": {"sampled": {}}})
+    with pytest.raises(SystemExit):
+        args("league_misreads")  # no --start-boards-from
 
 
 def test_the_prioritised_league_weights_each_style_by_its_loss_rate():
