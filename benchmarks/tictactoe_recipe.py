@@ -220,10 +220,18 @@ ARMS: dict[str, Arm] = {
         "league_one, half the episodes starting where the start policy's greedy move is unsafe",
         {**LEAGUE, "continue_adapter": True},
     ),
+    # The critical exam's probe: where the greedy move is unsafe a T = 1 sample is safe 6-7% of
+    # the time, so a group of 8 holds a safe move about one time in four. The same episodes a
+    # step in 2 groups of 32, so more groups at a misread position hold a safe move to learn.
+    "league_misreads_wide": Arm(
+        "group size",
+        "league_misreads with 2 groups of 32 instead of 8 groups of 8",
+        {**LEAGUE, "continue_adapter": True, "groups_per_step": 2, "group_size": 32},
+    ),
 }
 
 #: Arms whose start boards come from ``--start-boards-from``.
-NEEDS_START_BOARDS = ("league_misreads",)
+NEEDS_START_BOARDS = ("league_misreads", "league_misreads_wide")
 
 
 #: Evaluation rows of ``tictactoe_eval.py`` that are an opponent style of the env under another
