@@ -139,8 +139,9 @@ def test_misread_boards_come_from_the_greedy_exam_and_are_required(tmp_path):
         recipe.misread_boards(_exam({"X": [], "O": []}))
     with pytest.raises(ValueError, match="greedy exam"):
         recipe.misread_boards({"positions": {"sampled": {}}})
-    with pytest.raises(SystemExit):
-        args("league_misreads")  # no --start-boards-from
+    for name in recipe.NEEDS_START_BOARDS:
+        with pytest.raises(SystemExit):
+            args(name)  # no --start-boards-from
 
 
 def test_the_prioritised_league_weights_each_style_by_its_loss_rate():
