@@ -331,13 +331,18 @@ def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {"data": str(data), "episodes": len(rows), "parts": paths, "expert": expert}
 
 
+def _packing(args: argparse.Namespace) -> list[Any]:
+    """``--micro-batch-tokens N`` for ``textgym sft`` and ``train`` when asked for, else nothing."""
+    return ["--micro-batch-tokens", args.micro_batch_tokens] if args.micro_batch_tokens else []
+
+
 def stage_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     out = work / "sft"
     _run(
         "sft", "--data", work / "sft_data.jsonl", "--model", args.model, "--output-dir", out,
         "--epochs", args.sft_epochs, "--batch-size", args.sft_batch_size,
         "--learning-rate", args.sft_lr, "--lora-rank", args.lora_rank,
-        "--micro-batch-size", args.micro_batch_size, "--seed", args.seed,
+        "--micro-batch-size", args.micro_batch_size, *_packing(args), "--seed", args.seed,
         "--device", args.device, "--no-progress", "--no-tensorboard", "--overwrite",
     )  # fmt: skip
     return {"model": str(out), "summary": json.loads((out / "sft_summary.json").read_text())}
@@ -357,12 +362,7 @@ def stage_grpo(args: argparse.Namespace, work: Path) -> dict[str, Any] | None:
                 "--wrappers", "--steps", steps, "--seed", args.seed + i,
                 "--groups-per-step", args.groups_per_step, "--group-size", args.group_size,
                 "--rollout-batch-size", args.batch_size,
-                "--micro-batch-size", args.micro_batch_size,
-                *(
-                    ["--micro-batch-tokens", args.micro_batch_tokens]
-                    if args.micro_batch_tokens
-                    else []
-                ),
+                "--micro-batch-size", args.micro_batch_size, *_packing(args),
                 "--max-new-tokens", args.max_new_tokens or task.max_new_tokens,
                 "--temperature", args.temperature, "--learning-rate", args.grpo_lr,
                 "--lora-rank", args.lora_rank, "--eval-every", args.eval_every,
@@ -549,9 +549,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--micro-batch-tokens",
         type=int,
         default=None,
-        help="GRPO: pack each update's episodes into rows of at most this many tokens instead of "
-        "micro-batches of --micro-batch-size (bounds memory: email episodes run to thousands of "
-        "tokens, and 8 of them in one fp32 pass ran out of 24 GiB)",
+        help="SFT and GRPO: pack each step's sequences into rows of at most this many tokens "
+        "instead of micro-batches of --micro-batch-size padded to their longest (bounds memory "
+        "and skips padding: email episodes run to thousands of tokens, and 8 of them in one fp32 "
+        "pass ran out of 24 GiB)",
     )
     parser.add_argument("--max-new-tokens", type=int, default=None, help="None: the task's")
     parser.add_argument("--temperature", type=float, default=1.0, help="GRPO and sampled evals")

@@ -159,3 +159,35 @@ def test_the_no_call_floor_solves_only_requests_whose_condition_fails():
         solved = seed in floor["solved_seeds"]
         assert solved <= ("Please if " in request), (seed, request)  # conditional requests only
         env.close()
+
+
+@pytest.mark.parametrize("tokens", [None, 2048])
+def test_packing_reaches_both_the_sft_and_the_grpo_commands(tmp_path, monkeypatch, tokens):
+    """``--micro-batch-tokens`` is passed to ``textgym sft`` and to every ``textgym train``."""
+    argv = [
+        "email",
+        "--work-dir",
+        str(tmp_path),
+        "--curriculum",
+        '[{"steps": 1, "env_kwargs": {}}]',
+    ]
+    args = task_pipeline.parse_args(
+        argv + (["--micro-batch-tokens", str(tokens)] if tokens else [])
+    )
+    commands = []
+
+    def fake_run(*command):
+        commands.append([str(c) for c in command])
+        out = Path(command[command.index("--output-dir") + 1])
+        (out / "checkpoint-1").mkdir(parents=True, exist_ok=True)  # train's last checkpoint
+        (out / "sft_summary.json").write_text("{}")
+
+    monkeypatch.setattr(task_pipeline, "_run", fake_run)
+    task_pipeline.stage_sft(args, tmp_path)
+    assert task_pipeline.stage_grpo(args, tmp_path) is not None
+    assert [c[0] for c in commands] == ["sft", "train"]
+    for command in commands:
+        packed = "--micro-batch-tokens" in command
+        assert packed == (tokens is not None)
+        if packed:
+            assert command[command.index("--micro-batch-tokens") + 1] == "2048"
