@@ -63,6 +63,7 @@ from typing import Any
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result  # sibling module
 
 from textgym.algos.checkpoint_layout import latest_checkpoint
+from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
 from textgym.builder import EnvRecipe
 from textgym.cli import main as textgym_cli
 from textgym.collect import sft_record
@@ -461,6 +462,8 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.task == "email" and args.eval_tasks is not None:
         floor = no_call_floor(_eval_kwargs(args), [EVAL_SEED + g for g in range(args.eval_tasks)])
         print(f"no-call floor (reply at once, no tool call): {floor['mean']:.4f}")
+    curves = training_curves(work)
+    plot_training_curves(curves, output.with_suffix(".png"))
     record = {
         "benchmark": "task_pipeline",
         "task": args.task,
@@ -473,10 +476,56 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "rl_vs_sft": rl_vs_sft,
         "no_call_floor": floor,
         "stages": stages,
+        "curves": curves,
+        "curves_png": str(output.with_suffix(".png")),
         "report_html": str(work / "report.html"),
     }
     write_result(output, record)
     return {"output": str(output), "report_html": str(work / "report.html")}
+
+
+def training_curves(work: Path) -> dict[str, Any]:
+    """Every row of the SFT run's and each GRPO stage's ``metrics.jsonl``, so the result JSON
+    keeps the curves when the work folder is gone: ``{"sft": rows, "grpo": [rows per stage]}``
+    (a run not started yet: ``[]``)."""
+
+    def rows(run: Path) -> list[dict[str, Any]]:
+        path = run / METRICS_FILENAME
+        return read_metrics(path) if path.is_file() else []
+
+    stages = sorted((work / "grpo").glob("stage-*"), key=lambda p: int(p.name.split("-")[1]))
+    return {"sft": rows(work / "sft"), "grpo": [rows(p) for p in stages if p.is_dir()]}
+
+
+def plot_training_curves(curves: dict[str, Any], path: Path) -> None:
+    """Two panels to ``path`` (PNG): SFT loss per step (nats per assistant token, as logged), and
+    GRPO's mean training reward per step with the fraction of groups whose rewards are all
+    equal (no advantage), the curriculum's stages one after another."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_sft, ax_rl) = plt.subplots(1, 2, figsize=(11, 3.6))
+    sft = [r for r in curves["sft"] if r.get("stage") == "train" and r.get("loss") is not None]
+    ax_sft.plot([r["step"] for r in sft], [r["loss"] for r in sft], marker="o")
+    ax_sft.set(title="SFT loss", xlabel="step", ylabel="nats / assistant token")
+    offset = 0
+    for i, stage in enumerate(curves["grpo"]):
+        train = [r for r in stage if r.get("stage") == "train"]
+        steps = [offset + r["step"] for r in train]
+        ax_rl.plot(steps, [r["reward_mean"] for r in train], marker="o", label=f"stage {i} reward")
+        flat = [r.get("zero_variance_fraction") for r in train]
+        if all(f is not None for f in flat):
+            ax_rl.plot(steps, flat, linestyle="--", label=f"stage {i} flat groups")
+        offset = max(steps, default=offset)
+    ax_rl.set(title="GRPO (training rollouts)", xlabel="step", ylim=(-0.02, 1.02))
+    if curves["grpo"]:
+        ax_rl.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any] | None]] = {

@@ -54,6 +54,11 @@ def check_common(work: Path, stdout: str) -> dict:
     }
     assert set(result["rl_vs_sft"]) == {"greedy", "sampled"}
     assert (work / "report.html").stat().st_size > 0
+    # The curves outlive the work folder: every metrics row of the SFT run and of each stage.
+    sft_rows = (work / "sft" / "metrics.jsonl").read_text().splitlines()
+    assert len(result["curves"]["sft"]) == len(sft_rows) > 0
+    assert [len(rows) > 0 for rows in result["curves"]["grpo"]] == [True, True]
+    assert Path(result["curves_png"]).stat().st_size > 0
     # The curriculum: stage 1 starts from stage 0's final checkpoint, with its own env kwargs.
     grpo = json.loads((work / "grpo.json").read_text())
     first, second = grpo["stages"]
@@ -191,3 +196,27 @@ def test_packing_reaches_both_the_sft_and_the_grpo_commands(tmp_path, monkeypatc
         assert packed == (tokens is not None)
         if packed:
             assert command[command.index("--micro-batch-tokens") + 1] == "2048"
+
+
+def test_curves_keep_every_metrics_row_and_plot_stages_one_after_another(tmp_path):
+    rows = {
+        "sft": [
+            {"step": 10, "stage": "train", "loss": 0.6},
+            {"step": 20, "stage": "train", "loss": 0.2},
+        ],
+        "grpo/stage-0": [
+            {"step": s, "stage": "train", "reward_mean": 0.1 * s, "zero_variance_fraction": 0.5}
+            for s in (1, 2)
+        ],
+        "grpo/stage-1": [{"step": 0, "stage": "eval", "return_mean": 0.3}],
+    }
+    for run, lines in rows.items():
+        (tmp_path / run).mkdir(parents=True)
+        (tmp_path / run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (tmp_path / "grpo" / "stage-2").mkdir()  # started, nothing logged yet
+    curves = task_pipeline.training_curves(tmp_path)
+    assert curves["sft"] == rows["sft"]
+    assert curves["grpo"] == [rows["grpo/stage-0"], rows["grpo/stage-1"], []]
+    png = tmp_path / "curves.png"
+    task_pipeline.plot_training_curves(curves, png)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
