@@ -15,7 +15,8 @@ on where it stopped (GRPO resumes its curriculum stage from the last checkpoint)
    which writes them unseen; ``--sft-episodes`` spread over the curriculum's difficulty
    settings, seeds from :data:`SFT_SEED`), as tool-calling conversations.
 3. ``sft``: ``textgym sft`` on them (LoRA with ``--lora-rank``).
-4. ``grpo``: ``textgym train`` with the env's own reward (no wrappers), one run per curriculum
+4. ``grpo``: ``textgym train`` with the env's own reward (no wrappers unless
+   ``--grpo-wrappers`` names some), one run per curriculum
    stage (``--curriculum``: a JSON list of ``{"steps": N, "env_kwargs": {...}}``), each starting
    from the previous stage's final checkpoint (the first from the SFT model), each with its
    own seed (``--seed`` + stage index) so that no two stages train on the same tasks.
@@ -360,7 +361,7 @@ def stage_grpo(args: argparse.Namespace, work: Path) -> dict[str, Any] | None:
             _run(
                 "train", task.env_id, "--model", model, "--output-dir", out,
                 "--env-kwargs", _env_kwargs(args, work, stage["env_kwargs"], "train"),
-                "--wrappers", "--steps", steps, "--seed", args.seed + i,
+                "--wrappers", *args.grpo_wrappers, "--steps", steps, "--seed", args.seed + i,
                 "--groups-per-step", args.groups_per_step, "--group-size", args.group_size,
                 "--rollout-batch-size", args.batch_size,
                 "--micro-batch-size", args.micro_batch_size, *_packing(args),
@@ -500,7 +501,8 @@ def training_curves(work: Path) -> dict[str, Any]:
 def plot_training_curves(curves: dict[str, Any], path: Path) -> None:
     """Two panels to ``path`` (PNG): SFT loss per step (nats per assistant token, as logged), and
     GRPO's mean training reward per step with the fraction of groups whose rewards are all
-    equal (no advantage), the curriculum's stages one after another."""
+    equal (no advantage) and the invalid-action rate of the training turns, the curriculum's
+    stages one after another."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -518,6 +520,9 @@ def plot_training_curves(curves: dict[str, Any], path: Path) -> None:
         flat = [r.get("zero_variance_fraction") for r in train]
         if all(f is not None for f in flat):
             ax_rl.plot(steps, flat, linestyle="--", label=f"stage {i} flat groups")
+        invalid = [r.get("invalid_rate") for r in train]
+        if all(f is not None for f in invalid):
+            ax_rl.plot(steps, invalid, linestyle=":", label=f"stage {i} invalid actions")
         offset = max(steps, default=offset)
     ax_rl.set(title="GRPO (training rollouts)", xlabel="step", ylim=(-0.02, 1.02))
     if curves["grpo"]:
@@ -591,6 +596,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lora-rank", type=int, default=16, help="0: full fine-tuning")
     parser.add_argument("--grpo-lr", type=float, default=5e-5)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
+    parser.add_argument(
+        "--grpo-wrappers",
+        nargs="*",
+        default=[],
+        help="GRPO: reward wrappers by name (textgym train --wrappers, e.g. "
+        "invalid_action_penalty); none by default: the env's own reward",
+    )
     parser.add_argument("--groups-per-step", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--micro-batch-size", type=int, default=8)

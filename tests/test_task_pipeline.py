@@ -191,6 +191,8 @@ def test_packing_reaches_both_the_sft_and_the_grpo_commands(tmp_path, monkeypatc
     task_pipeline.stage_sft(args, tmp_path)
     assert task_pipeline.stage_grpo(args, tmp_path) is not None
     assert [c[0] for c in commands] == ["sft", "train"]
+    train = commands[1]
+    assert train[train.index("--wrappers") + 1] == "--steps"  # the env's own reward
     for command in commands:
         packed = "--micro-batch-tokens" in command
         assert packed == (tokens is not None)
@@ -220,3 +222,22 @@ def test_curves_keep_every_metrics_row_and_plot_stages_one_after_another(tmp_pat
     png = tmp_path / "curves.png"
     task_pipeline.plot_training_curves(curves, png)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_grpo_wrappers_reach_every_train_command(tmp_path, monkeypatch):
+    args = task_pipeline.parse_args(
+        ["email", "--work-dir", str(tmp_path), "--grpo-wrappers", "invalid_action_penalty",
+         "--curriculum", '[{"steps": 1, "env_kwargs": {}}, {"steps": 1, "env_kwargs": {}}]']
+    )  # fmt: skip
+    commands = []
+
+    def fake_run(*command):
+        commands.append([str(c) for c in command])
+        (Path(command[command.index("--output-dir") + 1]) / "checkpoint-1").mkdir(parents=True)
+
+    monkeypatch.setattr(task_pipeline, "_run", fake_run)
+    assert task_pipeline.stage_grpo(args, tmp_path) is not None
+    assert len(commands) == 2
+    for command in commands:
+        at = command.index("--wrappers")
+        assert command[at + 1 : at + 3] == ["invalid_action_penalty", "--steps"]
