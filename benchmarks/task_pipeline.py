@@ -24,7 +24,8 @@ on where it stopped (GRPO resumes its curriculum stage from the last checkpoint)
 5. ``eval``: evaluate the SFT and the final GRPO model on the held-out tasks.
 6. ``report``: ``textgym report`` of every run (``WORK/report.html``) and one result JSON
    (``--output``, default ``benchmarks/results/task_pipeline_{task}_{model}_{device}.json``)
-   with the commit, the machine, the settings, every stage and the RL-over-SFT differences.
+   with the commit, the machine, the settings, every stage, the RL-over-SFT differences and
+   every SFT and GRPO metrics row (``curves``), plotted to a PNG beside it.
 
 Held-out tasks. ReverseText: the bundled corpus is split by a hash of each passage's task id
 (:func:`textgym.envs.reverse_text.lengths.passage_split`, ``--test-fraction``) into
