@@ -525,7 +525,7 @@ def plot_training_curves(curves: dict[str, Any], path: Path) -> None:
         if all(f is not None for f in invalid):
             ax_rl.plot(steps, invalid, linestyle=":", label=f"stage {i} invalid actions")
         offset = max(steps, default=offset)
-    ax_rl.set(title="GRPO (training rollouts)", xlabel="step", ylim=(-0.02, 1.02))
+    ax_rl.set(title="GRPO (training rollouts)", xlabel="step")  # rewards may be negative
     if curves["grpo"]:
         ax_rl.legend(fontsize=7)
     fig.tight_layout()
