@@ -478,8 +478,7 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "rl_vs_sft": rl_vs_sft,
         "no_call_floor": floor,
         "stages": stages,
-        "curves": curves,
-        "curves_png": str(output.with_suffix(".png")),
+        "curves": curves,  # drawn to output.with_suffix(".png")
         "report_html": str(work / "report.html"),
     }
     write_result(output, record)
@@ -489,7 +488,11 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def training_curves(work: Path) -> dict[str, Any]:
     """Every row of the SFT run's and each GRPO stage's ``metrics.jsonl``, so the result JSON
     keeps the curves when the work folder is gone: ``{"sft": rows, "grpo": [rows per stage]}``
-    (a run not started yet: ``[]``)."""
+    (a run not started yet: ``[]``).
+
+    Raises:
+        ValueError: a ``metrics.jsonl`` line that is not a JSON object (e.g. cut by a crash).
+    """
 
     def rows(run: Path) -> list[dict[str, Any]]:
         path = run / METRICS_FILENAME
