@@ -194,13 +194,19 @@ def _task_score(record: dict[str, Any]) -> float:
     return next((totals[n] for n in TASK_COMPONENTS if n in totals), record["return"])
 
 
-def _success(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Mean task score over tasks (each the mean of its rollouts) with its standard error."""
+def _task_scores(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Each task's score: the mean task component of its rollouts, by task id."""
     per_task: dict[str, list[float]] = {}
     for r in records:
         per_task.setdefault(r["task_id"], []).append(_task_score(r))
-    mean, stderr = mean_stderr([sum(v) / len(v) for v in per_task.values()])
-    return {"mean": mean, "stderr": stderr, "tasks": len(per_task)}
+    return {task: sum(v) / len(v) for task, v in per_task.items()}
+
+
+def _success(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean task score over tasks (each the mean of its rollouts) with its standard error."""
+    scores = _task_scores(records)
+    mean, stderr = mean_stderr(list(scores.values()))
+    return {"mean": mean, "stderr": stderr, "tasks": len(scores)}
 
 
 def _trained_task_ids(work: Path) -> set[str]:
@@ -391,10 +397,32 @@ def stage_eval(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def _difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
-    """``b - a`` of two success means, its standard error and the difference in standard errors."""
-    delta = b["mean"] - a["mean"]
-    stderr = math.sqrt(a["stderr"] ** 2 + b["stderr"] ** 2)
-    return {"delta": delta, "stderr": stderr, "z": delta / stderr if stderr > 0 else None}
+    """``b - a`` of two evaluations' success (:func:`evaluate`'s ``[mode]``).
+
+    Returns:
+        ``delta``, its standard error as of independent samples (``stderr``, the two standard
+        errors in quadrature) and ``z`` (``delta / stderr``); and, since both play the same
+        held-out tasks, the paired standard error of the per-task differences over the tasks
+        both played (``paired_stderr``, ``paired_z``, ``paired_tasks``), smaller where the two
+        models tend to solve the same tasks (the paired comparison of Miller 2024, "Adding
+        Error Bars to Evals", arXiv:2411.00640). ``z`` is the conservative one.
+    """
+    sa, sb = a["success"], b["success"]
+    delta = sb["mean"] - sa["mean"]
+    stderr = math.sqrt(sa["stderr"] ** 2 + sb["stderr"] ** 2)
+    scores_a, scores_b = (
+        _task_scores(_read_jsonl(Path(e["run"]) / "trajectories.jsonl")) for e in (a, b)
+    )
+    common = sorted(scores_a.keys() & scores_b.keys())
+    paired_mean, paired = mean_stderr([scores_b[t] - scores_a[t] for t in common])
+    return {
+        "delta": delta,
+        "stderr": stderr,
+        "z": delta / stderr if stderr > 0 else None,
+        "paired_stderr": paired,
+        "paired_z": paired_mean / paired if paired > 0 else None,
+        "paired_tasks": len(common),
+    }
 
 
 def no_call_floor(kwargs: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
@@ -447,7 +475,7 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 parts = [f"{v} {r:.3f}" for v, r in ev[mode]["tool_calls"]["verdict_rates"].items()]
             print(f"{name}/{mode}: " + "; ".join(parts))
     rl_vs_sft = {
-        mode: _difference(evals["sft"][mode]["success"], evals["grpo"][mode]["success"])
+        mode: _difference(evals["sft"][mode], evals["grpo"][mode])
         for mode in ("greedy", "sampled")
         if evals.get("sft") and evals.get("grpo")
     }

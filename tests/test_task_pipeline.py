@@ -241,3 +241,30 @@ def test_grpo_wrappers_reach_every_train_command(tmp_path, monkeypatch):
     for command in commands:
         at = command.index("--wrappers")
         assert command[at + 1 : at + 3] == ["invalid_action_penalty", "--steps"]
+
+
+def test_rl_vs_sft_pairs_the_tasks_both_models_played(tmp_path):
+    """The paired standard error is that of the per-task differences: two models that fail and
+    solve mostly the same tasks differ far more surely than their two standard errors say."""
+
+    def evaluation(name, outcomes):
+        run = tmp_path / name
+        run.mkdir()
+        lines = [
+            {"task_id": f"t{i}", "component_totals": {"outcome": o}, "return": o}
+            for i, o in enumerate(outcomes)
+        ]
+        (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        return {"run": str(run), "success": task_pipeline._success(lines)}
+
+    sft = evaluation("sft", [0, 0, 0, 0, 1, 1, 1, 1, 0, 0])
+    rl = evaluation("rl", [1, 1, 0, 0, 1, 1, 1, 1, 0, 0])  # two tasks gained, none lost
+    diff = task_pipeline._difference(sft, rl)
+    assert diff["delta"] == pytest.approx(0.2) and diff["paired_tasks"] == 10
+    gains = [1, 1] + [0] * 8
+    mean = sum(gains) / 10
+    sd = (sum((g - mean) ** 2 for g in gains) / 9) ** 0.5
+    assert diff["paired_stderr"] == pytest.approx(sd / 10**0.5)
+    assert diff["paired_z"] > diff["z"] > 0
+    same = task_pipeline._difference(sft, sft)
+    assert same["delta"] == 0 and same["paired_z"] is None  # no task differs: no z
