@@ -71,8 +71,8 @@ from textgym.cli import main as textgym_cli
 from textgym.collect import sft_record
 from textgym.envs.email_tool_use.diagnostics import (
     diagnose_tool_calls,
-    gold_calls_of,
     summarize_call_diagnoses,
+    task_of,
 )
 from textgym.envs.email_tool_use.expert import LookupExpertPolicy
 from textgym.envs.reverse_text import load_passages
@@ -223,8 +223,10 @@ def _trained_task_ids(work: Path) -> set[str]:
 def _details(
     args: argparse.Namespace, records: list[dict[str, Any]], k: int, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """Per-length buckets with pass@1 and pass@``k`` (ReverseText) or per-tool-call diagnostics
-    (email)."""
+    """Per-length buckets with pass@1 and pass@``k`` (ReverseText), or (email) per-tool-call
+    diagnostics and each request family's success (``families``: ``{family: {"tasks",
+    "success"}}``, a task counted under every family its requests come from, the generator's
+    :data:`~textgym.envs.email_tool_use.generator.FAMILIES`)."""
     if args.task == "reverse_text":
         lengths = {r["id"]: len(r["text"]) for r in _read_jsonl(Path(kwargs["data_path"]))}
         episodes = [
@@ -243,15 +245,24 @@ def _details(
         return {"length_buckets": buckets}
     knobs = _eval_kwargs(args)
     gold_knobs = {k: knobs[k] for k in ("inbox_size", "distractors", "num_steps") if k in knobs}
+    tasks = {r["task_id"]: task_of(r["task_id"], **gold_knobs) for r in records}
     diagnoses = [
         diagnose_tool_calls(
             [m["content"] for m in r["messages"] if m["role"] == "assistant"],
-            gold_calls_of(r["task_id"], **gold_knobs),
+            tasks[r["task_id"]].gold_calls,
             knobs.get("max_calls_per_step", 32),
         )
         for r in records
     ]
-    return {"tool_calls": summarize_call_diagnoses(diagnoses)}
+    scores = _task_scores(records)
+    by_family: dict[str, list[float]] = {}
+    for task_id, score in scores.items():
+        for family in {t.split("/")[0] for t in tasks[task_id].templates}:
+            by_family.setdefault(family, []).append(score)
+    families = {
+        f: {"tasks": len(v), "success": sum(v) / len(v)} for f, v in sorted(by_family.items())
+    }
+    return {"tool_calls": summarize_call_diagnoses(diagnoses), "families": families}
 
 
 def evaluate(args: argparse.Namespace, work: Path, model: str, name: str) -> dict[str, Any]:
@@ -473,6 +484,9 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 ]
             else:
                 parts = [f"{v} {r:.3f}" for v, r in ev[mode]["tool_calls"]["verdict_rates"].items()]
+                print(f"{name}/{mode} families: " + "; ".join(
+                    f"{f} {v['success']:.3f} of {v['tasks']}" for f, v in ev[mode].get("families", {}).items()
+                ))  # fmt: skip
             print(f"{name}/{mode}: " + "; ".join(parts))
     rl_vs_sft = {
         mode: _difference(evals["sft"][mode], evals["grpo"][mode])

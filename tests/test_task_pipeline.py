@@ -18,6 +18,7 @@ pytest.importorskip("transformers")
 import gymnasium as gym  # noqa: E402
 
 import textgym  # noqa: E402,F401  (registers the envs)
+from textgym.envs.email_tool_use.generator import FAMILIES  # noqa: E402
 
 pytestmark = [pytest.mark.llm, pytest.mark.slow]
 
@@ -146,6 +147,12 @@ def test_email_pipeline(tmp_path):
         assert calls["episodes"] == 4
         assert sum(calls["verdicts"].values()) == 4
         assert sum(calls["call_kinds"].values()) == calls["calls"]
+        # One request per held-out task: the families split the tasks and their success.
+        families, success = ev["sampled"]["families"], ev["sampled"]["success"]
+        assert set(families) <= set(FAMILIES)
+        assert sum(f["tasks"] for f in families.values()) == success["tasks"] == 2
+        solved = sum(f["tasks"] * f["success"] for f in families.values())
+        assert solved == pytest.approx(success["mean"] * 2)
     records = (work / "eval" / "grpo" / "greedy" / "trajectories.jsonl").read_text().splitlines()
     assert sorted(json.loads(r)["seed"] for r in records) == [2 * 10**9, 2 * 10**9 + 1]
     record = json.loads((work / "result.json").read_text())

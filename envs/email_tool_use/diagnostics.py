@@ -1,7 +1,7 @@
 """Per-tool-call diagnostics of an EmailToolUse episode: what the agent got wrong, call by call.
 
 An episode's reward says only whether the final mailbox matched. These pure functions compare the
-tool calls the agent wrote with the generator's gold calls (:func:`gold_calls_of`, regenerated
+tool calls the agent wrote with the generator's gold calls (:func:`task_of`, regenerated
 from the task id and the env's knobs) and give every call a kind (:data:`CALL_KINDS`):
 
 - ``invalid_json``: a ``<tool_call>`` block that is not a JSON object with a string ``name`` and
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from textgym.envs.email_tool_use.env import EMAIL_TOOL_NAMES
-from textgym.envs.email_tool_use.generator import generate_task
+from textgym.envs.email_tool_use.generator import EmailTask, generate_task
 from textgym.envs.workplace.tools import TOOL_SCHEMAS
 from textgym.toolcalls import ToolCall, build_validators, parse_tool_calls, validate_reply
 
@@ -49,7 +49,7 @@ __all__ = [
     "VERDICTS",
     "CallDiagnosis",
     "diagnose_tool_calls",
-    "gold_calls_of",
+    "task_of",
     "summarize_call_diagnoses",
 ]
 
@@ -92,11 +92,12 @@ _PREFIX = "email-"
 _RAN_FAILURES = frozenset({"wrong_tool", "wrong_arguments", "wrong_order", "extra"})
 
 
-def gold_calls_of(
+def task_of(
     task_id: str, inbox_size: int = 20, distractors: int = 2, num_steps: int = 1
-) -> tuple[dict[str, Any], ...]:
-    """The gold calls of the task ``"email-<16 hex digits>"`` under the env's knobs (the same
-    ``env_kwargs`` the episode was played with; other knobs give another task).
+) -> EmailTask:
+    """The task ``"email-<16 hex digits>"`` regenerated under the env's knobs (the same
+    ``env_kwargs`` the episode was played with; other knobs give another task): its gold calls
+    (``.gold_calls``) and request templates (``.templates``, ``"family/k"``).
 
     Raises:
         ValueError: a task id of another form, or a knob out of range.
@@ -105,7 +106,7 @@ def gold_calls_of(
     if not task_id.startswith(_PREFIX) or len(digits) != 16:
         raise ValueError(f"Expected a task id like 'email-00000000000004d2', got {task_id!r}")
     seed = int(digits, 16)
-    return generate_task(np.random.default_rng(seed), inbox_size, distractors, num_steps).gold_calls
+    return generate_task(np.random.default_rng(seed), inbox_size, distractors, num_steps)
 
 
 def _normal(value: Any) -> Any:
@@ -163,7 +164,7 @@ def diagnose_tool_calls(
     Args:
         replies: The agent's replies (assistant messages) in order; a reply without
             ``<tool_call>`` is a final answer and has no calls.
-        gold_calls: ``({"name", "arguments"}, ...)``, e.g. :func:`gold_calls_of`; its
+        gold_calls: ``({"name", "arguments"}, ...)``, e.g. ``task_of(...).gold_calls``; its
             read-only calls are left out (module docstring).
         max_calls_per_step: The env's ``max_calls_per_step``: a reply with more calls runs none
             (all of them ``not_run``), as in the env.

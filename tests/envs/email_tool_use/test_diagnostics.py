@@ -11,8 +11,8 @@ import textgym  # noqa: F401
 from textgym.envs.email_tool_use.diagnostics import (
     CALL_KINDS,
     diagnose_tool_calls,
-    gold_calls_of,
     summarize_call_diagnoses,
+    task_of,
 )
 
 SEND = {
@@ -129,12 +129,12 @@ def test_the_gold_policy_is_diagnosed_correct(kwargs):
     env = gym.make("textgym/EmailToolUse-v1", **kwargs)
     for seed in range(8):
         _, info = env.reset(seed=seed)
-        gold = gold_calls_of(info["task_id"], **kwargs)
+        gold = task_of(info["task_id"], **kwargs).gold_calls
         d = diagnose_tool_calls([info["gold_completion"], "Done."], gold)
         assert d.verdict == "correct", (seed, d)
         assert all(k in ("correct", "lookup") for k in kinds(d))
 
 
-def test_gold_calls_of_refuses_a_bad_task_id():
+def test_task_of_refuses_a_bad_task_id():
     with pytest.raises(ValueError, match="email-00000000000004d2"):
-        gold_calls_of("email-12")
+        task_of("email-12")
