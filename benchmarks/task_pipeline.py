@@ -484,9 +484,10 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 ]
             else:
                 parts = [f"{v} {r:.3f}" for v, r in ev[mode]["tool_calls"]["verdict_rates"].items()]
-                print(f"{name}/{mode} families: " + "; ".join(
-                    f"{f} {v['success']:.3f} of {v['tasks']}" for f, v in ev[mode].get("families", {}).items()
-                ))  # fmt: skip
+                families = ev[mode].get("families", {})  # absent from runs before families
+                shares = [f"{f} {v['success']:.3f} of {v['tasks']}" for f, v in families.items()]
+                if shares:
+                    print(f"{name}/{mode} families: " + "; ".join(shares))
             print(f"{name}/{mode}: " + "; ".join(parts))
     rl_vs_sft = {
         mode: _difference(evals["sft"][mode], evals["grpo"][mode])
