@@ -202,9 +202,8 @@ def _task_scores(records: list[dict[str, Any]]) -> dict[str, float]:
     return {task: sum(v) / len(v) for task, v in per_task.items()}
 
 
-def _success(records: list[dict[str, Any]]) -> dict[str, float]:
-    """Mean task score over tasks (each the mean of its rollouts) with its standard error."""
-    scores = _task_scores(records)
+def _success(scores: dict[str, float]) -> dict[str, float]:
+    """Mean task score over tasks (:func:`_task_scores`) with its standard error."""
     mean, stderr = mean_stderr(list(scores.values()))
     return {"mean": mean, "stderr": stderr, "tasks": len(scores)}
 
@@ -221,7 +220,11 @@ def _trained_task_ids(work: Path) -> set[str]:
 
 
 def _details(
-    args: argparse.Namespace, records: list[dict[str, Any]], k: int, kwargs: dict[str, Any]
+    args: argparse.Namespace,
+    records: list[dict[str, Any]],
+    scores: dict[str, float],
+    k: int,
+    kwargs: dict[str, Any],
 ) -> dict[str, Any]:
     """Per-length buckets with pass@1 and pass@``k`` (ReverseText), or (email) per-tool-call
     diagnostics and each request family's success (``families``: ``{family: {"tasks",
@@ -254,7 +257,6 @@ def _details(
         )
         for r in records
     ]
-    scores = _task_scores(records)
     by_family: dict[str, list[float]] = {}
     for task_id, score in scores.items():
         for family in {t.split("/")[0] for t in tasks[task_id].templates}:
@@ -266,7 +268,9 @@ def _details(
 
 
 def evaluate(args: argparse.Namespace, work: Path, model: str, name: str) -> dict[str, Any]:
-    """Greedy and sampled evaluation of ``model`` on the held-out tasks, under ``WORK/eval/name``."""
+    """Greedy and sampled evaluation of ``model`` on the held-out tasks, under ``WORK/eval/name``:
+    per mode its ``success`` and ``task_scores`` (task id -> mean task component of its
+    rollouts, which :func:`_difference` pairs), the eval summary's rates and :func:`_details`."""
     task = TASKS[args.task]
     kwargs = _env_kwargs(args, work, _eval_kwargs(args), "test")
     trained = _trained_task_ids(work)
@@ -290,15 +294,17 @@ def evaluate(args: argparse.Namespace, work: Path, model: str, name: str) -> dic
             )  # fmt: skip
         summary = json.loads(summary_path.read_text())
         records = _read_jsonl(out / "trajectories.jsonl")
+        scores = _task_scores(records)
         result[mode] = {
             "run": str(out),
-            "success": _success(records),
+            "success": _success(scores),
+            "task_scores": scores,
             "mean_return": summary["mean_return"],
             "stderr_return": summary["stderr_return"],
             "invalid_action_rate": summary["invalid_action_rate"],
             "tasks": summary["tasks"],
             "shared_with_training": len({r["task_id"] for r in records} & trained),
-            **_details(args, records, k, result["env_kwargs"]),
+            **_details(args, records, scores, k, result["env_kwargs"]),
         }
     return result
 
@@ -421,9 +427,7 @@ def _difference(a: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]
     sa, sb = a["success"], b["success"]
     delta = sb["mean"] - sa["mean"]
     stderr = math.sqrt(sa["stderr"] ** 2 + sb["stderr"] ** 2)
-    scores_a, scores_b = (
-        _task_scores(_read_jsonl(Path(e["run"]) / "trajectories.jsonl")) for e in (a, b)
-    )
+    scores_a, scores_b = a["task_scores"], b["task_scores"]
     common = sorted(scores_a.keys() & scores_b.keys())
     paired_mean, paired = mean_stderr([scores_b[t] - scores_a[t] for t in common])
     return {

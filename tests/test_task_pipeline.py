@@ -76,7 +76,7 @@ def check_common(work: Path, stdout: str) -> dict:
         assert "pass@2" in ev["sampled"]["tasks"]
         for mode in ("greedy", "sampled"):
             assert ev[mode]["shared_with_training"] == 0
-            assert ev[mode]["success"]["tasks"] == 2
+            assert ev[mode]["success"]["tasks"] == len(ev[mode]["task_scores"]) == 2
     return evals
 
 
@@ -250,22 +250,20 @@ def test_grpo_wrappers_reach_every_train_command(tmp_path, monkeypatch):
         assert command[at + 1 : at + 3] == ["invalid_action_penalty", "--steps"]
 
 
-def test_rl_vs_sft_pairs_the_tasks_both_models_played(tmp_path):
+def test_rl_vs_sft_pairs_the_tasks_both_models_played():
     """The paired standard error is that of the per-task differences: two models that fail and
     solve mostly the same tasks differ far more surely than their two standard errors say."""
 
-    def evaluation(name, outcomes):
-        run = tmp_path / name
-        run.mkdir()
-        lines = [
+    def evaluation(outcomes):
+        records = [
             {"task_id": f"t{i}", "component_totals": {"outcome": o}, "return": o}
             for i, o in enumerate(outcomes)
         ]
-        (run / "trajectories.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-        return {"run": str(run), "success": task_pipeline._success(lines)}
+        scores = task_pipeline._task_scores(records)
+        return {"success": task_pipeline._success(scores), "task_scores": scores}
 
-    sft = evaluation("sft", [0, 0, 0, 0, 1, 1, 1, 1, 0, 0])
-    rl = evaluation("rl", [1, 1, 0, 0, 1, 1, 1, 1, 0, 0])  # two tasks gained, none lost
+    sft = evaluation([0, 0, 0, 0, 1, 1, 1, 1, 0, 0])
+    rl = evaluation([1, 1, 0, 0, 1, 1, 1, 1, 0, 0])  # two tasks gained, none lost
     diff = task_pipeline._difference(sft, rl)
     assert diff["delta"] == pytest.approx(0.2) and diff["paired_tasks"] == 10
     gains = [1, 1] + [0] * 8
