@@ -36,7 +36,8 @@ Parts:
 Quick (``--quick``): the speed parts only, in at most ``--budget`` seconds (default 480, the
 8 minutes that fit one device command): the CUDA tests (a warning that CUDA graphs turned off
 fails them), decode (engine ``now`` at batches 1/8/32/256, 4 turns x 64 tokens), the GRPO step
-at 32 groups x 8, 32 new tokens (ours, TRL, the decode roofline, one part each), update
+at 32 groups x 8, 32 new tokens (ours, TRL and TRL with cuDNN attention off alternating
+in one part, 2 rounds of 5 timed steps each; then the decode roofline), update
 packing, then ``generate`` as the reference engine and ours without prefix sharing. Each part
 runs in its own process group under ``min(its cap, time left)`` seconds; a part that fails or
 runs out of time loses only itself. Every part writes ``RESULTS/<part>.json`` (device, commit,
@@ -191,7 +192,7 @@ PARTS = [
 # order they run: what matters most first, the reference engines last (the budget may end
 # before them). The caps are those that fit the GPU kit's 530 s on an H100.
 _GRPO = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-size 32"
-_GRPO += " --steps 2 --warmup 1 --rounds 1"
+_GRPO += " --steps 5 --warmup 1 --rounds 2"  # >= 5 timed steps each, alternating (issue 54)
 _GRPO_SMOKE = "--groups-per-step 2 --group-size 2 --micro-batch-size 2 --max-new-tokens 8"
 _GRPO_SMOKE += " --steps 1 --warmup 0 --rounds 1 --threads 1"
 _DECODE = "--turns 4 --new-tokens 64"
@@ -199,10 +200,9 @@ _DECODE_SMOKE = "--turns 2 --new-tokens 4"
 _QUICK = (
     ("quick-decode-now", 110, False, "llm_decode.py", f"--engines now --batches 1 8 32 256 {_DECODE}",
      f"--engines now --batches 1 2 {_DECODE_SMOKE}"),
-    ("quick-grpo-ours", 80, False, "grpo_vs_trl.py", f"{_GRPO} --trainers ours --no-decode",
-     f"{_GRPO_SMOKE} --trainers ours --no-decode"),
-    ("quick-grpo-trl", 80, False, "grpo_vs_trl.py", f"{_GRPO} --trainers trl --no-decode",
-     f"{_GRPO_SMOKE} --trainers trl --no-decode"),
+    ("quick-grpo-vs-trl", 240, False, "grpo_vs_trl.py",
+     f"{_GRPO} --trainers ours trl trl_no_cudnn --no-decode",
+     f"{_GRPO_SMOKE} --trainers ours trl --no-decode"),
     ("quick-grpo-decode", 80, True, "grpo_vs_trl.py", f"{_GRPO} --trainers",
      f"{_GRPO_SMOKE} --trainers"),
     ("quick-packing", 90, False, "update_packing.py",
@@ -214,7 +214,7 @@ _QUICK = (
      f"--engines generate --batches 1 32 256 {_DECODE}",
      f"--engines generate --batches 1 2 {_DECODE_SMOKE}"),
     ("quick-grpo-ours-no-sharing", 60, False, "grpo_vs_trl.py",
-     f"{_GRPO} --trainers ours_no_sharing --no-decode",
+     f"{_GRPO} --trainers ours_no_sharing --no-decode --rounds 1 --steps 2",
      f"{_GRPO_SMOKE} --trainers ours_no_sharing --no-decode"),
 )  # fmt: skip
 
@@ -242,7 +242,7 @@ def quick_parts(model: str, random_weights: bool) -> list[Part]:
     tests.append(str(REPO_ROOT / "tests" / "test_cuda.py"))
     parts = [Part("quick-tests", lambda results, smoke: tests, cap_s=90, needs_cuda=True)]
     for name, cap, cuda, file, full, smoke in _QUICK:
-        module = "trl" if "--trainers trl" in full else None
+        module = "trl" if " trl" in full.split("--trainers", 1)[-1] else None
         command = script(name, file, full, smoke)
         parts.append(Part(name, command, cap_s=cap, needs_cuda=cuda, needs_module=module))
     return parts
