@@ -5,14 +5,18 @@ seeding, the types ``reset`` and ``step`` return). :func:`check_text_env` runs i
 textgym's tools rely on (``docs/authoring.md`` §3 and §5; the same checks run over every
 registered textgym id in ``tests/test_registry.py``):
 
-- **determinism**: two envs built alike, reset with the same seed and given the same actions,
-  play the same episode (observations, rewards, flags, infos), for each of ``seeds``;
-- **types and sums**: rewards are finite Python ``float``, ``terminated`` / ``truncated``
-  Python ``bool``, ``info["invalid_action"]`` a ``bool``, the values of
-  ``info["reward_components"]`` sum to the reward, observations lie in the observation space;
-- **untrusted actions**: hostile text (empty, a lone surrogate, a chat-template token, 5,000
-  digits, one character over the action space's ``max_length``) never raises and keeps the
-  observation in its space and the reward finite;
+- **determinism**: two envs built alike, reset with the same seed and stepped side by side
+  with the same actions, play the same episode (observations, rewards, flags, infos), and so
+  does one env reset twice with that seed, for each of ``seeds``;
+- **types, sums and spaces**: rewards are finite Python ``float`` (inside ``reward_range``
+  where the env declares one), ``terminated`` / ``truncated`` Python ``bool``,
+  ``info["invalid_action"]`` a ``bool``, the values of ``info["reward_components"]`` sum to
+  the reward, observations lie in the observation space, and the env's own random and gold
+  actions in the action space;
+- **untrusted actions**: the hostile corpus (:data:`HOSTILE_ACTIONS`: empty, a lone surrogate,
+  a chat-template token, 5,000 digits, binary, unparsable, format-only tags; per env one
+  character over the action space's ``max_length`` and the empty ``action_template``) never
+  raises and keeps the observation in its space and the reward finite;
 - **pickling**: a pickled copy of an env mid-episode continues it identically;
 - **the contract tells the truth** (:class:`textgym.TextEnv`): reset infos hold
   ``system_prompt``, ``tools`` and ``task_id``; ``gold_completion`` is there exactly when
@@ -31,6 +35,9 @@ seed, among the env's random action (what ``--policy random`` plays:
 :class:`textgym.policies.RandomPolicy`), its gold completion when it gives one, and the
 ``actions`` the caller passes (well-formed and malformed completions of the task's format).
 
+:func:`text_env_checks` runs the same checks (named in :data:`CHECKS`) and reports each as
+passed, failed (with the message) or skipped, for ``textgym check`` (:mod:`textgym.card`).
+
 A plain ``gymnasium.Env`` with text spaces is checked through
 :class:`textgym.core.TextEnvAdapter` (what the tools play it through), without the checks of
 what only a ``TextEnv`` declares (reset info keys, reward components, documented keys).
@@ -46,7 +53,8 @@ import inspect
 import math
 import pickle
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
@@ -56,11 +64,40 @@ from gymnasium.utils.env_checker import check_env
 from textgym.checks import check_stop_strings
 from textgym.core import TextEnv, TextEnvAdapter, as_text_env
 
-__all__ = ["TextEnvCheckError", "check_text_env", "documented_info_keys"]
+__all__ = [
+    "CHECKS",
+    "HOSTILE_ACTIONS",
+    "TextEnvCheckError",
+    "check_text_env",
+    "documented_info_keys",
+    "hostile_actions",
+    "reward_range",
+    "text_env_checks",
+]
 
-#: Actions no env may raise on: empty, a lone surrogate, a chat-template token, 5,000 digits
-#: (Python's int() refuses more than 4,300); one over ``max_length`` is added per env.
-HOSTILE_ACTIONS = ("", "\ud800", "<|im_end|>", "9" * 5000)
+#: The hostile-action corpus, by name: actions no env may raise on, whose reward must stay
+#: finite (and inside ``reward_range`` where the env declares one). ``digits``: Python's
+#: ``int()`` refuses more than 4,300; ``binary``: every byte value read as Latin-1, NUL and
+#: control characters included; ``format only``: the answer tags of textgym's tasks with
+#: nothing in them. :func:`hostile_actions` adds, per env, ``huge`` (one character over the
+#: action space's ``max_length``) and ``template only`` (its ``action_template`` filled with
+#: nothing).
+HOSTILE_ACTIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "empty": "",
+        "lone surrogate": "\ud800",
+        "chat token": "<|im_end|>",
+        "digits": "9" * 5000,
+        "binary": bytes(range(256)).decode("latin-1"),
+        "unparsable": '{{[<tool_call>{"name": "x", "arguments": {</tool_call>]]<move>4',
+        "format only": "<think></think><move></move><answer></answer><guess></guess>"
+        "<reversed_text></reversed_text><tool_call></tool_call>#### \\boxed{}",
+    }
+)
+
+#: The checks of :func:`check_text_env`, in the order it runs them (the keys of
+#: :func:`text_env_checks`).
+CHECKS = ("api", "determinism", "spaces", "hostile", "pickle", "contract", "gold", "info_docs")
 
 _INFO_LINE = re.compile(r"^\s*- ``(\w+)`` \[([a-z, ]+)\]", flags=re.M)
 
@@ -95,46 +132,80 @@ def documented_info_keys(env_cls: type) -> dict[str, set[str]]:
 
 class _Driver:
     """Chooses each step's action: the env's random action, its gold completion, or one of
-    the given actions, with generators seeded by the episode's seed."""
+    the given actions, with generators seeded by the episode's seed.
+
+    :attr:`env_actions` keeps each random and gold action it chose (the actions the env itself
+    proposed), for the check that they lie in the action space.
+    """
 
     def __init__(self, base: TextEnv, actions: Sequence[str]):
         self.base, self.actions = base, list(actions)
+        self.env_actions: list[str] = []
 
     def episode(self, env: gym.Env, seed: int) -> list[tuple[Any, ...]]:
         """``[(obs, info), (obs, reward, terminated, truncated, info), ...]`` of one episode."""
         obs, info = env.reset(seed=seed)
         return [(obs, info), *self.play_on(env, obs, info, seed)]
 
+    def lockstep(self, envs: Sequence[gym.Env], seed: int) -> list[list[tuple[Any, ...]]]:
+        """One episode per env, all reset with ``seed`` and stepped side by side with the
+        actions chosen from the first env's observations; stops where any two differ."""
+        starts = [env.reset(seed=seed) for env in envs]
+        records = [[start] for start in starts]
+        if all(start == starts[0] for start in starts):
+            for steps in self._steps(envs, *starts[0], seed):
+                for record, step in zip(records, steps):
+                    record.append(step)
+                if any(step != steps[0] for step in steps):
+                    break
+        return records
+
     def play_on(
         self, env: gym.Env, obs: str, info: Mapping[str, Any], seed: int, limit: int = 30
     ) -> list[tuple[Any, ...]]:
         """The steps from ``(obs, info)`` to the episode's end (at most ``limit``)."""
+        return [steps[0] for steps in self._steps([env], obs, info, seed, limit)]
+
+    def _steps(
+        self, envs: Sequence[gym.Env], obs: str, info: Mapping[str, Any], seed: int, limit: int = 30
+    ) -> Iterator[list[tuple[Any, ...]]]:
+        """Each step of ``envs`` given one action, chosen from the first env's observations."""
         from textgym.policies import RandomPolicy
 
         rng = np.random.default_rng(seed)
         random = RandomPolicy(seed, sample_action=self.base.random_action)
         tools = info.get("tools")
-        records: list[tuple[Any, ...]] = []
         for _ in range(limit):
-            candidates = list(self.actions)
-            acting = dict(info) if "tools" in info or not tools else {**info, "tools": tools}
-            if (
-                self.base.random_action is not None
-                or "legal_moves" in acting
-                or acting.get("tools")
-            ):
-                conversation = [{"role": "user", "content": obs}]
-                candidates.append(random.act([conversation], [acting])[0].text)
-            if isinstance(info.get("gold_completion"), str):
-                candidates.append(info["gold_completion"])
-            if not candidates:
-                candidates = ["", "hello"]
-            action = candidates[int(rng.integers(len(candidates)))]
-            obs, reward, terminated, truncated, info = env.step(action)
-            records.append((obs, reward, terminated, truncated, info))
+            action = self._choose(obs, info, tools, rng, random)
+            steps = [env.step(action) for env in envs]
+            yield steps
+            obs, _, terminated, truncated, info = steps[0]
             if terminated or truncated:
                 break
-        return records
+
+    def _choose(
+        self,
+        obs: str,
+        info: Mapping[str, Any],
+        tools: Any,
+        rng: np.random.Generator,
+        random: Any,
+    ) -> str:
+        candidates = list(self.actions)
+        proposed = []
+        acting = dict(info) if "tools" in info or not tools else {**info, "tools": tools}
+        if self.base.random_action is not None or "legal_moves" in acting or acting.get("tools"):
+            conversation = [{"role": "user", "content": obs}]
+            proposed.append(random.act([conversation], [acting])[0].text)
+        if isinstance(info.get("gold_completion"), str):
+            proposed.append(info["gold_completion"])
+        candidates += proposed
+        if not candidates:
+            candidates = ["", "hello"]
+        index = int(rng.integers(len(candidates)))
+        if index >= len(self.actions) and proposed:
+            self.env_actions.append(candidates[index])
+        return candidates[index]
 
 
 def _twin(env: gym.Env | str) -> gym.Env:
@@ -146,12 +217,26 @@ def _twin(env: gym.Env | str) -> gym.Env:
     return pickle.loads(pickle.dumps(env))
 
 
+def reward_range(base: TextEnv) -> tuple[float, float]:
+    """The env's declared ``reward_range`` (an attribute Gymnasium before 1.0 had on every env;
+    an env may still declare it), else ``(-inf, inf)``."""
+    declared = getattr(base, "reward_range", None)
+    if isinstance(declared, (tuple, list)) and len(declared) == 2:
+        return float(declared[0]), float(declared[1])
+    return -math.inf, math.inf
+
+
 def _check_step(base: TextEnv, record: tuple[Any, ...], strict: bool, where: str) -> None:
     obs, reward, terminated, truncated, info = record
     _require(
         type(reward) is float and math.isfinite(reward),
         f"{where}: expected the reward to be a finite Python float, got {reward!r} "
         f"({type(reward).__name__}); return float(reward)",
+    )
+    low, high = reward_range(base)
+    _require(
+        low <= reward <= high,
+        f"{where}: the reward {reward} is outside the env's reward_range [{low}, {high}]",
     )
     _require(
         type(terminated) is bool and type(truncated) is bool,
@@ -299,35 +384,108 @@ def check_text_env(
     made = as_text_env(gym.make(env), env) if isinstance(env, str) else as_text_env(env)
     twin = _twin(env)
     try:
-        base: TextEnv = made.unwrapped  # as_text_env makes it a TextEnv
-        strict = not isinstance(base, TextEnvAdapter)
-        check_env(base, skip_render_check=True)
-        driver = _Driver(base, actions)
-        hostile = [*HOSTILE_ACTIONS, "x" * (base.action_space.max_length + 1)]
-        _check_episodes(made, twin, base, driver, seeds, hostile, strict)
-        _check_contract(made, base, strict)
-        if base.has_gold_completion:
-            _check_gold(made, base)
-        if strict and "Information:" in (inspect.getdoc(type(base)) or ""):
-            _check_info_docs(made, base, driver, range(info_seeds), hostile)
+        for _, check in _checks(made, twin, actions, seeds, info_seeds):
+            if check is not None:
+                check()
     finally:
         made.close()
         twin.close()
 
 
-def _check_episodes(
+def text_env_checks(
+    env: gym.Env | str,
+    actions: Sequence[str] = (),
+    *,
+    seeds: Sequence[int] = (0, 7, 2**31 - 1),
+    info_seeds: int = 20,
+) -> dict[str, dict[str, str]]:
+    """Run every check of :func:`check_text_env` and report each instead of stopping at the
+    first broken rule (what ``textgym check`` shows).
+
+    Args:
+        env, actions, seeds, info_seeds: As :func:`check_text_env`.
+
+    Returns:
+        For each name of :data:`CHECKS`, ``{"status": "pass" | "fail" | "skip", "detail":
+        str}``: the broken rule's message (or what the env raised, as ``TypeName: message``,
+        at most 500 characters) for a failure, why for a skip (``gold``: the env has no gold
+        completions; ``info_docs``: its docstring has no ``Information:`` section), else
+        ``""``. A check after a failed one still runs on a fresh ``reset``.
+
+    Raises:
+        ValueError: if ``env`` is an env whose spaces are not text.
+    """
+    made = as_text_env(gym.make(env), env) if isinstance(env, str) else as_text_env(env)
+    twin = _twin(env)
+    report: dict[str, dict[str, str]] = {}
+    try:
+        for name, check in _checks(made, twin, actions, seeds, info_seeds):
+            if check is None:
+                report[name] = {"status": "skip", "detail": _SKIPPED[name]}
+                continue
+            try:
+                check()
+            except TextEnvCheckError as exc:
+                report[name] = {"status": "fail", "detail": str(exc)[:500]}
+            except Exception as exc:  # the env raised where it must not: that is the finding
+                report[name] = {"status": "fail", "detail": f"{type(exc).__name__}: {exc}"[:500]}
+            else:
+                report[name] = {"status": "pass", "detail": ""}
+    finally:
+        made.close()
+        twin.close()
+    return report
+
+
+#: Why :func:`text_env_checks` skips a check.
+_SKIPPED = {
+    "gold": "the env gives no gold completions (has_gold_completion is False)",
+    "info_docs": "the env's docstring has no Information: section (or it is not a TextEnv)",
+}
+
+
+def hostile_actions(base: TextEnv) -> dict[str, str]:
+    """:data:`HOSTILE_ACTIONS` and, for ``base``, ``huge`` (one character over its action
+    space's ``max_length``) and ``template only`` (its ``action_template`` filled with
+    nothing, where it has one)."""
+    actions = {**HOSTILE_ACTIONS, "huge": "x" * (base.action_space.max_length + 1)}
+    if base.action_template is not None:
+        actions["template only"] = base.action_template.format("")
+    return actions
+
+
+def _checks(
     made: gym.Env,
     twin: gym.Env,
-    base: TextEnv,
-    driver: _Driver,
+    actions: Sequence[str],
     seeds: Sequence[int],
-    hostile: Sequence[str],
-    strict: bool,
+    info_seeds: int,
+) -> Iterator[tuple[str, Callable[[], None] | None]]:
+    """``(name, check)`` of each of :data:`CHECKS` in order; ``None`` for one that does not
+    apply to the env."""
+    base: TextEnv = made.unwrapped  # as_text_env makes it a TextEnv
+    strict = not isinstance(base, TextEnvAdapter)
+    driver = _Driver(base, actions)
+    hostile = list(hostile_actions(base).values())
+    documented = strict and "Information:" in (inspect.getdoc(type(base)) or "")
+    yield "api", lambda: check_env(base, skip_render_check=True)
+    yield "determinism", lambda: _check_determinism(made, twin, base, driver, seeds)
+    yield "spaces", lambda: _check_spaces(made, base, driver, seeds, strict)
+    yield "hostile", lambda: _check_hostile(made, base, seeds, hostile, strict)
+    yield "pickle", lambda: _check_pickle(made, base, driver)
+    yield "contract", lambda: _check_contract(made, base, strict)
+    yield "gold", (lambda: _check_gold(made, base)) if base.has_gold_completion else None
+    info_docs = lambda: _check_info_docs(made, base, driver, range(info_seeds), hostile)  # noqa: E731
+    yield "info_docs", info_docs if documented else None
+
+
+def _check_determinism(
+    made: gym.Env, twin: gym.Env, base: TextEnv, driver: _Driver, seeds: Sequence[int]
 ) -> None:
-    """Determinism on twin envs, types and sums of every step, hostile text, pickling."""
+    """Twin envs stepped side by side, and one env replaying a seed, play the same episode."""
     name = type(base).__name__
     for seed in seeds:
-        first, second = driver.episode(made, seed), driver.episode(twin, seed)
+        first, second = driver.lockstep([made, twin], seed)
         for step, (a, b) in enumerate(zip(first, second)):
             _require(
                 a == b,
@@ -338,19 +496,52 @@ def _check_episodes(
         _require(
             len(first) == len(second), f"{name}: twin episodes of seed {seed} differ in length"
         )
-        for step, record in enumerate(first[1:], 1):
+        again = driver.episode(made, seed)
+        for step, (a, b) in enumerate(zip(first, again)):
+            _require(
+                a == b,
+                f"{name}: one env reset twice with seed {seed} and given the same actions "
+                f"differs at step {step}; reset must restore every piece of episode state",
+            )
+
+
+def _check_spaces(
+    made: gym.Env, base: TextEnv, driver: _Driver, seeds: Sequence[int], strict: bool
+) -> None:
+    """Types, sums and spaces of every step; the env's own random and gold actions in its
+    action space."""
+    name = type(base).__name__
+    driver.env_actions.clear()
+    for seed in seeds:
+        for step, record in enumerate(driver.episode(made, seed)[1:], 1):
             _check_step(base, record, strict, f"{name}, seed {seed}, step {step}")
+    for action in driver.env_actions:
+        _require(
+            base.action_space.contains(action),
+            f"{name}: the env's own random or gold action {action[:80]!r} is not in "
+            f"{base.action_space}; propose only actions the action space holds",
+        )
+
+
+def _check_hostile(
+    made: gym.Env, base: TextEnv, seeds: Sequence[int], hostile: Sequence[str], strict: bool
+) -> None:
+    """Each hostile action, on a fresh episode of each seed, never raises and steps legally."""
+    name = type(base).__name__
     for seed in seeds:
         for action in hostile:
             made.reset(seed=seed)
             record = made.step(action)
             _check_step(base, record, strict, f"{name}, seed {seed}, action {action[:20]!r}")
+
+
+def _check_pickle(made: gym.Env, base: TextEnv, driver: _Driver) -> None:
     obs, info = made.reset(seed=3)
     clone = pickle.loads(pickle.dumps(made))
     _require(
         driver.play_on(made, obs, info, 3) == driver.play_on(clone, obs, info, 3),
-        f"{name}: a pickled copy of the env, taken after reset(seed=3), played the same "
-        "actions differently; keep all episode state in picklable attributes",
+        f"{type(base).__name__}: a pickled copy of the env, taken after reset(seed=3), played "
+        "the same actions differently; keep all episode state in picklable attributes",
     )
 
 
