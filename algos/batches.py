@@ -5,28 +5,91 @@ Both trainers score token sequences with the same chunked log-prob function
 so the warm-up and the RL stage see identical numerics. A batch whose rows share a prompt runs
 that prefix once (:func:`shared_prefix_length`, :func:`shared_prefix_hidden`); or its sequences run
 packed, without padding, in one row (:func:`micro_batch_rows`, :func:`packed_hidden`).
+
+No forward or backward pass here reads a tensor back to the host: where a batch's loss and
+real positions lie is found once, on the host where the batch is built
+(:class:`BatchPositions`), and the passes gather with those indices instead of boolean masks
+(each use of which reads a count back from the device). A right-padded batch runs without an
+attention mask: causal attention alone is exact there, since every pad comes after its row's
+real tokens, so no real position can attend to one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
-from textgym.algos.token_log_probs import selected_log_probs
+from textgym.algos.token_log_probs import check_target_ids, selected_log_probs
 from textgym.policies.kv_slots import cache_kwarg
 
 __all__ = [
+    "BatchPositions",
     "TokenBatch",
+    "batch_positions",
     "make_token_batch",
     "micro_batch_rows",
     "pack_rows",
     "packed_hidden",
+    "padded_hidden",
     "sequence_log_probs",
     "shared_prefix_hidden",
     "shared_prefix_length",
 ]
+
+
+class BatchPositions(NamedTuple):
+    """Where a token batch's loss and real positions are, as flat indices into its ``[B, L-1]``
+    grid (row-major), found once where the batch is built (:func:`batch_positions`) so that the
+    passes over it gather by index, with no read back to the host.
+
+    Attributes:
+        scored: ``[N]`` long, the flat index of each loss position (``loss_mask > 0``).
+        real: ``[R]`` long, the flat index of each real position (``attention_mask == 1``).
+        scored_in_real: ``[N]`` long, where each loss position is among the real ones (its
+            index into a packed row of the real positions).
+        right_padded: Whether every row is real tokens, then padding only: then causal
+            attention alone is exact and the padded pass needs no attention mask.
+    """
+
+    scored: torch.Tensor
+    real: torch.Tensor
+    scored_in_real: torch.Tensor
+    right_padded: bool
+
+    def to(self, device: torch.device) -> BatchPositions:
+        """The same positions with their index tensors on ``device``."""
+        moved = (t.to(device) for t in (self.scored, self.real, self.scored_in_real))
+        return BatchPositions(*moved, self.right_padded)
+
+
+def batch_positions(attention_mask: torch.Tensor, loss_mask: torch.Tensor) -> BatchPositions:
+    """The :class:`BatchPositions` of a batch's masks (on the host: reads them there).
+
+    Args:
+        attention_mask: ``[B, L-1]`` long or bool, 1 on real tokens.
+        loss_mask: ``[B, L-1]`` float, > 0 where the target carries loss.
+
+    Raises:
+        ValueError: a loss position is a padding position (the masks disagree).
+    """
+    real_mask = attention_mask.reshape(-1) != 0  # [B*(L-1)] bool
+    scored_mask = loss_mask.reshape(-1) > 0  # [B*(L-1)] bool
+    if bool((scored_mask & ~real_mask).any()):
+        stray = int((scored_mask & ~real_mask).nonzero()[0, 0])
+        raise ValueError(
+            f"Expected loss positions on real tokens only, got loss at padding position "
+            f"{divmod(stray, max(attention_mask.shape[-1], 1))} (row, column); set loss_mask "
+            "to 0 wherever attention_mask is 0"
+        )
+    mask = attention_mask != 0  # [B, L-1] bool
+    return BatchPositions(
+        scored=scored_mask.nonzero().squeeze(1),  # [N] long
+        real=real_mask.nonzero().squeeze(1),  # [R] long
+        scored_in_real=scored_mask[real_mask].nonzero().squeeze(1),  # [N] long
+        right_padded=bool((mask[:, 1:] <= mask[:, :-1]).all()),  # no real token after a pad
+    )
 
 
 class TokenBatch:
@@ -48,12 +111,24 @@ class TokenBatch:
         targets: torch.Tensor,
         loss_mask: torch.Tensor,
         sampler_logprobs: torch.Tensor,
+        *,
+        positions: BatchPositions | None = None,
     ) -> None:
         self.input_ids = input_ids
         self.attention_mask = attention_mask
         self.targets = targets
         self.loss_mask = loss_mask
         self.sampler_logprobs = sampler_logprobs
+        self._positions = positions
+
+    @property
+    def positions(self) -> BatchPositions:
+        """Where the loss and real positions are (:func:`batch_positions`), found on first use
+        where the tensors are: on the host for a batch that :meth:`to` moved, which finds them
+        before moving it; found on an accelerator they cost reads back to the host."""
+        if self._positions is None:
+            self._positions = batch_positions(self.attention_mask, self.loss_mask)
+        return self._positions
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -65,7 +140,9 @@ class TokenBatch:
         return TokenBatch(*(t[:, :width] for t in parts))
 
     def to(self, device: torch.device) -> TokenBatch:
-        return TokenBatch(*(t.to(device) for t in self._tensors()))
+        """The batch on ``device``, its :attr:`positions` found here first (so on the host)."""
+        positions = self.positions.to(device)
+        return TokenBatch(*(t.to(device) for t in self._tensors()), positions=positions)
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (
@@ -93,7 +170,8 @@ def make_token_batch(
         pad_token_id: Id written in padding (never attended to, never scored).
 
     Raises:
-        ValueError: lengths disagree or a sequence is shorter than 2 tokens.
+        ValueError: lengths disagree, a sequence is shorter than 2 tokens, or a token id is
+            negative.
     """
     if len(sequences) != len(loss_masks) or (
         logprobs is not None and len(logprobs) != len(sequences)
@@ -124,6 +202,7 @@ def make_token_batch(
         loss_mask[i, :n] = torch.as_tensor(list(loss_masks[i][1:]), dtype=torch.float32)
         if logprobs is not None:
             sampled[i, :n] = torch.as_tensor(list(logprobs[i][1:]), dtype=torch.float32)
+    check_target_ids(targets)  # here on the host, so the passes need not read them again
     return TokenBatch(input_ids, attention, targets, loss_mask, sampled)
 
 
@@ -230,35 +309,56 @@ def sequence_log_probs(
         ``None`` unless asked for).
     """
     decoder, head = _decoder_and_head(model)
-    scored = batch.loss_mask > 0  # [B, L-1] bool
+    where = batch.positions  # index tensors on the batch's device, found on the host
     shared = shared_prefix_hidden(decoder, batch) if share_prefix and not packed else None
     if packed:
-        real = batch.attention_mask.bool()  # [B, L-1] bool
-        # Row-major order is the packed row's order, and loss positions are real positions.
-        hidden_scored = packed_hidden(decoder, batch)[scored[real]]  # [N, H]
+        hidden_scored = packed_hidden(decoder, batch).index_select(0, where.scored_in_real)
     elif shared is None:
-        hidden = decoder(
-            input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
-        ).last_hidden_state  # [B, L-1, H]
-        hidden_scored = hidden[scored]  # [N, H], N = loss positions
+        hidden = padded_hidden(decoder, batch)  # [B, L-1, H]
+        hidden_scored = hidden.flatten(0, 1).index_select(0, where.scored)  # [N, H]
     else:
         hidden, start = shared  # [B, L-1-start, H]: no loss position lies before start
-        hidden_scored = hidden[scored[:, start:]]  # [N, H]
+        width = batch.input_ids.shape[1]
+        rows, columns = where.scored // width, where.scored % width  # [N] long each
+        suffix_index = rows * (width - start) + columns - start  # [N] long
+        hidden_scored = hidden.flatten(0, 1).index_select(0, suffix_index)  # [N, H]
     softcap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
     picked, entropy = selected_log_probs(
         hidden_scored[None],  # [1, N, H], N = loss positions
         head,
-        batch.targets[scored][None],  # [1, N]
+        batch.targets.reshape(-1).index_select(0, where.scored)[None],  # [1, N]
         temperature=temperature,
         chunk_size=chunk_size,
         softcap=softcap,
         with_entropy=with_entropy,
+        check_ids=False,  # make_token_batch checked them on the host
     )
-    logp = torch.zeros(scored.shape, dtype=torch.float32, device=picked.device)  # [B, L-1]
-    logp = logp.masked_scatter(scored, picked[0])
-    if entropy is not None:
-        entropy = torch.zeros_like(logp).masked_scatter(scored, entropy[0])  # [B, L-1]
-    return logp, entropy
+    return _scatter(picked[0], batch), None if entropy is None else _scatter(entropy[0], batch)
+
+
+def _scatter(values: torch.Tensor, batch: TokenBatch) -> torch.Tensor:
+    """``[N]`` values of the loss positions written into a ``[B, L-1]`` float32 grid of zeros
+    (differentiable w.r.t. ``values``)."""
+    grid = values.new_zeros(batch.loss_mask.numel(), dtype=torch.float32)  # [B*(L-1)]
+    return grid.index_copy(0, batch.positions.scored, values).view(batch.loss_mask.shape)
+
+
+def padded_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor:
+    """Decoder hidden states ``[B, L-1, H]`` of the padded batch, with no attention mask when
+    it is right-padded (:attr:`BatchPositions.right_padded`).
+
+    Causal attention alone is exact there: every pad comes after its row's real tokens, so no
+    real position can attend to one, and positions count from 0 in every row either way. The
+    pads' own hidden states then differ (they attend to the pads before them), but no loss
+    position and no real token reads them. Without a mask, ``transformers`` reads nothing back
+    to the host to decide whether it may skip the mask, and sdpa runs with ``is_causal``: its
+    fused kernels, which skip the blocks above the diagonal, instead of a dense ``[L, L]``
+    mask. A batch with padding elsewhere gets its attention mask.
+    """
+    mask = None if batch.positions.right_padded else batch.attention_mask
+    return decoder(
+        input_ids=batch.input_ids, attention_mask=mask, use_cache=False
+    ).last_hidden_state  # [B, L-1, H]
 
 
 def shared_prefix_length(batch: TokenBatch) -> int:
@@ -360,11 +460,11 @@ def packed_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor:
             f"packed rows, got {attention!r}; load the model with attn_implementation='sdpa' "
             "or set micro_batch_tokens to None"
         )
-    real = batch.attention_mask.bool()  # [B, L-1] bool
+    real = batch.positions.real  # [N] long, flat indices of the real positions
     positions = batch.attention_mask.cumsum(dim=1) - 1  # [B, L-1] long: 0.. in each sequence
     return decoder(
-        input_ids=batch.input_ids[real][None],  # [1, N]
-        position_ids=positions[real][None],  # [1, N]
+        input_ids=batch.input_ids.reshape(-1).index_select(0, real)[None],  # [1, N]
+        position_ids=positions.reshape(-1).index_select(0, real)[None],  # [1, N]
         attention_mask=None,  # what makes transformers read the packing from position_ids
         use_cache=False,  # and no cache (packing is detected only without one)
     ).last_hidden_state[0]  # [N, H]

@@ -329,9 +329,9 @@ def _check_policy_options(
         raise ValueError(f"Expected normalizer > 0, got {normalizer}; use loss_normalizer()")
 
 
-def _masked_sum(values: Tensor, weights: Tensor) -> float:
-    """``sum(values * weights)`` as a Python float, outside the graph."""
-    return float((values.detach() * weights).sum().item())
+def _masked_sum(values: Tensor, weights: Tensor) -> Tensor:
+    """``sum(values * weights)``, a 0-d tensor outside the graph (on the device: no host read)."""
+    return (values.detach() * weights).sum()
 
 
 def policy_loss(
@@ -346,7 +346,7 @@ def policy_loss(
     epsilon_high: float = 0.2,
     ref_logp: Tensor | None = None,
     beta: float = 0.0,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped policy-gradient loss of one micro-batch: ``sum of its terms / normalizer``.
 
     Per-token terms (``r = exp(logp - old_logp)``, ``A`` the sequence's advantage):
@@ -378,9 +378,14 @@ def policy_loss(
         ref_logp: ``[B, T]`` float32 reference-model log-probs; needed iff ``beta > 0``.
         beta: KL penalty coefficient (``>= 0``).
 
+    Nothing here reads a tensor back to the host (the checks read shapes only), so a
+    micro-batch's loss and its stats queue on an accelerator without waiting for it; the
+    caller reads the stats once per optimizer step.
+
     Returns:
-        ``(loss, stats)``: ``loss`` a 0-d float tensor; ``stats`` SUMS over this micro-batch's
-        mask tokens, to be added across micro-batches: ``"clipped_tokens"`` (tokens whose clip
+        ``(loss, stats)``: ``loss`` a 0-d float tensor; ``stats`` 0-d tensors of ``logp``'s
+        dtype on its device, detached, SUMS over this micro-batch's mask tokens, to be added
+        across micro-batches: ``"clipped_tokens"`` (tokens whose clip
         or truncation is active: PPO's clipped branch chosen, CISPO's weight capped),
         ``"tokens"`` (mask tokens), ``"ratio_sum"`` (importance ratio before clipping: per
         token, or the sequence ratio for ``gspo``) and ``"kl_sum"`` (k3 KL; 0 without
@@ -410,7 +415,7 @@ def policy_loss(
         logp_kept, old_kept, adv, weights, eps_low=epsilon_low, eps_high=epsilon_high
     )
     terms = surrogate.terms  # [B, T] float
-    kl_sum = 0.0
+    kl_sum = zeros.new_zeros(())  # [] float
     if ref_logp is not None:
         kl = k3_kl(logp_kept, torch.where(keep, ref_logp, zeros).detach())  # [B, T] float
         kl_sum = _masked_sum(kl, weights)
@@ -419,8 +424,8 @@ def policy_loss(
     terms = torch.where(keep, terms, zeros)  # [B, T] float
     loss = variant.reduction(terms, weights) / normalizer  # [] float
     stats = {
-        "clipped_tokens": float((surrogate.clipped & keep).sum().item()),
-        "tokens": float(keep.sum().item()),
+        "clipped_tokens": (surrogate.clipped & keep).sum().to(logp.dtype),
+        "tokens": weights.sum(),
         "ratio_sum": _masked_sum(surrogate.ratio, weights),
         "kl_sum": kl_sum,
     }

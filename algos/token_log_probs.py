@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 from textgym.checks import check_int
 
-__all__ = ["selected_log_probs"]
+__all__ = ["check_target_ids", "selected_log_probs"]
 
 
 def _chunk_log_probs(
@@ -42,7 +42,8 @@ def _chunk_log_probs(
 def _check_log_prob_inputs(
     hidden: Tensor, targets: Tensor, temperature: float, chunk_size: int, softcap: float | None
 ) -> None:
-    """Validate the arguments of :func:`selected_log_probs`; raise ``ValueError`` saying the fix."""
+    """Validate the shapes and options of :func:`selected_log_probs` (metadata only: no read
+    of a tensor's values); raise ``ValueError`` saying the fix."""
     if hidden.ndim != 3:
         raise ValueError(f"Expected hidden of shape [B, T, H], got {list(hidden.shape)}")
     if tuple(targets.shape) != tuple(hidden.shape[:2]):
@@ -50,16 +51,29 @@ def _check_log_prob_inputs(
             f"Expected targets of shape {list(hidden.shape[:2])} (one id per hidden state), got "
             f"{list(targets.shape)}; shift the labels so targets[:, t] follows hidden[:, t]"
         )
-    if targets.numel() and int(targets.min().item()) < 0:
-        raise ValueError(
-            f"Expected token ids >= 0 in targets, got {int(targets.min().item())}; replace "
-            "ignore-index positions (-100) with any valid id and mask them out of the loss"
-        )
     if temperature <= 0:
         raise ValueError(f"Expected temperature > 0, got {temperature}")
     check_int("chunk_size", chunk_size, low=1)
     if softcap is not None and softcap <= 0:
         raise ValueError(f"Expected softcap > 0 or None, got {softcap}")
+
+
+def check_target_ids(targets: Tensor) -> None:
+    """Refuse negative token ids (an ignore index such as -100 left in the labels).
+
+    Reads ``targets.min()`` back to the host: a device sync on an accelerator, so the update's
+    micro-batches skip it (``check_ids=False`` in :func:`selected_log_probs`), their targets
+    having been checked on the host when the batch was built.
+
+    Raises:
+        ValueError: a target id is negative.
+    """
+    low = int(targets.min().item()) if targets.numel() else 0
+    if low < 0:
+        raise ValueError(
+            f"Expected token ids >= 0 in targets, got {low}; replace ignore-index positions "
+            "(-100) with any valid id and mask them out of the loss"
+        )
 
 
 def selected_log_probs(
@@ -71,6 +85,7 @@ def selected_log_probs(
     chunk_size: int = 1024,
     softcap: float | None = None,
     with_entropy: bool = False,
+    check_ids: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """Log-probabilities of chosen tokens from final hidden states, in vocabulary-sized chunks.
 
@@ -96,16 +111,21 @@ def selected_log_probs(
         softcap: ``> 0`` or ``None``; the final-logit soft-cap, applied before the temperature.
         with_entropy: also return the entropy of each position's distribution (computed under
             ``no_grad``; nats).
+        check_ids: refuse negative ids in ``targets`` (:func:`check_target_ids`, one read of
+            their minimum back to the host); ``False`` where the caller checked them already,
+            so the call has no host sync.
 
     Returns:
         ``(logp, entropy)``: ``logp`` ``[B, T]`` float32 (nats, differentiable w.r.t. ``hidden``
         and the ``lm_head`` parameters); ``entropy`` ``[B, T]`` float32 detached, or ``None``.
 
     Raises:
-        ValueError: wrong shapes, negative target ids, ``temperature <= 0``, ``chunk_size < 1``
-            or ``softcap <= 0``.
+        ValueError: wrong shapes, negative target ids (with ``check_ids``),
+            ``temperature <= 0``, ``chunk_size < 1`` or ``softcap <= 0``.
     """
     _check_log_prob_inputs(hidden, targets, temperature, chunk_size, softcap)
+    if check_ids:
+        check_target_ids(targets)
     batch, length, width = hidden.shape
     flat_hidden = hidden.reshape(batch * length, width)  # [B*T, H]
     flat_targets = targets.reshape(batch * length).long()  # [B*T] long

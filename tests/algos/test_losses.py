@@ -172,6 +172,29 @@ def test_stats_without_ref_have_zero_kl():
 
 
 @pytest.mark.parametrize("loss_type", LOSS_TYPES)
+@pytest.mark.parametrize("with_ref", [False, True])
+def test_stats_stay_on_the_device_as_detached_tensors(loss_type, with_ref):
+    """The caller sums them on the device and reads them once per optimizer step, so none may
+    be a Python float (a read back to the host per micro-batch) or carry a graph."""
+    logp, old, adv, mask, ref = _tensors(torch.float32)
+    _, stats = policy_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        loss_type=loss_type,
+        normalizer=3.0,
+        ref_logp=ref if with_ref else None,
+    )
+    assert sorted(stats) == ["clipped_tokens", "kl_sum", "ratio_sum", "tokens"]
+    for name, value in stats.items():
+        assert isinstance(value, torch.Tensor) and value.ndim == 0, name
+        assert value.dtype == torch.float32 and value.device == logp.device, name
+        assert not value.requires_grad, name
+    assert float(stats["tokens"]) == 9.0
+
+
+@pytest.mark.parametrize("loss_type", LOSS_TYPES)
 def test_padding_with_nan_is_ignored(loss_type):
     logp, old, adv, mask, ref = _tensors()
     nan_logp = logp.detach().clone().masked_fill(~mask, float("nan")).requires_grad_()
@@ -242,7 +265,7 @@ def test_gradient_accumulation_matches_full_batch(loss_type):
             )
             loss.backward()
             total += loss.item()
-            summed = {k: summed.get(k, 0.0) + v for k, v in stats.items()}
+            summed = {k: summed.get(k, 0.0) + float(v) for k, v in stats.items()}
         grads[micro], totals[micro] = logp.grad, (total, summed)
     assert grads[8].abs().sum() > 0
     for micro in (4, 2, 1):
