@@ -11,11 +11,18 @@ more rounds of ``M`` groups while fewer than ``M`` informative groups have been 
 update's batch keeps the first ``M`` informative groups and fills any shortfall with flat ones
 (their advantages are zero, so they change nothing but keep the batch at ``M x G`` episodes),
 in the order they were played. Extra rounds draw their tasks from their own band of seeds
-(:func:`round_seed`), so they never replay a task of another step.
+(:func:`round_seed`), so they never replay a task of another step. A step plays at most
+:data:`MAX_DYNAMIC_SAMPLING_ROUNDS` extra rounds, and the trainer's ``check`` runs before each
+one, so a Ctrl-C, a SIGTERM or the time limit ends the sampling within one round.
+
+Of the episodes that cannot enter the batch (past the first ``M`` informative and the first
+``M`` flat groups), only what the step's metrics read is kept (:func:`_light`): their prompts,
+messages and prompt log-probs went with every round, and a long step's memory grew with them.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,11 +31,23 @@ import torch
 from textgym.algos.advantages import zero_variance_groups
 from textgym.rollout import Trajectory
 
-__all__ = ["EXTRA_ROUND_SEEDS", "SampledGroups", "round_seed", "sample_groups"]
+__all__ = [
+    "EXTRA_ROUND_SEEDS",
+    "MAX_DYNAMIC_SAMPLING_ROUNDS",
+    "SampledGroups",
+    "round_seed",
+    "sample_groups",
+]
 
 #: Offset, inside a run's band of ``10**6`` task seeds (``seed * 10**6``), of the extra rounds'
 #: tasks; a run's own steps use the seeds below it.
 EXTRA_ROUND_SEEDS = 500_000
+
+#: Most extra rounds a step may play (``dynamic_sampling_rounds``): a step then plays up to
+#: 101 times its groups. DAPO's recipe caps its generation batches at 10 per step; past this
+#: many rounds a policy whose groups are all flat needs another task or temperature, not more
+#: rounds.
+MAX_DYNAMIC_SAMPLING_ROUNDS = 100
 
 
 def round_seed(seed: int, step: int, round_: int, groups: int, rounds: int) -> int:
@@ -86,6 +105,8 @@ def sample_groups(
     groups: int,
     group_size: int,
     rounds: int,
+    *,
+    check: Callable[[], None] | None = None,
 ) -> SampledGroups:
     """Play round 0, then up to ``rounds`` extra rounds until ``groups`` informative groups.
 
@@ -96,6 +117,8 @@ def sample_groups(
         groups: Groups per round and in the batch, ``M >= 1``.
         group_size: Episodes per group, ``G >= 2``.
         rounds: Most extra rounds, ``>= 0`` (0: only round 0, whatever its groups).
+        check: Called before each extra round; what it raises (the trainer's stop on a
+            Ctrl-C or the time limit) ends the sampling and goes to the caller.
 
     Raises:
         ValueError: a round that is not ``groups x group_size`` episodes, or whose opponents
@@ -109,6 +132,8 @@ def sample_groups(
     flat: list[int] = []
     played_rounds = 0
     while played_rounds <= rounds and (played_rounds == 0 or len(informative) < groups):
+        if played_rounds and check is not None:
+            check()
         episodes, styles = play(played_rounds)
         if len(episodes) != groups * group_size or (styles is not None and len(styles) != groups):
             raise ValueError(
@@ -116,10 +141,15 @@ def sample_groups(
                 f"episodes with one opponent each, got {len(episodes)} episodes and "
                 f"{None if styles is None else len(styles)} opponents"
             )
+        episodes = list(episodes)  # its flat or surplus groups are made light below
         returns = torch.tensor([t.episode_return for t in episodes], dtype=torch.float64)
         first = len(played) // group_size
         for g, is_flat in enumerate(zero_variance_groups(returns, group_size).tolist()):
-            (flat if is_flat else informative).append(first + g)
+            kind = flat if is_flat else informative
+            kind.append(first + g)
+            if len(kind) > groups:  # never in the batch: keep what the metrics read
+                for i in range(g * group_size, (g + 1) * group_size):
+                    episodes[i] = _light(episodes[i])
         played += episodes
         with_league = styles is not None
         opponents += styles or []
@@ -132,4 +162,17 @@ def sample_groups(
         batch=batch,
         rounds=played_rounds,
         informative=len(informative),
+    )
+
+
+def _light(episode: Trajectory) -> Trajectory:
+    """``episode`` without what no metric of the step reads: its messages, prompt and
+    environment tokens (the generated tokens' log-probs stay, with a loss mask of ones, so
+    ``sampled_entropy`` and ``completion_tokens_mean`` are the same numbers). Anything other
+    than a :class:`~textgym.rollout.Trajectory` is returned as it is."""
+    if not isinstance(episode, Trajectory):
+        return episode
+    generated = [lp for lp, m in zip(episode.token_logprobs, episode.loss_mask) if m]
+    return dataclasses.replace(
+        episode, messages=[], token_ids=[], token_logprobs=generated, loss_mask=[1] * len(generated)
     )

@@ -16,7 +16,7 @@ from textgym.algos.advantages import ScaleRewards
 from textgym.algos.checkpoints import check_checkpoint_settings
 from textgym.algos.common import OptimizationConfig, check_positive_ints
 from textgym.algos.distributed import DistributedContext
-from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS
+from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS, MAX_DYNAMIC_SAMPLING_ROUNDS
 from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
 
@@ -56,8 +56,8 @@ class GRPOConfig(OptimizationConfig):
     dynamic_sampling_rounds: int = 0
     """DAPO's dynamic sampling (textgym.algos.dynamic_sampling): when fewer than M of a step's
     groups have unequal rewards, play up to this many more rounds of M groups (new tasks) and
-    update on M informative groups, filling any shortfall with flat ones. 0 turns it off.
-    Needs rollout_engine hf and one process."""
+    update on M informative groups, filling any shortfall with flat ones. 0 turns it off; at
+    most 100. Needs rollout_engine hf and one process."""
     seed: int = 0
     """Seed of tasks, sampling and initialisation."""
     steps: int = 100
@@ -295,6 +295,15 @@ _RULES = (
     *(_not_negative(name) for name in ("epsilon_low", "epsilon_high", "eval_temperature", "beta")),
     _not_negative("log_completions"),
     _not_negative("dynamic_sampling_rounds"),
+    _Rule(
+        "dynamic_sampling_rounds",
+        lambda c: c.dynamic_sampling_rounds > MAX_DYNAMIC_SAMPLING_ROUNDS,
+        lambda c: (
+            f"expected at most {MAX_DYNAMIC_SAMPLING_ROUNDS} extra rounds a step, got "
+            f"{c.dynamic_sampling_rounds}; groups that stay flat that long need another task, "
+            "temperature or group_size"
+        ),
+    ),
     _Rule(
         "dynamic_sampling_rounds",
         lambda c: bool(c.dynamic_sampling_rounds) and c.rollout_engine != "hf",

@@ -10,8 +10,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS, round_seed, sample_groups
+from textgym.algos.dynamic_sampling import (
+    EXTRA_ROUND_SEEDS,
+    MAX_DYNAMIC_SAMPLING_ROUNDS,
+    round_seed,
+    sample_groups,
+)
 from textgym.errors import NonFiniteError
+from textgym.rollout import Trajectory
 
 G = 2  # episodes per group in these tests
 
@@ -67,6 +73,75 @@ def test_no_extra_round_when_the_first_suffices_or_none_are_allowed():
     assert calls == [0]
     informative = sample_groups(lambda r: _round((1, 0)), groups=1, group_size=G, rounds=5)
     assert informative.rounds == 1 and informative.informative == 1
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stop_before", [1, 2, 7])
+def test_the_check_runs_before_every_extra_round_and_ends_the_sampling(stop_before):
+    """400,000 allowed rounds of flat groups end at the first check that raises (a Ctrl-C or
+    the time limit in the trainer), not after the last round."""
+    played, checks = [], []
+
+    def check():
+        checks.append(len(played))
+        if len(played) == stop_before:
+            raise _Stop
+
+    def play(r):
+        played.append(r)
+        return _round((0, 0))
+
+    with pytest.raises(_Stop):
+        sample_groups(play, groups=1, group_size=G, rounds=400_000, check=check)
+    assert played == list(range(stop_before)) and checks == list(range(1, stop_before + 1))
+
+
+def test_the_maximum_is_documented_in_the_help(capsys):
+    from textgym.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert f"0 turns it off; at most {MAX_DYNAMIC_SAMPLING_ROUNDS}." in help_text
+
+
+def _episode(ret, prompt=50):
+    """A token-level trajectory: ``prompt`` prompt tokens, then three generated ones."""
+    return Trajectory(
+        env_id="e",
+        seed=0,
+        task_id=f"{ret}",
+        messages=[{"role": "user", "content": "x" * 1000}],
+        rewards=[ret],
+        reward_components=[{"task": ret}],
+        invalid_actions=[False],
+        finish_reasons=["stop"],
+        outcome="win" if ret else "loss",
+        token_ids=[1] * prompt + [2, 3, 4],
+        loss_mask=[0] * prompt + [1, 1, 1],
+        token_logprobs=[0.0] * prompt + [-0.5, -0.25, -0.125],
+    )
+
+
+def test_groups_that_cannot_enter_the_batch_keep_only_what_the_metrics_read():
+    """A long step kept every round's prompts and messages (its memory grew each round)."""
+    pytest.importorskip("torch")
+    from textgym.algos.distributed import SINGLE_PROCESS
+    from textgym.algos.grpo_rollouts import rollout_metrics
+
+    flat = [_episode(0.0), _episode(0.0)]
+    rounds = [[_episode(1.0), _episode(0.0), *flat], *[flat + flat for _ in range(5)]]
+    sampled = sample_groups(lambda r: (rounds[r], None), groups=2, group_size=G, rounds=5)
+    assert sampled.rounds == 6 and len(sampled.played) == 24
+    full = [e for round_ in rounds for e in round_]
+    assert [e.token_ids for e in sampled.batch] == [e.token_ids for e in full[:4]]  # whole
+    assert all(e.token_ids for e in sampled.played[:6])  # the first two flat groups may fill
+    light = sampled.played[6:]  # the third flat group on: never in a batch of two groups
+    assert all(not e.token_ids and not e.messages and len(e.loss_mask) == 3 for e in light)
+    assert rollout_metrics(sampled.played, SINGLE_PROCESS) == rollout_metrics(full, SINGLE_PROCESS)
 
 
 @pytest.mark.parametrize(
@@ -139,6 +214,9 @@ def _config(tmp_path, **overrides):
         ({"dynamic_sampling_rounds": -1}, "dynamic_sampling_rounds: expected >= 0"),
         ({"rollout_engine": "llama-server", "lora_rank": 8}, "needs rollout_engine hf"),
         ({"steps": 10**5, "groups_per_step": 8}, "task seeds each kind of round has"),
+        ({"dynamic_sampling_rounds": 101}, "expected at most 100 extra rounds a step, got 101"),
+        ({"dynamic_sampling_rounds": 400_000, "steps": 1}, "at most 100 extra rounds"),
+        ({"dynamic_sampling_rounds": 2**63}, "at most 100 extra rounds"),
     ],
 )
 def test_the_config_refuses_what_dynamic_sampling_cannot_run(tmp_path, overrides, match):
