@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 import torch
 
@@ -35,6 +35,7 @@ __all__ = [
     "check_finite_parameters",
     "check_positive_ints",
     "clip_gradients",
+    "exit_at_once",
     "make_optimizer",
 ]
 
@@ -265,15 +266,43 @@ class TrainingInterrupted(KeyboardInterrupt):
         )
 
 
+def _signal_name(signum: int) -> str:
+    return "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+
+
+def exit_at_once(signum: int) -> NoReturn:
+    """End the process now, for a second Ctrl-C or SIGTERM: one line on stderr, exit code 128 +
+    the signal's number (130, 143), whatever Python code runs at that moment.
+
+    ``os._exit``, not an exception: a ``KeyboardInterrupt`` raised from a signal handler lands
+    wherever the interpreter is, and there it could be swallowed (a ``__del__``, a library's
+    ``except BaseException``) and the run go on, or end in a traceback. Nothing is lost that a
+    clean exit would keep: checkpoints and JSONL rows are written whole or not at all, the
+    output directory's ``flock`` goes with the process, and the next run of the directory
+    clears a half-written checkpoint folder.
+    """
+    what = _signal_name(signum).encode()
+    with contextlib.suppress(OSError):  # stderr closed: the exit code still says it
+        os.write(
+            sys.stderr.fileno(),
+            b"textgym: " + what + b" again: stopped at once; the step in progress is lost, "
+            b"the last checkpoint is intact (continue with --resume)\n",
+        )
+    os._exit(128 + signum)
+
+
 class StopOnInterrupt:
     """Ctrl-C (SIGINT) handling of a training loop, as a context manager.
 
     The first Ctrl-C asks the loop to stop (:attr:`requested`): the loop finishes the step in
-    progress, saves it and raises :class:`TrainingInterrupted`. Inside :meth:`abandonable`
-    blocks (an evaluation, which changes no training state) it raises ``KeyboardInterrupt`` at
-    once instead, and so does a second Ctrl-C anywhere: a user who cannot wait loses at most
-    the step in progress (the last checkpoint on disk is intact: saves are atomic). Outside the
-    main thread, where no signal handler can be set, it does nothing.
+    progress (its loops, such as dynamic sampling's rounds, read :attr:`requested` and give
+    the step up), saves the last completed step and raises :class:`TrainingInterrupted`.
+    Inside :meth:`abandonable` blocks (an evaluation, which changes no training state) it
+    raises ``KeyboardInterrupt`` at once instead. A second Ctrl-C anywhere ends the process at
+    once (:func:`exit_at_once`: one line, exit code 130, or 143 for SIGTERM): a user who cannot
+    wait loses at most the step in progress (the last checkpoint on disk is intact: saves are
+    atomic, and the next save clears a half-written one). Outside the main thread, where no
+    signal handler can be set, it does nothing.
 
     Attributes:
         requested: A Ctrl-C arrived.
@@ -297,13 +326,15 @@ class StopOnInterrupt:
             self._previous = self._UNSET
 
     def _handle(self, signum: int, frame: Any) -> None:
-        first, self.requested = not self.requested, True
-        if not first or self._abandon:
+        if self.requested:  # the second one: the user cannot wait
+            exit_at_once(signum)
+        self.requested = True
+        if self._abandon:
             raise KeyboardInterrupt
         # os.write, not print: a handler that prints while a progress line is being printed
         # would fail with "reentrant call".
         # SIGTERM arrives here too when the caller forwards it (textgym.cli._trainer).
-        what = b"SIGTERM" if signum == signal.SIGTERM else b"Ctrl-C"
+        what = _signal_name(signum).encode()
         os.write(
             sys.stderr.fileno(),
             b"textgym: " + what + b": stopping after this step with a checkpoint "

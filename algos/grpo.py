@@ -30,10 +30,12 @@ LoRA).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +45,7 @@ import torch
 import textgym  # noqa: F401  (registers the envs)
 from textgym.algos.advantages import group_advantages, zero_variance_groups
 from textgym.algos.batches import TokenBatch, make_token_batch, micro_batch_rows, sequence_log_probs
+from textgym.algos.checkpoint_layout import rng_state, set_rng_state
 from textgym.algos.checkpoints import check_disk_for_run, save_trainer_checkpoint
 from textgym.algos.common import (
     StopOnInterrupt,
@@ -76,7 +79,7 @@ from textgym.algos.learnability import hint_rule
 from textgym.algos.learner import Learner, sampled_elsewhere
 from textgym.algos.losses import LOSS_VARIANTS, loss_normalizer, policy_loss
 from textgym.algos.metric_plots import plot_metrics
-from textgym.algos.metric_rows import read_metrics
+from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
 from textgym.algos.metric_summaries import progress_line, skipped_update_note
 from textgym.algos.metrics import MetricsLogger, write_run_record
 from textgym.algos.model_loading import (
@@ -86,7 +89,7 @@ from textgym.algos.model_loading import (
     resolve_device,
 )
 from textgym.algos.policy_drift import start_policy_drift
-from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
+from textgym.algos.resume import checkpoint_to_resume, evaluation_row, load_checkpoint
 from textgym.algos.server_rollouts import ServerRollouts
 from textgym.algos.train_episodes import TrainEpisodesLog, episode_records
 from textgym.errors import NonFiniteError
@@ -112,9 +115,15 @@ def train(config: GRPOConfig) -> dict[str, Any]:
 
     With ``resume`` and an ``output_dir`` whose run stopped before its first checkpoint, the
     run starts again from scratch. A step is saved before it is evaluated, so an evaluation
-    that fails or is interrupted costs no training. A Ctrl-C lets the step in progress finish (an evaluation is abandoned),
-    saves the last completed step and raises :class:`~textgym.algos.common.TrainingInterrupted`
-    naming the checkpoint; a second Ctrl-C stops at once (:class:`StopOnInterrupt`).
+    that fails or is interrupted costs no training; a resumed run first plays the evaluation
+    its checkpoint's step was owed when ``metrics.jsonl`` lacks it (and never plays one twice),
+    so its rows are an uninterrupted run's. A Ctrl-C lets the step in progress finish (an
+    evaluation is abandoned; a step whose dynamic sampling rounds are still playing is given
+    up before its next round), saves the last completed step and raises
+    :class:`~textgym.algos.common.TrainingInterrupted` naming the checkpoint; a second Ctrl-C
+    ends the process at once (:class:`StopOnInterrupt`). The time limit is checked after every
+    step, before every extra rollout round and after every turn of an evaluation (one process):
+    what it cuts short is given up as a Ctrl-C's, and the run ends with its last step saved.
 
     Under torchrun (``WORLD_SIZE`` > 1) the run is data-parallel
     (:mod:`textgym.algos.distributed`): each rank plays and learns from its share of the
@@ -156,14 +165,17 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             run.logger.truncate_after(run.start)
             if ctx.is_main:
                 run.episodes.truncate_after(run.start)
-        # Before the first step; or a run saved at its last step whose final evaluation did
-        # not finish (it failed or was interrupted).
-        if ctx.is_main and run.start in (0, config.steps):
-            with run.stop.abandonable():
-                run.eval_metrics = _evaluate(run.evaluator, run.env, config, run.start)
-            run.logger.log(run.start, run.eval_metrics, stage="eval")
-        for step in range(run.start + 1, config.steps + 1):
-            metrics = _train_step(run, step)
+        last = config.steps
+        if _evaluate_first(run) == "out of time":
+            _out_of_time(run, f"the evaluation after step {run.start}", run.start)
+            last = run.start  # no step this time
+        for step in range(run.start + 1, last + 1):
+            at_start = _StepStart.of(run)
+            try:
+                metrics = _train_step(run, step)
+            except _StepStopped as stopped:  # in a loop of the step: it is given up
+                _give_up_step(run, step, stopped.reason, at_start)
+                break
             run.logger.log(step, metrics)
             _report_progress(run, step, metrics)
             if _after_step(run, step) == "out of time":
@@ -193,6 +205,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
                     config.groups_per_step,
                     config.group_size,
                     config.dynamic_sampling_rounds,
+                    check=lambda: _check_stop(run),
                 )
                 trajectories, played, opponents = sampled.batch, sampled.played, sampled.opponents
             else:
@@ -633,6 +646,8 @@ class _Run:
     league: OpponentLeague | None = None  # opponent_priority "loss"
     eval_metrics: dict[str, Any] = field(default_factory=dict)  # the last evaluation's
     hint_rule: str | None = None  # the learnability rule of the last hint printed
+    saved: int = 0  # the last step with a checkpoint (the resumed one's; 0: none)
+    final_eval_owed: bool = False  # the last step is done, its evaluation was given up
 
     @property
     def out(self) -> Path:
@@ -675,6 +690,7 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
         stop=stop,
         episodes=TrainEpisodesLog(out, config.log_completions),
         league=league,
+        saved=start,
     )
 
 
@@ -692,14 +708,21 @@ def _after_step(run: _Run, step: int) -> str | None:
     saved = done or out_of_time or stopping or _every(config.save_every, step)
     if saved:  # save first: an evaluation that fails or is interrupted costs no work
         _save(run.learner, run.policy, step, final=done, league=run.league)
+        run.saved = step
+        # A signal during the save: the evaluation is owed, and a resume plays it first.
+        (stopping,) = _any_rank([run.stop.requested], ctx)
     if stopping:
         raise TrainingInterrupted(step, run.out / f"checkpoint-{step}")
-    if ctx.is_main and (done or _every(config.eval_every, step)):
-        run.eval_metrics = _evaluate_saved(run, step, saved=saved)
-        run.logger.log(step, run.eval_metrics, stage="eval")
+    if ctx.is_main and _evaluates(config, step):
+        evaluation = _evaluate_saved(run, step)
+        if evaluation is None:  # the time limit cut it short: a resume plays it again
+            run.final_eval_owed = done
+            _out_of_time(run, f"the evaluation after step {step}", step)
+            return "out of time"
+        run.eval_metrics = evaluation
+        run.logger.log(step, evaluation, stage="eval")
     if out_of_time and not done:
-        minutes = config.time_limit_minutes
-        print(f"time limit of {minutes} min reached after step {step}; resume to go on")
+        _out_of_time(run, f"step {step}", step)
         return "out of time"
     return None
 
@@ -710,22 +733,139 @@ def _finish_run(run: _Run) -> None:
     if run.ctx.is_main:
         if read_metrics(run.out / "metrics.jsonl"):
             plot_metrics(run.out / "metrics.jsonl", run.out / "plots")
-        (run.out / "final_eval.json").write_text(json.dumps(run.eval_metrics, indent=2) + "\n")
+        if not run.final_eval_owed:  # else the run is not finished: --resume evaluates
+            (run.out / "final_eval.json").write_text(json.dumps(run.eval_metrics, indent=2) + "\n")
     barrier(run.ctx)
 
 
-def _evaluate_saved(run: _Run, step: int, *, saved: bool) -> dict[str, float]:
-    """Evaluate after ``step``; if the evaluation fails or a Ctrl-C abandons it, save the step
-    first when it was not saved yet (then re-raise; a Ctrl-C as :class:`TrainingInterrupted`)."""
+def _evaluate_saved(run: _Run, step: int) -> dict[str, float] | None:
+    """Evaluate after ``step``; ``None`` when the time limit cut the evaluation short. If it
+    fails, is cut short or a Ctrl-C abandons it, save the step first when it was not saved yet
+    (then re-raise; a Ctrl-C as :class:`TrainingInterrupted`)."""
     try:
-        with run.stop.abandonable():
-            return _evaluate(run.evaluator, run.env, run.config, step)
+        return _evaluate_stoppable(run, step)
     except BaseException as exc:
-        if not saved:
+        if run.saved < step:
             _save(run.learner, run.policy, step, league=run.league)
-        if isinstance(exc, KeyboardInterrupt):
+            run.saved = step
+        if isinstance(exc, KeyboardInterrupt | _StepStopped) and _interrupted(exc):
             raise TrainingInterrupted(step, run.out / f"checkpoint-{step}") from None
+        if isinstance(exc, _StepStopped):
+            return None
         raise
+
+
+def _evaluate_stoppable(run: _Run, step: int) -> dict[str, float]:
+    """:func:`_evaluate` that a Ctrl-C abandons at once and the time limit after a turn (with
+    one process: a rank that stopped alone would leave the others waiting).
+
+    Raises:
+        KeyboardInterrupt: a Ctrl-C.
+        _StepStopped: the time limit.
+    """
+    check = None if run.ctx.distributed else functools.partial(_check_stop, run)
+    with run.stop.abandonable():
+        return _evaluate(run.evaluator, run.env, run.config, step, check=check)
+
+
+def _interrupted(exc: BaseException) -> bool:
+    return not isinstance(exc, _StepStopped) or exc.reason == "interrupted"
+
+
+def _evaluates(config: GRPOConfig, step: int) -> bool:
+    """Whether an evaluation follows step ``step`` (0: the one before training)."""
+    return step in (0, config.steps) or _every(config.eval_every, step)
+
+
+def _evaluate_first(run: _Run) -> str | None:
+    """Rank 0, before the first step of this session: the evaluation owed by the step the run
+    starts after (step 0's before training; a resumed checkpoint's at an evaluation step,
+    when ``metrics.jsonl`` has no row of it: a Ctrl-C or the time limit came before it ended);
+    an evaluation the file has already is read back instead (a resume after the final
+    evaluation's row was written and before ``final_eval.json`` was). ``"out of time"`` when
+    the time limit cut it short."""
+    config, step = run.config, run.start
+    if not (run.ctx.is_main and _evaluates(config, step)):
+        return None
+    logged = evaluation_row(run.out / METRICS_FILENAME, step) if config.resume else None
+    if logged is not None:
+        run.eval_metrics = logged
+        return None
+    try:
+        run.eval_metrics = _evaluate_stoppable(run, step)
+    except _StepStopped as stopped:
+        if stopped.reason == "interrupted":
+            raise KeyboardInterrupt from None  # no step of this session is done
+        run.final_eval_owed = step == config.steps
+        return "out of time"
+    run.logger.log(step, run.eval_metrics, stage="eval")
+    return None
+
+
+class _StepStopped(Exception):
+    """A loop inside a step (dynamic sampling's rounds, an evaluation's turns) met a Ctrl-C or
+    the time limit: the step, or its evaluation, is given up.
+
+    Attributes:
+        reason: ``"interrupted"`` or ``"out of time"``.
+    """
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _check_stop(run: _Run) -> None:
+    """Raise :class:`_StepStopped` once a Ctrl-C (or SIGTERM) came or the time limit passed."""
+    if run.stop.requested:
+        raise _StepStopped("interrupted")
+    if time.perf_counter() > run.deadline:
+        raise _StepStopped("out of time")
+
+
+@dataclass(frozen=True)
+class _StepStart:
+    """What a step's rollouts change before its update: the sampling policy's RNG and the
+    global RNGs, as the step began (a step given up is saved as it was before it)."""
+
+    sampling: object
+    rng: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, run: _Run) -> _StepStart | None:
+        """The state now, when the run has loops a step can be given up in (dynamic sampling)."""
+        if not run.config.dynamic_sampling_rounds:
+            return None
+        return cls(run.policy.sampling_state(), rng_state())
+
+
+def _give_up_step(run: _Run, step: int, reason: str, at_start: _StepStart | None) -> None:
+    """Step ``step`` stopped inside its rollouts: save the step before it as it was (unless it
+    is saved), then stop the run.
+
+    Raises:
+        TrainingInterrupted: ``reason`` ``"interrupted"``, after a completed step;
+            ``KeyboardInterrupt`` when no step of the run is done.
+    """
+    last = step - 1
+    if last > run.saved and at_start is not None:
+        run.policy.set_sampling_state(at_start.sampling)
+        if at_start.rng is not None:
+            set_rng_state(at_start.rng)
+        _save(run.learner, run.policy, last, league=run.league)
+        run.saved = last
+    if reason == "interrupted":
+        if last == 0:
+            raise KeyboardInterrupt
+        raise TrainingInterrupted(last, run.out / f"checkpoint-{last}")
+    _out_of_time(run, f"step {step}'s rollout rounds (given up)", last)
+
+
+def _out_of_time(run: _Run, during: str, saved: int) -> None:
+    """Say that the time limit ended the run during ``during``; ``saved``: the last step done."""
+    kept = f"{run.out / f'checkpoint-{saved}'} is the last step" if saved else "no step is done"
+    minutes = run.config.time_limit_minutes
+    print(f"time limit of {minutes} min reached in {during}; {kept}; resume to go on")
 
 
 def _checkpoint_to_resume(config: GRPOConfig, out: Path) -> Path | None:
@@ -903,12 +1043,18 @@ def _episode_records(
 
 
 def _evaluate(
-    evaluator: HFPolicy, env: TrainingEnv, config: GRPOConfig, step: int
+    evaluator: HFPolicy,
+    env: TrainingEnv,
+    config: GRPOConfig,
+    step: int,
+    *,
+    check: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """:func:`~textgym.algos.grpo_rollouts.evaluate` with the run's settings, after ``step``
     optimizer steps (0: before training), its progress shown (``progress``: a bar in a terminal,
     else plain lines on stderr, :class:`~textgym.progress.EpisodeProgress`) and kept on the
-    screen; frees the evaluator's cache afterwards."""
+    screen; frees the evaluator's cache afterwards. ``check`` runs after every turn (what it
+    raises ends the evaluation)."""
     when = f"after step {step} of {config.steps}" if step else "before training"
     with EpisodeProgress(
         f"evaluation {when} ({config.env_id})",
@@ -923,6 +1069,7 @@ def _evaluate(
             batch_size=config.rollout_batch_size,
             progress=progress,
             settings=env.evaluation_settings,
+            check=check,
         )
     evaluator.clear_cache()
     return metrics

@@ -212,11 +212,13 @@ def evaluate(
     batch_size: int = 64,
     progress: EpisodeProgress | None = None,
     settings: Mapping[str, Any] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> dict[str, float]:
     """Evaluate a policy in each of the env's named evaluation settings
     (``TextEnv.evaluation_settings``: tic-tac-toe's ``random`` and ``optimal`` opponents,
     ``random_move_prob`` 1 and 0), or once with the env's own settings (named ``eval``) for an
-    env that names none.
+    env that names none. ``check`` (if given) runs after every batched turn; what it raises
+    (the trainer's time limit) ends the evaluation.
 
     Evaluation seeds start at 10**9 + seed * 10**6, away from every training task.
     ``progress`` (if given) counts the episodes of every setting as they finish. ``settings``:
@@ -237,6 +239,13 @@ def evaluate(
     metrics: dict[str, float] = {}
     if progress is not None:
         progress.add_total(len(seeds) * len(settings))
+
+    def on_turn(actions: int) -> None:
+        if progress is not None:
+            progress.actions(actions)
+        if check is not None:
+            check()
+
     for name, options in settings.items():
         summary = summarize(
             rollout(
@@ -246,7 +255,7 @@ def evaluate(
                 batch_size=batch_size,
                 options=options,
                 on_episode_end=progress.episode_done if progress is not None else None,
-                on_turn=progress.actions if progress is not None else None,
+                on_turn=on_turn,
             )
         )
         metrics[f"{name}/return_mean"] = summary["mean_return"]

@@ -10,6 +10,7 @@ code.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import sys
 import warnings
@@ -33,6 +34,7 @@ __all__ = [
     "check_resumable",
     "check_weight_files",
     "checkpoint_to_resume",
+    "evaluation_row",
     "load_checkpoint",
     "read_trainer_state",
 ]
@@ -228,9 +230,14 @@ def check_weight_files(path: str | Path) -> None:
 
     Raises:
         CheckpointError: no weights file, a file that does not read (truncated, a bad header),
-            or a tensor holding NaN or inf (naming the file and the tensor).
+            a tensor that is not floating-point (integer or quantized weights would be cast
+            into the model's floats, most of them to 0:
+            :func:`~textgym.model_files.read_weight_header`, the check of eval and
+            ``--model``), or a tensor holding NaN or inf (naming the file and the tensor).
     """
     from safetensors import safe_open
+
+    from textgym.model_files import ModelLoadError, read_weight_header
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:
@@ -239,6 +246,12 @@ def check_weight_files(path: str | Path) -> None:
             "textgym train or sft wrote"
         )
     for file in files:
+        try:
+            read_weight_header(file)  # floating point only, as eval and --model check
+        except ModelLoadError as error:
+            raise CheckpointError(
+                f"{error}; or resume from an earlier checkpoint, or start a new --output-dir"
+            ) from None
         try:
             with safe_open(str(file), framework="pt") as weights:
                 for name in weights.keys():  # noqa: SIM118  (safe_open is not a mapping)
@@ -364,3 +377,25 @@ def _load_weights(model: Any, path: Path) -> None:
                 "from it would be NaN from the first step; resume from an earlier checkpoint "
                 "or start a new --output-dir"
             )
+
+
+def evaluation_row(metrics_file: str | Path, step: int) -> dict[str, float] | None:
+    """The metrics of step ``step``'s evaluation as ``metrics.jsonl`` holds them (``null`` read
+    back as NaN), or ``None`` when it holds none (or does not exist): a resumed run plays an
+    evaluation it lacks and reads back one it has, so no row is missing or there twice.
+
+    Raises:
+        ValueError: a line of the file that is not a JSON object.
+    """
+    from textgym.algos.metric_rows import RESERVED_KEYS, read_metrics
+
+    if not Path(metrics_file).is_file():
+        return None
+    rows = [r for r in read_metrics(metrics_file) if r.get("stage") == "eval" and r["step"] == step]
+    if not rows:
+        return None
+    return {
+        key: math.nan if value is None else value
+        for key, value in rows[-1].items()
+        if key not in RESERVED_KEYS
+    }

@@ -43,6 +43,7 @@ __all__ = [
     "pickle_allowed",
     "quiet_loading",
     "read_json_object",
+    "read_weight_header",
 ]
 
 #: Set to ``1`` to let a folder whose weights are pickled (``*.bin``) load; see the module doc.
@@ -104,7 +105,7 @@ def _pickle_refusal(file: Path) -> ModelLoadError:
     )
 
 
-def _read_header(file: Path) -> dict[str, tuple[str, list[int]]]:
+def read_weight_header(file: Path) -> dict[str, tuple[str, list[int]]]:
     """``{tensor name: (safetensors dtype, shape)}`` of a safetensors file, reading no data.
 
     Raises:
@@ -185,7 +186,7 @@ def check_model_dir(folder: Path) -> dict[str, Path]:
         _refuse_custom_code(tokenizer_file, read_json_object(tokenizer_file))
     owners: dict[str, Path] = {}
     for file in _weight_files(folder, "model.safetensors", _INDEX):
-        owners |= dict.fromkeys(_read_header(file), file)
+        owners |= dict.fromkeys(read_weight_header(file), file)
     return owners
 
 
@@ -283,7 +284,7 @@ def check_adapter_dir(folder: Path) -> tuple[dict[str, Any], dict[str, Path]]:
     files = _weight_files(folder, "adapter_model.safetensors", None)
     owners: dict[str, Path] = {}
     for file in files:
-        owners |= dict.fromkeys(_read_header(file), file)
+        owners |= dict.fromkeys(read_weight_header(file), file)
         with safe_open(str(file), framework="pt") as weights:  # adapters are small: read all
             for name in weights.keys():  # noqa: SIM118
                 if not _finite(weights.get_tensor(name)):

@@ -15,7 +15,8 @@ SIGTERM (how ``kill``, SLURM and Kubernetes stop a job) is handled as a Ctrl-C: 
 progress finishes (an evaluation is abandoned), the last completed step is saved as a
 checkpoint whatever ``save_every`` says, the output directory's lock is released, and one line
 says what was kept and how to continue; the exit code is 143 (128 + SIGTERM). A second SIGTERM
-stops at once, the last checkpoint intact.
+(or Ctrl-C) ends the process at once, with one line and exit code 143 (130), the last
+checkpoint intact.
 """
 
 from __future__ import annotations
@@ -120,8 +121,10 @@ class _SigtermAsInterrupt:
     """SIGTERM handled as a Ctrl-C for the block: the handler SIGINT has at that moment is
     called (the trainer's :class:`~textgym.algos.common.StopOnInterrupt`, which stops after the
     step with a checkpoint; else the default one, which raises ``KeyboardInterrupt`` so that
-    the output directory's lock is released as the stack unwinds). Outside the main thread,
-    where no handler can be set, it does nothing.
+    the output directory's lock is released as the stack unwinds). A second SIGTERM ends the
+    process at once with one line and exit code 143
+    (:func:`~textgym.algos.common.exit_at_once`). Outside the main thread, where no handler can
+    be set, it does nothing.
 
     Attributes:
         received: A SIGTERM arrived.
@@ -142,6 +145,10 @@ class _SigtermAsInterrupt:
             self._previous = None
 
     def _handle(self, signum: int, frame: Any) -> None:
+        from textgym.algos.common import exit_at_once
+
+        if self.received:  # the second SIGTERM, wherever it lands (a lock's release, a save)
+            exit_at_once(signum)
         self.received = True
         handler = signal.getsignal(signal.SIGINT)
         if callable(handler):
