@@ -9,7 +9,12 @@ from typing import Any
 from textgym.checks import check_choice, check_probability
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, critical_positions, opponent_move
+from textgym.envs.tictactoe.opponent import (
+    OPPONENT_STYLES,
+    OPTIMAL_STYLES,
+    critical_positions,
+    opponent_move,
+)
 from textgym.envs.tictactoe.parsing import is_well_formed
 from textgym.envs.tictactoe.text import (
     PROMPT_STYLES,
@@ -226,6 +231,16 @@ class TicTacToeEnv(TextEnv):
         self._done = True
 
     # -- public helpers -------------------------------------------------------------------
+    @property
+    def max_return(self) -> float:
+        """The most a game returns against this env's opponent, what ``textgym check``'s oracle
+        must reach: 0.5 (a draw, the value of tic-tac-toe) from the empty board against an
+        opponent that always plays optimally (every style optimal, ``random_move_prob`` 0),
+        else 1.0 (a win, which a weaker opponent allows but does not promise)."""
+        styles = (self.opponent,) if isinstance(self.opponent, str) else tuple(self.opponent)
+        optimal = self.random_move_prob == 0.0 and set(styles) <= set(OPTIMAL_STYLES)
+        return 0.5 if optimal and not self.start_boards else 1.0
+
     @property
     def board(self) -> str:
         """The current board (see :mod:`textgym.envs.tictactoe.board`)."""

@@ -11,6 +11,7 @@
 - ``textgym train ENV_ID``: GRPO training of an LLM policy on an env.
 - ``textgym compare RUN RUN ...``: compare eval, train and sft runs side by side.
 - ``textgym report RUN [RUN ...]``: one self-contained HTML page of eval, collect and train runs.
+- ``textgym check ENV_ID`` (or ``--all``): an env's quality card, a table row and JSON.
 
 One grammar for all of them (:mod:`textgym.cli.usage`): each subcommand is one config
 dataclass parsed with ``tyro``; the env id is the first positional argument; ``--env-kwargs``
@@ -75,6 +76,9 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "report": Subcommand(
         "report", "write one self-contained HTML report of eval, collect and train runs"
+    ),
+    "check": Subcommand(
+        "check", "an env's quality card: determinism, spaces, oracle, floors, leakage"
     ),
 }
 
