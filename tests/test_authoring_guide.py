@@ -6,7 +6,7 @@ as ``my_envs`` (the module the guide tells the reader to save), so ``gymnasium.m
 guide's own classes. Running code with ``exec`` is deliberate here: the code is this project's
 own documentation, checked in beside this test, not model output or any other untrusted text.
 
-Of the ``bash`` blocks, the ``textgym eval``, ``textgym collect`` and ``textgym list`` lines are
+Of the ``bash`` blocks, the ``textgym eval``, ``collect``, ``list`` and ``check`` lines are
 run through :func:`textgym.cli.main` (a leading ``PYTHONPATH=.`` is honoured by putting the
 working folder on ``sys.path``); ``pip``, ``textgym play`` (it waits for a person) and
 ``textgym train`` (it trains a model) are not. They run in a temporary folder that holds the
@@ -37,7 +37,7 @@ from textgym.core import TextEnv
 GUIDE = Path(__file__).resolve().parents[1] / "docs" / "authoring.md"
 MODULE = "my_envs"
 IDS = ("mytasks/Antonym-v0", "mytasks/GuessNumber-v0")
-RUN = ("eval", "collect", "list")  # the subcommands whose lines run
+RUN = ("eval", "collect", "list", "check")  # the subcommands whose lines run
 SKIP = ("play", "train")  # need a person or a model
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", flags=re.M | re.S)
 
