@@ -281,14 +281,26 @@ def exit_at_once(signum: int) -> NoReturn:
     output directory's ``flock`` goes with the process, and the next run of the directory
     clears a half-written checkpoint folder.
     """
-    what = _signal_name(signum).encode()
-    with contextlib.suppress(OSError):  # stderr closed: the exit code still says it
-        os.write(
-            sys.stderr.fileno(),
-            b"textgym: " + what + b" again: stopped at once; the step in progress is lost, "
-            b"the last checkpoint is intact (continue with --resume)\n",
-        )
+    what = _signal_name(signum)
+    _say(
+        f"textgym: {what} again: stopped at once; the step in progress is lost, the last "
+        "checkpoint is intact (continue with --resume)"
+    )
     os._exit(128 + signum)
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr from a signal handler: ``os.write``, not ``print`` (a handler that
+    prints while a progress line is being printed fails with "reentrant call"); through
+    ``sys.stderr`` where it has no file descriptor (a test's captured stream)."""
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: the exit code says it
+        try:
+            fd = sys.stderr.fileno()
+        except (OSError, ValueError):  # io.UnsupportedOperation is both
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+        else:
+            os.write(fd, (line + "\n").encode())
 
 
 class StopOnInterrupt:
@@ -331,14 +343,11 @@ class StopOnInterrupt:
         self.requested = True
         if self._abandon:
             raise KeyboardInterrupt
-        # os.write, not print: a handler that prints while a progress line is being printed
-        # would fail with "reentrant call".
         # SIGTERM arrives here too when the caller forwards it (textgym.cli._trainer).
-        what = _signal_name(signum).encode()
-        os.write(
-            sys.stderr.fileno(),
-            b"textgym: " + what + b": stopping after this step with a checkpoint "
-            b"(" + what + b" again stops at once, without one)\n",
+        what = _signal_name(signum)
+        _say(
+            f"textgym: {what}: stopping after this step with a checkpoint ({what} again stops "
+            "at once, without one)"
         )
 
     @contextlib.contextmanager
