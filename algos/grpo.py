@@ -543,7 +543,8 @@ def _backward(
     loss.backward()
     terms = [loss.detach(), *(stats[key] for key in _SUMS[1:5])]
     terms.append((entropy * mb.loss_mask).sum())
-    gap = (mb.sampler_logprobs - logp.detach()).abs() * mb.loss_mask if measure_gap else 0.0
+    zero = logp.new_zeros(())  # [] on the device: no scalar copied from the host per pass
+    gap = (mb.sampler_logprobs - logp.detach()).abs() * mb.loss_mask if measure_gap else zero
     terms.append(torch.as_tensor(gap).sum())
     sums[: len(_SUMS)] += torch.stack([torch.as_tensor(t).to(sums) for t in terms])
 
