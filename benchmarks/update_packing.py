@@ -32,8 +32,16 @@ Usage::
     python benchmarks/update_packing.py --model gemma-3-270m --device cuda --groups 32 \
         --micro-batch-size 32 --micro-batch-tokens 4096 16384 --output results/x.json
 
-On CUDA the update's one host read per optimizer step ends each timed call, so no extra
-synchronisation is needed; the attention kernel is the model's (sdpa unless FlashAttention 2 is
+The padded modes run right-padded rows without an attention mask (causal attention alone is
+exact there, :func:`textgym.algos.batches.padded_hidden`), so sdpa takes its ``is_causal``
+kernels; ``--micro-batch-size`` is the caller's, as in training: the trainer never changes it,
+and on an accelerator fewer, larger micro-batches (one or two for 256 episodes of 32 new
+tokens, as memory allows) save each pass's fixed cost, while on the CPU the sum of the passes'
+work is what counts. To compare with an earlier commit side by side, see
+``update_before_after.py``.
+
+On CUDA the update's one host read per optimizer step ends each timed call (no micro-batch
+reads anything back before it), so no extra synchronisation is needed; the attention kernel is the model's (sdpa unless FlashAttention 2 is
 installed and chosen, which runs packed rows as variable-length sequences).
 
 ``--random-weights``: the model's config and tokenizer with random weights
@@ -193,7 +201,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--micro-batch-tokens", type=int, nargs="+", default=[2048, 4096])
+    parser.add_argument("--micro-batch-tokens", type=int, nargs="*", default=[2048, 4096])
     parser.add_argument("--lora-rank", type=int, nargs="+", default=[0])
     parser.add_argument("--modes", nargs="+", choices=PADDED_MODES, default=list(PADDED_MODES))
     parser.add_argument("--alternations", type=int, default=5)
@@ -224,6 +232,7 @@ def main() -> None:
         "machine": machine_info(),
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "weights": "random" if args.random_weights else "checkpoint",
+        "dtype": "bfloat16 autocast" if args.cpu_bf16 or args.device == "cuda" else "float32",
         "threads": args.threads,
         "settings": {k: v for k, v in vars(args).items() if k not in ("output", "append")},
         "runs": [],

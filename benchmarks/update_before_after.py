@@ -1,0 +1,156 @@
+"""The GRPO update before and after a change, side by side in one run: ``update_packing.py`` of
+an earlier commit and of this checkout, alternating.
+
+The earlier commit's tree is exported with ``git archive`` into a temporary folder, and its
+``update_packing.py`` runs in a child process whose editable-install finder is pointed at that
+tree (``textgym``, ``textgym.algos``, ...), so the two versions share the virtual environment
+and nothing else. Rounds alternate the order (before, after; after, before; ...), each child
+times ``--alternations`` updates per mode after its own warm-up, and the load average is
+recorded before each child (other jobs on a shared machine make single figures noisy: compare
+the medians and their spread, and the ratio within a round). The losses of the two versions
+must agree to float rounding (same trajectories, learning rate 1e-9): equal results.
+
+Usage::
+
+    python benchmarks/update_before_after.py --before 2844720 --rounds 3 \\
+        -- --threads 1 --alternations 2 --micro-batch-tokens 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
+
+#: Run a script with the editable finder's folders moved to another tree (argv: tree, script,
+#: its arguments). setuptools' editable finder keeps them in a module-level MAPPING.
+_LAUNCH = """
+import runpy, sys
+tree, script = sys.argv[1], sys.argv[2]
+sys.path[:] = [p for p in sys.path if p not in ("", ".", sys.argv[3])]  # no checkout on the path
+finder = next(m for n, m in sys.modules.items() if n.startswith("__editable__") and "textgym" in n)
+for name, path in list(finder.MAPPING.items()):
+    finder.MAPPING[name] = path.replace(sys.argv[3], tree)
+sys.argv = [script, *sys.argv[4:]]
+sys.path.insert(0, str(__import__("pathlib").Path(script).parent))
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def _export(rev: str, into: Path) -> None:
+    """The tree of commit ``rev`` written into ``into`` (``git archive``)."""
+    tar = subprocess.run(["git", "archive", rev], cwd=REPO_ROOT, capture_output=True, check=True)
+    with tarfile.open(fileobj=io.BytesIO(tar.stdout)) as archive:
+        archive.extractall(into, filter="data")
+
+
+def _child(tree: Path, output: Path, argv: list[str]) -> dict[str, Any]:
+    """Run ``tree``'s update_packing.py with ``argv``; its JSON record."""
+    script = str(tree / "benchmarks" / "update_packing.py")
+    command = [sys.executable, "-c", _LAUNCH, str(tree), script, str(REPO_ROOT)]
+    subprocess.run([*command, *argv, "--output", str(output)], check=True, cwd=tree)
+    return json.loads(output.read_text())
+
+
+def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per mode: every timed update of the version's children, median, mean, spread, losses."""
+    modes: dict[str, dict[str, list[float]]] = {}
+    for record in records:
+        for mode, result in record["runs"][0]["modes"].items():
+            entry = modes.setdefault(mode, {"update_s": [], "loss": []})
+            entry["update_s"] += result["update_s"]
+            entry["loss"] += result["loss"]
+    return {
+        mode: {
+            "update_s": entry["update_s"],
+            "median_s": statistics.median(entry["update_s"]),
+            "mean_s": statistics.fmean(entry["update_s"]),
+            "min_s": min(entry["update_s"]),
+            "max_s": max(entry["update_s"]),
+            "stdev_s": statistics.stdev(entry["update_s"]) if len(entry["update_s"]) > 1 else 0.0,
+            "loss_median": statistics.median(entry["loss"]),
+        }
+        for mode, entry in modes.items()
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--before", required=True, help="the earlier commit (any git revision)")
+    parser.add_argument("--rounds", type=int, default=3, help="children per version")
+    parser.add_argument(
+        "--output",
+        default=str(REPO_ROOT / "benchmarks" / "results" / "update_before_after_cpu.json"),
+    )
+    parser.add_argument("child_args", nargs=argparse.REMAINDER, help="-- update_packing.py args")
+    args = parser.parse_args()
+    child_args = [a for a in args.child_args if a != "--"]
+    before_sha = git("rev-parse", args.before)
+    records: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    loads: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="update_before_") as scratch:
+        tree = Path(scratch) / "tree"
+        _export(args.before, tree)
+        trees = {"before": tree, "after": REPO_ROOT}
+        for round_ in range(args.rounds):
+            for version in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
+                print(f"round {round_ + 1}: {version}", flush=True)
+                loads.append({"round": round_ + 1, "version": version, "load": os.getloadavg()[0]})
+                out = Path(scratch) / f"{version}_{round_}.json"
+                records[version].append(_child(trees[version], out, child_args))
+    summary = {version: _summary(recs) for version, recs in records.items()}
+    ratios = {
+        mode: summary["before"][mode]["median_s"] / summary["after"][mode]["median_s"]
+        for mode in summary["after"]
+        if mode in summary["before"]
+    }
+    first = records["after"][0]
+    record = {
+        "benchmark": "update_before_after",
+        "before_commit": before_sha,
+        "after_commit": git("rev-parse", "HEAD"),
+        "after_dirty": git_dirty(),
+        "versions": {p: dist_version(p) for p in ("torch", "transformers", "peft")},
+        "machine": machine_info(),
+        "device": first["device"],
+        "dtype": first.get(
+            "dtype", "bfloat16 autocast" if "--cpu-bf16" in child_args else "float32"
+        ),
+        "weights": first["weights"],
+        "model": first["runs"][0]["model"],
+        "sequences": first["runs"][0]["sequences"],
+        "layout": first["runs"][0]["layout"],
+        "child_args": child_args,
+        "rounds": args.rounds,
+        "noise": "2 shared CPU cores, other jobs running: single times vary; compare medians "
+        "with their spread (min/max/stdev) and the per-child load averages",
+        "speedup_median_before_over_after": ratios,
+        "modes": summary,
+        "load_avg_1m_before_each_child": loads,
+        "load_avg_1m_in_children": {
+            v: [r["runs"][0]["load_avg_1m_before_each_update"] for r in recs]
+            for v, recs in records.items()
+        },
+    }
+    write_result(args.output, record)
+    for mode, ratio in ratios.items():
+        b, a = summary["before"][mode], summary["after"][mode]
+        print(
+            f"{mode:14s} before {b['median_s']:.2f} s [{b['min_s']:.2f}-{b['max_s']:.2f}]  "
+            f"after {a['median_s']:.2f} s [{a['min_s']:.2f}-{a['max_s']:.2f}]  {ratio:.2f}x  "
+            f"loss {b['loss_median']:.6g} / {a['loss_median']:.6g}"
+        )
+
+
+if __name__ == "__main__":
+    main()
