@@ -19,7 +19,7 @@ import signal
 import stat
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -34,6 +34,7 @@ __all__ = [
     "hold_interrupts",
     "open_jsonl",
     "write_json",
+    "write_lines",
 ]
 
 
@@ -202,15 +203,30 @@ def write_json(path: Path, value: Any) -> None:
 
     The file gets the user's umask (:func:`default_file_mode`), not ``mkstemp``'s ``0o600``.
     """
+    write_lines(path, [json.dumps(value, indent=2)])
+
+
+def write_lines(path: Path, lines: Iterable[str]) -> int:
+    """Write ``lines`` (each without its newline) to ``path`` in one step: a temporary file
+    beside it, then ``os.replace``, so a reader sees the old file or the whole new one; an error
+    or a Ctrl-C while the lines are made leaves the old file and no temporary one.
+
+    Returns:
+        The number of lines written.
+    """
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    count = 0
     try:
         os.fchmod(handle, default_file_mode())
         with os.fdopen(handle, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(value, indent=2) + "\n")
+            for line in lines:
+                fh.write(line + "\n")
+                count += 1
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+    return count
 
 
 class JsonlWriter:

@@ -12,6 +12,8 @@
 - ``textgym compare RUN RUN ...``: compare eval, train and sft runs side by side.
 - ``textgym report RUN [RUN ...]``: one self-contained HTML page of eval, collect and train runs.
 - ``textgym check ENV_ID`` (or ``--all``): an env's quality card, a table row and JSON.
+- ``textgym export RUN --format atif --output FILE``: a run's episodes as ATIF trajectories
+  (default ``--format chat``: the chat JSONL of ``collect``).
 
 One grammar for all of them (:mod:`textgym.cli.usage`): each subcommand is one config
 dataclass parsed with ``tyro``; the env id is the first positional argument; ``--env-kwargs``
@@ -80,6 +82,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     "check": Subcommand(
         "check", "an env's quality card: determinism, spaces, oracle, floors, leakage"
     ),
+    "export": Subcommand("export", "write a run's episodes as chat JSONL or ATIF trajectories"),
 }
 
 
