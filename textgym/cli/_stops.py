@@ -1,9 +1,11 @@
 """How ``textgym train`` and ``textgym sft`` report a run that stops before its end.
 
-- Ctrl-C: the trainer finishes the step in progress, saves it and raises
-  :class:`~textgym.algos.common.TrainingInterrupted`; one line names the checkpoint, exit 130
-  (a second Ctrl-C stops at once: ``textgym: interrupted``, exit 130, the last checkpoint
-  intact).
+- Ctrl-C or SIGTERM: the trainer gives up the step in progress at its next check (between
+  dynamic sampling rounds, after an evaluation turn) or finishes it, saves the last whole step
+  and raises :class:`~textgym.algos.common.TrainingInterrupted`; one line names the checkpoint,
+  exit 130 (143 for SIGTERM). A second signal stops at once
+  (:func:`~textgym.algos.common.exit_at_once`: one ``textgym: ... again`` line, exit 130 or
+  143, the last checkpoint intact).
 - A checkpoint that cannot be resumed (nothing to resume, damaged or truncated files, missing
   keys, pickled objects, weights of another shape or holding NaN/inf):
   :class:`~textgym.algos.checkpoint_layout.CheckpointError`, one ``textgym: error:`` line naming
