@@ -355,10 +355,15 @@ def padded_hidden(decoder: Any, batch: TokenBatch) -> torch.Tensor:
     fused kernels, which skip the blocks above the diagonal, instead of a dense ``[L, L]``
     mask. A batch with padding elsewhere gets its attention mask.
     """
-    mask = None if batch.positions.right_padded else batch.attention_mask
     return decoder(
-        input_ids=batch.input_ids, attention_mask=mask, use_cache=False
+        input_ids=batch.input_ids, attention_mask=_padding_mask(batch), use_cache=False
     ).last_hidden_state  # [B, L-1, H]
+
+
+def _padding_mask(batch: TokenBatch) -> torch.Tensor | None:
+    """The attention mask a pass over ``batch`` needs: none when it is right-padded (causal
+    attention alone keeps every real position off the pads), else ``attention_mask``."""
+    return None if batch.positions.right_padded else batch.attention_mask
 
 
 def shared_prefix_length(batch: TokenBatch) -> int:
@@ -414,7 +419,7 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor,
     cache.batch_select_indices(rows)  # keys [B, h, P, d], still in the graph
     suffix = decoder(
         input_ids=batch.input_ids[:, prefix:],  # [B, L-1-P]
-        attention_mask=batch.attention_mask,  # [B, L-1]: prefix columns are all real tokens
+        attention_mask=_padding_mask(batch),  # [B, L-1] or None: prefix columns are all real
         use_cache=True,
         **{cache_kwarg(decoder): cache},  # the keyword this transformers takes, no warning
     ).last_hidden_state  # [B, L-1-P, H]

@@ -58,15 +58,30 @@ def loss_and_grads(model, batch, logp_fn):
     return logp.detach(), loss.detach(), grads
 
 
+def grouped_batch(seed: int, lengths=(30, 17, 25, 30, 21, 12)) -> batches.TokenBatch:
+    """Two GRPO-like groups of three: each group's rows share a 10-token prompt (no loss),
+    then completions of varied lengths with loss on most tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 256, (10,), generator=gen).tolist() for _ in range(2)]
+    ids, masks = [], []
+    for i, n in enumerate(lengths):
+        tail = torch.randint(0, 256, (n - 10,), generator=gen).tolist()
+        ids.append(prompts[i // 3] + tail)
+        masks.append([0] * 10 + (torch.rand(n - 10, generator=gen) < 0.8).long().tolist())
+    return batches.make_token_batch(ids, masks, pad_token_id=258)
+
+
 @pytest.mark.parametrize("name", MODELS)
-def test_update_path_equals_full_logit_reference(name):
+@pytest.mark.parametrize("layout", ["padded", "share_prefix"])
+def test_update_path_equals_full_logit_reference(name, layout):
     model = _model(name)
-    batch = random_batch(3)
+    batch = random_batch(3) if layout == "padded" else grouped_batch(3)
     assert batch.positions.right_padded  # so the update's pass runs without a mask
     assert (batch.attention_mask == 0).any()  # and there is padding it could have attended to
-    ours = loss_and_grads(
-        model, batch, lambda m, b: batches.sequence_log_probs(m, b, chunk_size=7)[0]
-    )
+    if layout == "share_prefix":  # the shared pass really runs (it is not the plain one)
+        assert batches.shared_prefix_hidden(model.get_decoder(), batch) is not None
+    options = {"chunk_size": 7, "share_prefix": layout == "share_prefix"}
+    ours = loss_and_grads(model, batch, lambda m, b: batches.sequence_log_probs(m, b, **options)[0])
     plain = loss_and_grads(model, batch, reference_log_probs)
     for got, want in zip(ours, plain):
         torch.testing.assert_close(got, want, atol=2e-5, rtol=1e-4)
