@@ -19,6 +19,7 @@ from textgym.algos.distributed import DistributedContext
 from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS, MAX_DYNAMIC_SAMPLING_ROUNDS
 from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
+from textgym.checks import check_seed
 
 __all__ = ["ROLLOUT_ENGINES", "GRPOConfig", "RolloutEngine", "check_world_size"]
 
@@ -59,7 +60,8 @@ class GRPOConfig(OptimizationConfig):
     update on M informative groups, filling any shortfall with flat ones. 0 turns it off; at
     most 100. Needs rollout_engine hf and one process."""
     seed: int = 0
-    """Seed of tasks, sampling and initialisation."""
+    """Seed of tasks, sampling and initialisation; an integer in [0, 2**32 - 1], as for every
+    command."""
     steps: int = 100
     """Training steps (one rollout and one update each)."""
     groups_per_step: int = 8
@@ -160,6 +162,7 @@ class GRPOConfig(OptimizationConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_seed("seed", self.seed)
         check_checkpoint_settings(self)
         check_positive_ints(self, _POSITIVE_INTS)
         _check(self, _RULES_BEFORE_DEFAULTS)

@@ -65,6 +65,7 @@ from textgym.algos.model_loading import autocast, load_trainable_model, saved_ba
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import conversation_tokens, read_conversations
 from textgym.builder import EnvRecipe, env_factory
+from textgym.checks import check_seed
 from textgym.errors import SetupError
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
@@ -94,7 +95,8 @@ class SFTConfig(OptimizationConfig):
     max_length: int = 4096
     """Longest token sequence; longer conversations are dropped (and counted), never cut."""
     seed: int = 0
-    """Seed of the shuffling of the conversations."""
+    """Seed of the shuffling of the conversations; an integer in [0, 2**32 - 1], as for every
+    command."""
     log_every: int = 10
     """Write metrics.jsonl every this many optimizer steps (the loss is averaged over them)."""
     save_every: int = 0
@@ -122,6 +124,7 @@ class SFTConfig(OptimizationConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_seed("seed", self.seed)
         check_positive_ints(
             self, ("epochs", "batch_size", "max_length", "log_every", "eval_episodes")
         )

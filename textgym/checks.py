@@ -29,9 +29,12 @@ __all__ = [
     "check_int",
     "check_number",
     "check_probability",
+    "check_seed",
     "check_stop_strings",
     "is_number",
     "one_line",
+    "MAX_SEED",
+    "SEED_RANGE",
 ]
 
 _T = TypeVar("_T")
@@ -45,6 +48,23 @@ def _bounds(low: float | None, high: float | None) -> str:
     if high is not None:
         return f" <= {high}"
     return ""
+
+
+#: The largest seed a textgym command accepts: 2**32 - 1, NumPy's legacy seed range, so the
+#: derived seeds (a trainer's task ``seed * 10**6 + row``, an evaluation's ``10**9 + seed *
+#: 10**6 + i``) stay below 2**63 for torch, NumPy and Gymnasium alike.
+MAX_SEED = 2**32 - 1
+#: The accepted range as the ``--help`` of every subcommand states it.
+SEED_RANGE = f"an integer in [0, {MAX_SEED}] (2**32 - 1)"
+
+
+def check_seed(name: str, value: Any) -> int:
+    """The one seed rule of every subcommand: an ``int`` (not a ``bool``) in ``[0, MAX_SEED]``.
+
+    Raises:
+        ValueError: ``Expected {name} to be an int in [0, 4294967295] ..., got {value!r}``.
+    """
+    return check_int(name, value, low=0, high=MAX_SEED, hint="the seed range of every command")
 
 
 def is_number(value: Any) -> bool:

@@ -100,12 +100,24 @@ CASES = [
         "--policy minimax cannot play textgym/GSM8K-v0",
         id="minimax-on-gsm8k",
     ),
-    pytest.param(
-        [*GSM8K_GOLD, "--episodes", "2", "--seed", "-1"],
-        "--seed must be >= 0",
-        id="negative-seed-with-gold",
+    # One seed rule for every subcommand (textgym.checks.check_seed: [0, 2**32 - 1]).
+    *(
+        pytest.param(
+            [*argv, "--seed", seed],
+            f"to be an int in [0, 4294967295] (the seed range of every command), got {seed}",
+            marks=marks,
+            id=f"{argv[0]}-seed{seed}",
+        )
+        for argv, marks in (
+            ([*GSM8K_GOLD, "--episodes", "2"], ()),
+            (["collect", TTT, "--episodes", "2", "--output", "{tmp}/c.jsonl"], ()),
+            (["play", TTT], ()),
+            (["check", TTT], ()),
+            (["train", TTT, "--model", "tiny", *TRAIN], needs_training),
+            (["sft", "--data", "{tmp}/sft.jsonl", "--model", "tiny", *TRAIN], needs_training),
+        )
+        for seed in ("-1", str(-(2**63)), str(2**32))
     ),
-    pytest.param(["play", TTT, "--seed", "-1"], "--seed must be >= 0", id="play-negative-seed"),
     pytest.param(
         ["eval", TTT, "--episodes", str(10**30), "--no-progress"],
         "--episodes must be in [1, ",

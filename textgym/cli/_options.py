@@ -12,6 +12,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from textgym.checks import check_seed
+
 __all__ = [
     "DEFAULT_EPISODES",
     "DEFAULT_MODEL",
@@ -192,7 +194,8 @@ class EpisodeOptions:
     walking the task list; --episodes counts them (or --limit seeds of --rollouts-per-task
     episodes each)."""
     seed: int = 0
-    """Task g (its --rollouts-per-task episodes) is reset with seed + g."""
+    """Task g (its --rollouts-per-task episodes) is reset with seed + g; an integer in
+    [0, 2**32 - 1], as for every command."""
     group_size: int | None = None
     """Removed: use --rollouts-per-task K (K episodes of each task, or of each seed, sharing one
     seed)."""
@@ -221,10 +224,7 @@ class EpisodeOptions:
                 f"{self.group_size} (each task, or each seed on an env without a task list, "
                 f"played {self.group_size} times with one seed), with --limit N for N tasks"
             )
-        if self.seed < 0:
-            raise ValueError(
-                f"--seed must be >= 0 (episode seeds are non-negative), got {self.seed}"
-            )
+        check_seed("--seed", self.seed)
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {self.limit}")
         if not math.isfinite(self.success_threshold):

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import gymnasium as gym
 import tyro
 
-from textgym.checks import one_line
+from textgym.checks import check_seed, one_line
 from textgym.cli.usage import UsageError
 
 __all__ = ["CheckConfig", "card_row", "run"]
@@ -43,7 +43,8 @@ class CheckConfig:
     tasks: int = 20
     """Episodes of the oracle and of each floor: the first tasks of a task list, else seeds."""
     seed: int = 0
-    """Seed of the first episode and of the policies."""
+    """Seed of the first episode and of the policies; an integer in [0, 2**32 - 1], as for
+    every command."""
     output: str | None = None
     """Write the JSON cards here ({"cards": [...]}); default: the table only."""
     overwrite: bool = False
@@ -52,6 +53,7 @@ class CheckConfig:
     """Name each env on stderr as its check starts."""
 
     def __post_init__(self) -> None:
+        check_seed("--seed", self.seed)
         if self.all and self.env_ids:
             raise ValueError("give env ids or --all, not both")
         if not self.all and not self.env_ids:

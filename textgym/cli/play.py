@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+from textgym.checks import check_seed
 from textgym.cli import building
 from textgym.cli._options import EnvOptions, ModelOptions
 from textgym.cli.usage import UsageError, fail
@@ -32,7 +33,7 @@ class PlayConfig(ModelOptions, EnvOptions):
 
     seed: int | None = None
     """Seed of the first episode (then +1 each; None: unseeded); with --against, also the
-    policy's seed."""
+    policy's seed. An integer in [0, 2**32 - 1], as for every command."""
     repeat: bool = False
     """Start a new episode after each one."""
     against: Literal["hf", "openai", "minimax", "random"] | None = None
@@ -51,10 +52,8 @@ class PlayConfig(ModelOptions, EnvOptions):
     def __post_init__(self) -> None:
         self.check_env()
         self.check_sampling()
-        if self.seed is not None and self.seed < 0:
-            raise ValueError(
-                f"--seed must be >= 0 (episode seeds are non-negative), got {self.seed}"
-            )
+        if self.seed is not None:
+            check_seed("--seed", self.seed)
         if self.against is None:
             given = [flag for flag, value in self._against_only().items() if value]
             if given:
