@@ -1,10 +1,10 @@
 """The GRPO update before and after a change, side by side in one run: ``update_packing.py`` of
-an earlier commit and of this checkout, alternating.
+two commits (``--before``, ``--after``: HEAD by default), alternating.
 
-The earlier commit's tree is exported with ``git archive`` into a temporary folder, and its
-``update_packing.py`` runs in a child process whose editable-install finder is pointed at that
-tree (``textgym``, ``textgym.algos``, ...), so the two versions share the virtual environment
-and nothing else. Rounds alternate the order (before, after; after, before; ...), each child
+Each commit's tree is exported with ``git archive`` into a temporary folder (so edits under
+way in the checkout neither break nor change what runs), and its ``update_packing.py`` runs in
+a child process whose editable-install finder is pointed at that tree (``textgym``,
+``textgym.algos``, ...): the two versions share the virtual environment and nothing else. Rounds alternate the order (before, after; after, before; ...), each child
 times ``--alternations`` updates per mode after its own warm-up, and the load average is
 recorded before each child (other jobs on a shared machine make single figures noisy: compare
 the medians and their spread, and the ratio within a round). The losses of the two versions
@@ -14,6 +14,9 @@ Usage::
 
     python benchmarks/update_before_after.py --before 2844720 --rounds 3 \\
         -- --threads 1 --alternations 2 --micro-batch-tokens 2048
+
+(From the ``benchmarks`` folder. The children's own JSONs carry no commit, their trees being
+no checkout: this record names both.)
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
+from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result
 
 #: Run a script with the editable finder's folders moved to another tree (argv: tree, script,
 #: its arguments). setuptools' editable finder keeps them in a module-level MAPPING.
@@ -87,6 +90,7 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, help="the earlier commit (any git revision)")
+    parser.add_argument("--after", default="HEAD", help="the later commit (default HEAD)")
     parser.add_argument("--rounds", type=int, default=3, help="children per version")
     parser.add_argument(
         "--output",
@@ -95,13 +99,13 @@ def main() -> None:
     parser.add_argument("child_args", nargs=argparse.REMAINDER, help="-- update_packing.py args")
     args = parser.parse_args()
     child_args = [a for a in args.child_args if a != "--"]
-    before_sha = git("rev-parse", args.before)
+    shas = {"before": git("rev-parse", args.before), "after": git("rev-parse", args.after)}
     records: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     loads: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="update_before_") as scratch:
-        tree = Path(scratch) / "tree"
-        _export(args.before, tree)
-        trees = {"before": tree, "after": REPO_ROOT}
+        trees = {version: Path(scratch) / version for version in shas}
+        for version, tree in trees.items():
+            _export(shas[version], tree)
         for round_ in range(args.rounds):
             for version in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
                 print(f"round {round_ + 1}: {version}", flush=True)
@@ -117,9 +121,8 @@ def main() -> None:
     first = records["after"][0]
     record = {
         "benchmark": "update_before_after",
-        "before_commit": before_sha,
-        "after_commit": git("rev-parse", "HEAD"),
-        "after_dirty": git_dirty(),
+        "before_commit": shas["before"],
+        "after_commit": shas["after"],
         "versions": {p: dist_version(p) for p in ("torch", "transformers", "peft")},
         "machine": machine_info(),
         "device": first["device"],
