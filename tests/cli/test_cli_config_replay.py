@@ -8,7 +8,8 @@ import pytest
 
 from textgym.algos.sft import SFTConfig
 from textgym.cli import main
-from textgym.cli.usage import UsageError, take_config_file
+from textgym.cli.config_file import take_config_file
+from textgym.cli.usage import UsageError
 
 CONVERSATION = [
     {"role": "user", "content": "Your move."},

@@ -25,8 +25,8 @@ import sys
 import textwrap
 import types
 import typing
+import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 from textgym.checks import one_line
@@ -39,7 +39,6 @@ __all__ = [
     "parse_config",
     "parse_env_kwargs",
     "plain_text",
-    "take_config_file",
 ]
 
 
@@ -125,9 +124,8 @@ def _cli_view(config_class: type, description: str, replayed: dict[str, Any] | N
             default = dataclasses.field(default_factory=f.default_factory)
         else:
             default = dataclasses.field()
-        if f.name in replayed:
-            value = _replayed_value(replayed[f.name], hints[f.name])
-            default = dataclasses.field(default_factory=lambda v=value: copy.deepcopy(v))
+        if f.name in replayed:  # typed strictly by config_file.take_config_file
+            default = dataclasses.field(default_factory=lambda v=replayed[f.name]: copy.deepcopy(v))
         if f.name == "env_id":  # the first positional argument of every subcommand with an env
             kind, arg["metavar"] = tyro.conf.Positional[str], "ENV_ID"
         elif f.name == "runs":  # compare's run directories
@@ -145,81 +143,6 @@ def _cli_view(config_class: type, description: str, replayed: dict[str, Any] | N
         kw_only=True,
         namespace={"__doc__": description, "__module__": config_class.__module__},
     )
-
-
-def _replayed_value(value: Any, kind: Any) -> Any:
-    """A value from a ``--config`` file as the field's type wants it: JSON lists become tuples
-    for tuple fields (also inside ``X | None``)."""
-    kinds = (
-        typing.get_args(kind)
-        if typing.get_origin(kind) in (typing.Union, types.UnionType)
-        else (kind,)
-    )
-    if isinstance(value, list) and any(typing.get_origin(k) is tuple for k in kinds):
-        return tuple(tuple(v) if isinstance(v, list) else v for v in value)
-    return value
-
-
-def take_config_file(
-    config_class: type, argv: Sequence[str], prog: str
-) -> tuple[list[str], dict[str, Any]]:
-    """Take ``--config FILE`` out of ``argv``: the options' values from a run's ``run.json``
-    (its ``config``, as :func:`textgym.algos.metrics.write_run_record` writes it) or from a JSON
-    object of option names (``{"learning_rate": 1e-4}``, the field names), which then replace
-    the defaults; options given on the command line still win. ``overwrite`` and ``resume``
-    are never taken from the file (:data:`NOT_REPLAYED`).
-
-    Returns:
-        ``(argv without --config FILE, the values)``; the values are empty without ``--config``.
-
-    Raises:
-        UsageError: the file is missing or not a JSON object, the run it records was another
-            subcommand's, or it names a field that is not an option of ``prog``.
-    """
-    argv = list(argv)
-    spots = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
-    if not spots:
-        return argv, {}
-    if len(spots) > 1:
-        raise UsageError("--config was given more than once; give one file")
-    i = spots[0]
-    if argv[i] == "--config":
-        if i + 1 >= len(argv):
-            raise UsageError("--config expects a file, e.g. --config runs/grpo/run.json")
-        path, rest = argv[i + 1], argv[:i] + argv[i + 2 :]
-    else:
-        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1 :]
-    try:
-        record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"--config: no such file {path!r}") from None
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise UsageError(f"--config: cannot read {path} as JSON ({one_line(exc)})") from None
-    if not isinstance(record, dict):
-        raise UsageError(f"--config: expected a JSON object in {path}, got {type(record).__name__}")
-    values = record
-    if isinstance(record.get("config"), dict) and "command" in record:  # a run.json
-        command = record["command"]
-        ran = " ".join(command[:2]) if isinstance(command, list) else ""
-        if ran.startswith("textgym ") and ran != prog:
-            raise UsageError(
-                f"--config: {path} records a `{ran}` run; replay it with `{ran} --config {path}`"
-            )
-        values = record["config"]
-    fields = {f.name: f for f in dataclasses.fields(config_class)}
-    unknown = [name for name in values if name not in fields and name not in NOT_REPLAYED]
-    if unknown:
-        raise UsageError(
-            f"--config: {path} sets {', '.join(map(repr, unknown))}, not an option of {prog}"
-        )
-    return rest, {
-        name: v for name, v in values.items() if name not in NOT_REPLAYED and fields[name].init
-    }
-
-
-#: Options a ``--config`` file never sets: what happens to existing folders is decided on each
-#: command line (a replayed ``overwrite`` would delete the recorded run's own output).
-NOT_REPLAYED = frozenset({"overwrite", "resume"})
 
 
 _METAVARS = {int: "INT", float: "FLOAT", str: "STR"}
@@ -271,10 +194,12 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
         UsageError: an unknown option, a value of the wrong type, a missing required option,
             ``--env-kwargs`` that is not a JSON object, an integer beyond 64 bits
             (:data:`INT_LIMIT`), the config's own validation error (a ``ValueError`` from
-            its ``__post_init__``), or a bad ``--config`` file (:func:`take_config_file`); one
-            line each.
+            its ``__post_init__``), or a bad ``--config`` file
+            (:func:`textgym.cli.config_file.take_config_file`); one line each.
     """
     import tyro
+
+    from textgym.cli.config_file import check_replayed_env_ids, take_config_file
 
     argv, replayed = take_config_file(config_class, argv, prog)
     if replayed:
@@ -283,11 +208,13 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
     # tyro's own error text is a box meant for a terminal; with its console output off it only
     # exits, and the one line comes from reading argv against the grammar (_parse_error).
     # Some of tyro's errors print their box whatever console_outputs says: stderr is held
-    # back and dropped on an error, and passed on (warnings) otherwise.
+    # back and dropped on an error, and passed on otherwise. tyro's warnings (a default not
+    # of its field's type) are about this view, whose replayed defaults are typed already.
     helping = any(arg in ("-h", "--help") for arg in argv)
     held = io.StringIO()
     try:
-        with contextlib.redirect_stderr(held):
+        with contextlib.redirect_stderr(held), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=UserWarning, module="tyro")
             parsed = tyro.cli(view, args=list(argv), prog=prog, console_outputs=helping)
     except SystemExit as exc:
         if exc.code not in (0, None):
@@ -295,6 +222,7 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
         raise
     sys.stderr.write(held.getvalue())
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(view)}
+    check_replayed_env_ids(replayed, values, argv)  # before anything can import the module
     for name in [n for n in values if n.endswith("env_kwargs")]:
         values[name] = parse_env_kwargs(values[name], "--" + name.replace("_", "-"))
     try:
