@@ -83,6 +83,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
         "check", "an env's quality card: determinism, spaces, oracle, floors, leakage"
     ),
     "export": Subcommand("export", "write a run's episodes as chat JSONL or ATIF trajectories"),
+    "serve": Subcommand("serve", "serve an env through OpenEnv, one env per session", "serve"),
 }
 
 
