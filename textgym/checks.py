@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +32,7 @@ __all__ = [
     "check_probability",
     "check_seed",
     "check_stop_strings",
+    "excerpt",
     "is_number",
     "one_line",
     "MAX_SEED",
@@ -56,6 +58,33 @@ def _bounds(low: float | None, high: float | None) -> str:
 MAX_SEED = 2**32 - 1
 #: The accepted range as the ``--help`` of every subcommand states it.
 SEED_RANGE = f"an integer in [0, {MAX_SEED}] (2**32 - 1)"
+
+
+#: The most characters of a user's value an error message quotes (:func:`excerpt`).
+EXCERPT_CHARS = 200
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """``repr(value)`` cut to at most ``limit`` characters (strings with their length, nested
+    values by :mod:`reprlib`): what an error message quotes of a user's input, so a
+    1M-character value gives a short message.
+
+    Example:
+        >>> excerpt("X" * 1_000_000, 30)
+        "'XXXXXXX... (1,000,000 chars)"
+        >>> excerpt([1, 2])
+        '[1, 2]'
+    """
+    if isinstance(value, str) and len(value) > limit:
+        note = f"... ({len(value):,} chars)"
+        return repr(value[: max(limit - len(note) - 2, 1)])[:-1] + note
+    shown = reprlib.Repr()  # keyword arguments only from Python 3.12
+    shown.maxlevel, shown.maxstring, shown.maxother, shown.maxlong = 4, limit, limit, limit
+    try:
+        text = shown.repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not replace the message
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
 
 
 def check_seed(name: str, value: Any) -> int:
@@ -100,7 +129,9 @@ def check_int(
         or (high is not None and value > high)
     ):
         why = f" ({hint})" if hint else ""
-        raise ValueError(f"Expected {name} to be an int{_bounds(low, high)}{why}, got {value!r}")
+        raise ValueError(
+            f"Expected {name} to be an int{_bounds(low, high)}{why}, got {excerpt(value)}"
+        )
     return int(value)
 
 
@@ -119,7 +150,9 @@ def check_number(
         or (low is not None and value < low)
         or (high is not None and value > high)
     ):
-        raise ValueError(f"Expected {name} to be a finite float{_bounds(low, high)}, got {value!r}")
+        raise ValueError(
+            f"Expected {name} to be a finite float{_bounds(low, high)}, got {excerpt(value)}"
+        )
     return float(value)
 
 
@@ -130,7 +163,7 @@ def check_probability(name: str, value: Any) -> float:
         ValueError: ``Expected {name} in [0, 1], got {value!r}``.
     """
     if not is_number(value) or not 0.0 <= value <= 1.0:  # NaN fails both comparisons
-        raise ValueError(f"Expected {name} in [0, 1], got {value!r}")
+        raise ValueError(f"Expected {name} in [0, 1], got {excerpt(value)}")
     return float(value)
 
 
@@ -168,7 +201,7 @@ def check_choice(name: str, value: _T, allowed: Sequence[_T]) -> _T:
     except TypeError:  # an unhashable value tested against a set or a dict
         ok = False
     if not ok:
-        raise ValueError(f"Expected {name} in {tuple(allowed)}, got {value!r}")
+        raise ValueError(f"Expected {name} in {tuple(allowed)}, got {excerpt(value)}")
     return value
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from textgym.checks import excerpt
+
 __all__ = [
     "EMPTY",
     "EMPTY_BOARD",
@@ -58,7 +60,7 @@ def other(mark: str) -> str:
         return "O"
     if mark == "O":
         return "X"
-    raise ValueError(f'Expected mark "X" or "O", got {mark!r}')
+    raise ValueError(f'Expected mark "X" or "O", got {excerpt(mark)}')
 
 
 def validate_board(board: str) -> None:
@@ -69,13 +71,15 @@ def validate_board(board: str) -> None:
             impossible (X moves first), or if both marks have three in a line.
     """
     if not isinstance(board, str) or len(board) != 9 or set(board) - {"X", "O", EMPTY}:
-        raise ValueError(f"Expected a 9-character string of 'X', 'O', '.', got {board!r}")
+        raise ValueError(f"Expected a 9-character string of 'X', 'O', '.', got {excerpt(board)}")
     n_x, n_o = board.count("X"), board.count("O")
     if n_x - n_o not in (0, 1):
-        raise ValueError(f"Impossible mark counts X={n_x}, O={n_o} (X moves first) in {board!r}")
+        raise ValueError(
+            f"Impossible mark counts X={n_x}, O={n_o} (X moves first) in {excerpt(board)}"
+        )
     wins = {board[a] for a, b, c in LINES if board[a] != EMPTY and board[a] == board[b] == board[c]}
     if len(wins) > 1:
-        raise ValueError(f"Both players have three in a line in {board!r}")
+        raise ValueError(f"Both players have three in a line in {excerpt(board)}")
 
 
 def to_move(board: str) -> str:
@@ -125,16 +129,16 @@ def apply_move(board: str, cell: int) -> str:
     """
     # The type check stays outside the cache: True == 1 would otherwise share a cache entry.
     if not isinstance(cell, int) or isinstance(cell, bool):
-        raise ValueError(f"Expected a cell index in 0..8, got {cell!r}")
+        raise ValueError(f"Expected a cell index in 0..8, got {excerpt(cell)}")
     return _apply_move(board, cell)
 
 
 @lru_cache(maxsize=1 << 17)
 def _apply_move(board: str, cell: int) -> str:
     if winner(board) is not None or is_full(board):
-        raise ValueError(f"The game is over on board {board!r}; no move can be played")
+        raise ValueError(f"The game is over on board {excerpt(board)}; no move can be played")
     if not 0 <= cell <= 8:
-        raise ValueError(f"Expected a cell index in 0..8, got {cell!r}")
+        raise ValueError(f"Expected a cell index in 0..8, got {excerpt(cell)}")
     if board[cell] != EMPTY:
-        raise ValueError(f"Cell {cell} is occupied by {board[cell]} on board {board!r}")
+        raise ValueError(f"Cell {cell} is occupied by {board[cell]} on board {excerpt(board)}")
     return board[:cell] + to_move(board) + board[cell + 1 :]

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from types import MappingProxyType
 from typing import Any
 
-from textgym.checks import check_choice, check_probability
+from textgym.checks import check_choice, check_probability, excerpt
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.opponent import (
@@ -384,12 +384,12 @@ def _check_start_board(board: Any, agent_mark: Any) -> str | None:
     B.validate_board(board)
     if B.winner(board) is not None or B.is_full(board):
         raise ValueError(
-            f"Expected a start board with a move left to play, got the finished {board!r}"
+            f"Expected a start board with a move left to play, got the finished {excerpt(board)}"
         )
     mover = B.to_move(board)
     if agent_mark in ("X", "O") and agent_mark != mover:
         raise ValueError(
-            f"Expected agent_mark {mover!r} for the start board {board!r} ({mover} is to "
+            f"Expected agent_mark {mover!r} for the start board {excerpt(board)} ({mover} is to "
             f"move), got {agent_mark!r}; leave agent_mark out to play the mark to move"
         )
     return board

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-import reprlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textgym.checks import excerpt
 from textgym.policies.openai_http import InvalidResponseError
 from textgym.types import Completion
 
@@ -44,7 +44,7 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
         name = _field(function, "name")
         if not isinstance(name, str):
             raise InvalidResponseError(
-                f"a tool call has no function name (function={_preview(function, 80)})"
+                f"a tool call has no function name (function={excerpt(function, 80)})"
             )
         raw = _field(function, "arguments")
         arguments: Any = raw
@@ -58,18 +58,6 @@ def render_tool_calls(tool_calls: Sequence[Any] | None) -> str:
         body = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
         blocks.append(_CALL_OPEN + body.replace("</", "<\\/") + _CALL_CLOSE)
     return "\n".join(blocks)
-
-
-def _preview(value: Any, limit: int = 200) -> str:
-    """``repr(value)`` cut to ``limit`` characters, nesting cut at 6 levels (:mod:`reprlib`):
-    a server's deeply nested answer cannot make the message itself fail."""
-    shown = reprlib.Repr()  # keyword arguments only from Python 3.12
-    shown.maxlevel, shown.maxstring, shown.maxother = 6, limit, limit
-    try:
-        text = shown.repr(value)
-    except (RecursionError, ValueError, TypeError):
-        text = f"<{type(value).__name__}>"
-    return text[:limit]
 
 
 def _field(value: Any, name: str) -> Any:
@@ -110,11 +98,11 @@ def completion_from_response(response: Any, stop: Sequence[str]) -> tuple[Comple
     """
     choices = _field(response, "choices")
     if not isinstance(choices, (list, tuple)) or not choices:
-        raise InvalidResponseError(f"the response has no choices: {_preview(response)}")
+        raise InvalidResponseError(f"the response has no choices: {excerpt(response)}")
     choice = choices[0]
     message = _field(choice, "message")
     if isinstance(choice, (str, bytes)) or message is None or isinstance(message, str):
-        raise InvalidResponseError(f"the first choice has no message object: {_preview(choice)}")
+        raise InvalidResponseError(f"the first choice has no message object: {excerpt(choice)}")
     content = _field(message, "content")
     if content is not None and not isinstance(content, str):
         raise InvalidResponseError(
@@ -144,6 +132,6 @@ async def model_ids(client: Any) -> list[str]:
     async for model in client.models.list():
         model_id = _field(model, "id")
         if not isinstance(model_id, str):
-            raise InvalidResponseError(f"a listed model has no string id: {_preview(model, 100)}")
+            raise InvalidResponseError(f"a listed model has no string id: {excerpt(model, 100)}")
         ids.append(model_id)
     return ids
