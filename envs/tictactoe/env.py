@@ -250,7 +250,6 @@ class TicTacToeEnv(TextEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
         options = dict(options or {})
         unknown = set(options) - {"opponent", "random_move_prob", "agent_mark", "board"}
         if unknown:
@@ -258,13 +257,15 @@ class TicTacToeEnv(TextEnv):
                 f"Unknown reset options {sorted(unknown)}; expected any of "
                 "'opponent', 'random_move_prob', 'agent_mark', 'board'"
             )
-        start = _check_start_board(options.get("board"), options.get("agent_mark"))
+        start = check_start_board(options.get("board"), options.get("agent_mark"))
         # The constructor checked self.opponent; only a per-episode override needs checking.
         styles = _check_opponent(options["opponent"]) if "opponent" in options else self.opponent
         self._episode_prob = check_probability(
             "random_move_prob", options.get("random_move_prob", self.random_move_prob)
         )
         mark = check_choice("agent_mark", options.get("agent_mark", self.agent_mark), AGENT_MARKS)
+        # Seeded only once every option passed: a refused reset has no effect at all.
+        super().reset(seed=seed)
         # Draw order is fixed (key, then mark) so a seed always gives the same episode.
         self._episode_key = int(self.np_random.integers(0, 2**63))
         # Drawn only with start boards (after the key): other episodes keep their seeds' games.
@@ -371,7 +372,7 @@ class TicTacToeEnv(TextEnv):
         }
 
 
-def _check_start_board(board: Any, agent_mark: Any) -> str | None:
+def check_start_board(board: Any, agent_mark: Any) -> str | None:
     """The ``board`` reset option checked: ``None``, or a legal unfinished position whose mark
     to move is ``agent_mark`` when that is given as ``"X"``/``"O"``.
 
@@ -410,7 +411,7 @@ def _check_start_boards(value: Any) -> tuple[str, ...]:
         raise ValueError(
             f"Expected start_boards to be 'critical' or a non-empty list of boards, got {value!r}"
         )
-    return tuple(_check_start_board(board, None) for board in value)
+    return tuple(check_start_board(board, None) for board in value)
 
 
 def _check_opponent(value: Any) -> str | tuple[str, ...]:

@@ -9,6 +9,7 @@ optional dependency (``pip install "textgym[multiagent]"``).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,7 +20,7 @@ from pettingzoo.utils import wrappers
 
 from textgym.checks import check_choice, check_int
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.env import OUTCOME_REWARD
+from textgym.envs.tictactoe.env import OUTCOME_REWARD, check_start_board
 from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so the texts are the same
     PROMPT_STYLES,
     FullText,
@@ -28,6 +29,7 @@ from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so the tex
     played_sentence,
     read_action,
     render_board,
+    start_position_sentence,
 )
 from textgym.spaces import UnicodeText
 
@@ -81,7 +83,9 @@ class TicTacToeTextAEC(AECEnv):
         ``over OUTCOME`` at the end; while waiting, the three rows and ``waiting``.
 
     Starting State:
-        An empty board, X to move.
+        An empty board, X to move; or the position ``reset(options={"board": ...})`` gives
+        (a legal unfinished board, refused otherwise as ``TicTacToe-v0`` refuses it), the mark
+        to move that board's, each seat told the game continues from it.
 
     Rewards:
         Per seat, paid when the game ends: win 1.0, draw 0.5, loss 0.0 (``OUTCOME_REWARD``);
@@ -117,7 +121,9 @@ class TicTacToeTextAEC(AECEnv):
     Arguments:
         - ``first_player``: ``"player_0"`` (default), ``"player_1"`` or ``"random"`` (drawn
           from the env's RNG at each reset); that seat plays X. ``reset(options=...)`` accepts
-          the same key for one game.
+          the same key for one game, and ``board`` (a start position, as ``TicTacToe-v0``'s
+          option); any other key is ignored with a ``UserWarning`` (``TicTacToe-v0`` refuses
+          it, but PettingZoo's API test requires that ``reset`` accept any options).
         - ``max_actions_per_seat``: int >= 5, default 10.
         - ``prompt_style``: ``"full"`` (default) or ``"compact"`` for both seats, or a mapping
           ``{"player_0": style, "player_1": style}`` giving each seat its own. Sets the seat's
@@ -210,26 +216,46 @@ class TicTacToeTextAEC(AECEnv):
         return self._observations[agent]
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        if seed is not None or self._np_random is None:
-            self._np_random, _ = seeding.np_random(seed)
         options = dict(options or {})
+        unknown = set(options) - {"first_player", "board"}
+        if unknown:
+            # TicTacToe-v0 refuses them; PettingZoo's own API test requires that reset accept
+            # any options (api_test resets with {"options": 1}), so here they are ignored, but
+            # never silently.
+            warnings.warn(
+                f"Unknown reset options {sorted(unknown)[:5]} ignored; the twin reads only "
+                "'first_player' and 'board'",
+                UserWarning,
+                stacklevel=2,
+            )
+        start = check_start_board(options.get("board"), None)
         first = check_choice(
             "first_player", options.get("first_player", self.first_player), FIRST_PLAYERS
         )
+        # Seeded only once every option passed: a refused reset has no effect at all.
+        if seed is not None or self._np_random is None:
+            self._np_random, _ = seeding.np_random(seed)
         if first == "random":
             first = SEATS[int(self._np_random.integers(2))]
         second = SEATS[1 - SEATS.index(first)]
         self._marks = {first: "X", second: "O"}
-        self._board = B.EMPTY_BOARD
+        self._board = B.EMPTY_BOARD if start is None else start
         self.agents = list(SEATS)
         self.rewards = dict.fromkeys(SEATS, 0.0)
         self._cumulative_rewards = dict.fromkeys(SEATS, 0.0)
         self.terminations = dict.fromkeys(SEATS, False)
         self.truncations = dict.fromkeys(SEATS, False)
         self._actions_taken = dict.fromkeys(SEATS, 0)
-        self._news = {first: [new_game_sentence("X")], second: [new_game_sentence("O")]}
+        mover = B.to_move(self._board)
+        if start is None:
+            self._news = {first: [new_game_sentence("X")], second: [new_game_sentence("O")]}
+        else:
+            self._news = {
+                seat: [start_position_sentence(mark, to_move=mark == mover)]
+                for seat, mark in self._marks.items()
+            }
         self._opponent_moves = dict.fromkeys(SEATS)
-        self.agent_selection = first
+        self.agent_selection = first if mover == "X" else second
         self.infos = {}
         for seat in SEATS:
             mark = self._marks[seat]

@@ -147,10 +147,12 @@ def new_game_sentence(mark: str) -> str:
     return f"A new game begins. You play {mark}."
 
 
-def start_position_sentence(mark: str) -> str:
+def start_position_sentence(mark: str, to_move: bool = True) -> str:
     """The first news of a game started from a given position (``reset(options={"board":
-    ...})``): ``"A game continues from this position. You play O and it is your move."``."""
-    return f"A game continues from this position. You play {mark} and it is your move."
+    ...})``): ``"A game continues from this position. You play O and it is your move."``
+    (``to_move=False``, for the PettingZoo twin's waiting seat: without the last clause)."""
+    turn = " and it is your move" if to_move else ""
+    return f"A game continues from this position. You play {mark}{turn}."
 
 
 def played_sentence(move: int) -> str:

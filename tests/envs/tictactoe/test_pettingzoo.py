@@ -425,3 +425,68 @@ def test_an_over_long_action_is_invalid_and_not_read(style):
     assert info["invalid_action"] is True and info["invalid_reason"] == "too_long"
     assert aec.agent_selection == seat and aec.board == B.EMPTY * 9  # unchanged, same seat
     assert len(aec.observe(seat)) <= aec.observation_space(seat).max_length
+
+
+# --- reset options: honoured or refused exactly as TicTacToe-v0 (issue 52 item 7) ---------
+
+HOSTILE_OPTIONS = [
+    {"board": "garbage"},
+    {"board": "X" * 1_000_000},
+    {"board": "XXXXXXXXX"},
+    {"board": "XXX.OO..."},
+    {"board": 5},
+    {"board": ["X"] * 9},
+    {"board": "XOXOXOOXO"},  # full
+]
+
+
+@pytest.mark.parametrize("options", HOSTILE_OPTIONS, ids=lambda o: repr(o)[:30])
+def test_the_twin_refuses_the_boards_the_single_agent_env_refuses(options):
+    with pytest.raises(ValueError) as single:
+        TicTacToeEnv().reset(seed=0, options=options)
+    twin = tictactoe_text_v0.env()
+    with pytest.raises(ValueError) as paired:
+        twin.reset(seed=0, options=options)
+    assert str(paired.value) == str(single.value)
+    assert len(str(paired.value)) < 400  # a bounded excerpt of the input
+    twin.reset(seed=0)  # a refused reset leaves the twin usable
+    twin.step("<move>4</move>")
+    assert twin.infos[twin.agent_selection]["board"] == "....X...."
+
+
+@pytest.mark.parametrize("options", [{"nope": 1}, {"agent_mark": "X"}, {"opponent": "random"}])
+def test_the_twin_warns_of_options_it_does_not_have(options):
+    # PettingZoo's api_test resets with {"options": 1}, so the twin cannot refuse them as
+    # TicTacToe-v0 does; it never ignores them silently.
+    twin = tictactoe_text_v0.env()
+    with pytest.warns(UserWarning, match="Unknown reset options"):
+        twin.reset(seed=0, options=options)
+    assert twin.infos[twin.agent_selection]["board"] == B.EMPTY_BOARD
+
+
+@pytest.mark.parametrize("board", ["XO.......", "XO.X.O...", "X........"])
+@pytest.mark.parametrize("first", ["player_0", "player_1"])
+def test_the_twin_starts_from_a_board_option_as_the_single_agent_env(board, first):
+    twin = tictactoe_text_v0.env()
+    twin.reset(seed=3, options={"board": board, "first_player": first})
+    mover = B.to_move(board)
+    seat = twin.agent_selection
+    assert twin.infos[seat]["board"] == board and twin.infos[seat]["agent_mark"] == mover
+    assert (seat == first) == (mover == "X")
+    single_obs, _ = TicTacToeEnv().reset(seed=3, options={"board": board})
+    assert twin.observe(seat) == single_obs  # the mover sees what a TicTacToe-v0 agent sees
+    waiting = next(s for s in twin.agents if s != seat)
+    assert "it is your move" not in twin.observe(waiting)
+
+
+def test_a_refused_reset_of_the_single_agent_env_has_no_effect():
+    # Options are checked before the env is reseeded, so the next unseeded reset continues the
+    # seeded stream as if the refused call had not happened.
+    touched, untouched = TicTacToeEnv(agent_mark="random"), TicTacToeEnv(agent_mark="random")
+    for env in (touched, untouched):
+        env.reset(seed=11)
+    with pytest.raises(ValueError):
+        touched.reset(seed=99, options={"board": "garbage"})
+    for _ in range(5):
+        assert touched.reset()[1]["agent_mark"] == untouched.reset()[1]["agent_mark"]
+        assert touched.reset()[0] == untouched.reset()[0]
