@@ -18,10 +18,15 @@ __all__ = ["served"]
 
 
 @contextlib.contextmanager
-def served(make_env: Callable[[], gym.Env], env_id: str, settings: ServeSettings) -> Iterator[str]:
+def served(
+    make_env: Callable[[], gym.Env],
+    env_id: str,
+    settings: ServeSettings,
+    recipe: dict | None = None,
+) -> Iterator[str]:
     """Serve ``make_env``'s envs; yield the base URL ``http://127.0.0.1:PORT``."""
     probe = make_env()
-    app = create_server_app(make_env, probe, env_id, settings)
+    app = create_server_app(make_env, probe, env_id, settings, recipe)
     max_size = ws_max_size(probe.action_space)
     probe.close()
     sock = socket.socket()

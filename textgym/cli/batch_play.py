@@ -43,6 +43,7 @@ from textgym.policies.gold import GOLD_INFO_KEY
 from textgym.progress import EpisodeProgress
 from textgym.results import hold_interrupts
 from textgym.rollout import Trajectory, iter_rollout
+from textgym.serving.client import RemoteEnvError
 
 __all__ = [
     "BatchPlayConfig",
@@ -304,6 +305,8 @@ def play(
                 played.error = f"cannot write {exc.filename}: {exc.strerror}"
                 played.endpoint = False
                 held.clear()  # not saved: the summary counts what the file holds
+            if played.error is None and isinstance(exc, RemoteEnvError):
+                played.error, played.endpoint = one_line(exc), False  # an env server failed
             if played.error is None and isinstance(exc, NonFiniteError):
                 played.error, played.endpoint = one_line(exc), False
             if played.error is None:

@@ -41,6 +41,9 @@ class EvalConfig(BatchPlayConfig):
     overwrite: bool = False
     """Replace the results already in --output-dir (its summary.json, trajectories.jsonl and
     per_task.jsonl)."""
+    env_url: tuple[str, ...] = ()
+    """Play the episodes on env servers (textgym serve ENV_ID, same --env-kwargs and
+    --wrappers), e.g. http://host:8000; several URLs share the episodes."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -58,6 +61,15 @@ def run(config: EvalConfig) -> int:
     without ``--overwrite`` (:mod:`textgym.cli.outputs`).
     """
     plan = batch_play.setup(config)
+    if config.env_url:
+        from textgym.serving.client import remote_env_factory
+
+        recipe = {
+            "env_id": config.env_id,
+            "env_kwargs": json.loads(json.dumps(config.env_kwargs)),
+            "wrappers": list(config.wrappers),
+        }
+        plan.make_env = remote_env_factory(config.env_url, recipe)
     if config.output_dir is None:
         return _run(config, plan, None)
     out = Path(config.output_dir)
