@@ -338,6 +338,9 @@ def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
 
     Returns:
         The path written.
+
+    Raises:
+        OutputWriteError: it cannot be written (a full disk); no run.json is left.
     """
     import dataclasses
     import platform
@@ -346,6 +349,7 @@ def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
     from datetime import datetime, timezone
 
     import textgym
+    from textgym.results import write_atomic
 
     try:
         commit = (
@@ -384,5 +388,6 @@ def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
     }
     path = Path(out_dir) / "run.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    # In one step: a full disk leaves no run.json (never an empty one), in one error line.
+    write_atomic(path, json.dumps(record, indent=2, default=str) + "\n", keeps="no run started")
     return path

@@ -59,3 +59,8 @@ class EndpointError(TextgymError):
 class OutputWriteError(TextgymError, OSError):
     """A result file that cannot be written (a full disk, no permission); what the file
     already holds is whole records. Exit status 1."""
+
+    def __str__(self) -> str:
+        # Made with one message (textgym.results.write_failure), it is the message, whatever
+        # errno and strerror were set to afterwards.
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()

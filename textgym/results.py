@@ -33,6 +33,9 @@ __all__ = [
     "default_file_mode",
     "hold_interrupts",
     "open_jsonl",
+    "unshare",
+    "write_atomic",
+    "write_failure",
     "write_json",
     "write_lines",
 ]
@@ -198,12 +201,84 @@ def apply_umask(path: Path) -> None:
         file.chmod(mode)
 
 
-def write_json(path: Path, value: Any) -> None:
-    """Write ``value`` as indented JSON to ``path`` in one step (temporary file, then replace).
+def write_failure(exc: OSError, path: Path, keeps: str) -> OutputWriteError:
+    """The one-line error for ``exc``, met while writing ``path``: the file, the operating
+    system's reason, what is kept, and the fix. ``errno``, ``strerror`` and ``filename`` are
+    the failure's, as for any ``OSError``.
 
-    The file gets the user's umask (:func:`default_file_mode`), not ``mkstemp``'s ``0o600``.
+    Args:
+        exc: The failure (``ENOSPC``: the disk is full).
+        path: The file being written.
+        keeps: What is still whole, in words (``"the earlier report.html is unchanged"``).
     """
-    write_lines(path, [json.dumps(value, indent=2)])
+    reason = exc.strerror or str(exc)
+    error = OutputWriteError(
+        f"cannot write {path}: {reason}; {keeps}; free some space (or fix the cause) and run again"
+    )
+    error.errno, error.strerror, error.filename = exc.errno, reason, str(path)
+    return error
+
+
+def write_atomic(path: Path, data: str | bytes, *, keeps: str | None = None) -> None:
+    """Replace the file ``path`` with ``data`` in one step: written to a temporary file beside
+    it (``.NAME.XXXXXXXX.tmp``), flushed to disk, then renamed over it (``os.replace``).
+
+    So a reader, a crash or a full disk sees the old file whole or the new one whole, never
+    half of one; a hard link to the old file elsewhere keeps the old bytes (the name gets a new
+    file, the other name is never written into); a symbolic link is followed (the file it names
+    is replaced). A new file gets the user's umask (:func:`default_file_mode`, not
+    ``mkstemp``'s ``0o600``); a replaced one keeps its permission bits. Text is UTF-8 (bytes
+    that are not are replaced).
+
+    Args:
+        path: The file to write.
+        data: Its whole content.
+        keeps: What the error says is kept (default: the earlier file, or that none was made).
+
+    Raises:
+        OutputWriteError: the file cannot be written (a full disk, no permission, a folder
+            that is not there): one line naming it; the temporary file is removed and ``path``
+            is as it was.
+    """
+    target = Path(os.path.realpath(path))
+    body = data.encode("utf-8", errors="replace") if isinstance(data, str) else data
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        mode = default_file_mode()
+    temporary: str | None = None
+    failure: OSError | None = None
+    try:
+        handle, temporary = tempfile.mkstemp(
+            dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
+        )
+        with os.fdopen(handle, "wb") as fh:
+            os.fchmod(fh.fileno(), mode)
+            fh.write(body)
+            fh.flush()
+            os.fsync(fh.fileno())  # a full disk can answer only here (delayed allocation)
+        os.replace(temporary, target)
+        temporary = None
+    except OSError as exc:
+        failure = exc
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+    if failure is not None:  # raised outside the except: one error, not a chain
+        if keeps is None:
+            keeps = f"the earlier {path.name} is unchanged" if target.exists() else "none made"
+        raise write_failure(failure, path, keeps)
+
+
+def write_json(path: Path, value: Any, *, keeps: str | None = None) -> None:
+    """Write ``value`` as indented JSON to ``path`` in one step (:func:`write_atomic`).
+
+    Raises:
+        OutputWriteError: as :func:`write_atomic`.
+        TypeError, ValueError: ``value`` is not JSON (nothing written).
+    """
+    write_atomic(path, json.dumps(value, indent=2) + "\n", keeps=keeps)
 
 
 def write_lines(path: Path, lines: Iterable[str]) -> int:
@@ -227,6 +302,23 @@ def write_lines(path: Path, lines: Iterable[str]) -> int:
         Path(temporary).unlink(missing_ok=True)
         raise
     return count
+
+
+def unshare(path: Path) -> None:
+    """Give ``path`` a file of its own if it has other names (hard links): its bytes are copied
+    to a new file that replaces it (:func:`write_atomic`), so what is appended to it later never
+    reaches the other names. A file with one name, or none, is left as it is.
+
+    Raises:
+        OutputWriteError: the copy cannot be written (a full disk): ``path`` is as it was.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        keeps = f"{path} is unchanged (still a hard link, not written to)"
+        write_atomic(path, path.read_bytes(), keeps=keeps)
 
 
 class JsonlWriter:
@@ -280,14 +372,19 @@ class JsonlWriter:
 
 
 @contextlib.contextmanager
-def open_jsonl(path: Path) -> Iterator[JsonlWriter]:
+def open_jsonl(path: Path, *, fresh: bool = False) -> Iterator[JsonlWriter]:
     """Open ``path`` (truncated, unbuffered) for :class:`JsonlWriter`; on leaving, cut any
     half-written line.
+
+    With ``fresh`` an existing file is unlinked first and a new one made: a hard link to it
+    elsewhere keeps its bytes (``eval --overwrite`` never writes into another name).
 
     Raises:
         OSError: the file cannot be opened, or a record cannot be written (see
             :meth:`JsonlWriter.write`).
     """
+    if fresh:
+        path.unlink(missing_ok=True)
     with open(path, "wb", buffering=0) as fh:
         writer = JsonlWriter(fh, path)
         try:

@@ -87,7 +87,7 @@ def _run(config: EvalConfig, plan: batch_play.Setup, out_dir: Path | None) -> in
             # The old summary and per-task rows describe trajectories about to be overwritten.
             (out_dir / "summary.json").unlink(missing_ok=True)
             (out_dir / "per_task.jsonl").unlink(missing_ok=True)
-            sink = stack.enter_context(open_jsonl(out_dir / "trajectories.jsonl"))
+            sink = stack.enter_context(open_jsonl(out_dir / "trajectories.jsonl", fresh=True))
 
         def keep(index: int, traj: Trajectory) -> None:
             if sink is not None:

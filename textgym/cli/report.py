@@ -19,6 +19,7 @@ import tyro
 
 from textgym.cli.usage import UsageError
 from textgym.data import file_kind
+from textgym.errors import OutputWriteError
 from textgym.report import DEFAULT_MAX_EPISODES, NotARunError, write_report
 from textgym.results import check_file
 
@@ -59,6 +60,8 @@ def run(config: ReportConfig) -> int:
         runs = write_report(config.runs, out, max_episodes=config.max_episodes, title=config.title)
     except NotARunError as exc:
         raise UsageError(str(exc)) from None
+    except OutputWriteError:  # a full disk: one line (exit 1), the earlier page unchanged
+        raise
     except (ValueError, OSError) as exc:
         raise UsageError(f"report: {exc}") from None
     episodes = sum(len(r.episodes) for r in runs)

@@ -19,6 +19,7 @@ from pathlib import Path
 from textgym.checks import check_int
 from textgym.report.page import render_page
 from textgym.report.runs import Interner, NotARunError, Run, load_run
+from textgym.results import write_atomic
 
 __all__ = [
     "DEFAULT_MAX_EPISODES",
@@ -92,9 +93,11 @@ def write_report(
 
     Raises:
         NotARunError, ValueError: as :func:`build_report`.
-        OSError: ``output`` cannot be written.
+        OutputWriteError: ``output`` cannot be written (a full disk): the earlier page is
+            unchanged (:func:`textgym.results.write_atomic`).
     """
     page, runs = build_report(run_paths, max_episodes=max_episodes, title=title)
-    # errors="replace": a run directory's name may hold bytes that are not UTF-8.
-    Path(output).write_text(page, encoding="utf-8", errors="replace")
+    # In one step (a full disk keeps the old page whole); a name's bytes that are not UTF-8
+    # are replaced.
+    write_atomic(Path(output), page)
     return runs
