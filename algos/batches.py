@@ -419,7 +419,10 @@ def shared_prefix_hidden(decoder: Any, batch: TokenBatch) -> tuple[torch.Tensor,
     cache.batch_select_indices(rows)  # keys [B, h, P, d], still in the graph
     suffix = decoder(
         input_ids=batch.input_ids[:, prefix:],  # [B, L-1-P]
-        attention_mask=_padding_mask(batch),  # [B, L-1] or None: prefix columns are all real
+        # [B, L-1]: prefix columns are all real tokens. Kept on a right-padded batch too,
+        # though not needed: without it transformers' offset causal mask ran slower on the CPU
+        # (14.8 s against 10.5 s, median of 4 alternating updates, tiny, 32 episodes).
+        attention_mask=batch.attention_mask,
         use_cache=True,
         **{cache_kwarg(decoder): cache},  # the keyword this transformers takes, no warning
     ).last_hidden_state  # [B, L-1-P, H]
