@@ -222,6 +222,39 @@ def test_cli_eval_and_collect_write_every_file_despite_a_lone_surrogate(server, 
     capsys.readouterr()
 
 
+def _tool_call_with_a_lone_surrogate(form: str) -> Callable[[dict], _Reply]:
+    """A reply whose tool call's arguments hold the escape of half an emoji, as models emit:
+    as structured ``tool_calls``, or as a ``<tool_call>`` block in the text."""
+    arguments = '{"query": "Party \\ud83d"}'  # the JSON text the model wrote
+    if form == "structured":
+        call = {"id": "c1", "type": "function"}
+        call["function"] = {"name": "email_search_emails", "arguments": arguments}
+        return lambda request: _Reply(_chat(None, tool_calls=[call]))
+    block = '<tool_call>{"name": "email_search_emails", "arguments": ' + arguments + "}</tool_call>"
+    return lambda request: _Reply(_chat(block))
+
+
+@pytest.mark.parametrize("form", ["structured", "text"])
+@pytest.mark.parametrize("tool_format", ["native", "text"])
+def test_eval_survives_a_tool_call_holding_a_lone_surrogate_escape(
+    server, tmp_path, capsys, form, tool_format
+):
+    # The audit's case: the second request crashed with UnicodeEncodeError, leaving
+    # trajectories.jsonl empty and no summary.
+    server.chat = _tool_call_with_a_lone_surrogate(form)
+    out = tmp_path / "e"
+    argv = ["eval", "textgym/EmailToolUse-v1", "--policy", "openai", "--base-url", server.url]
+    argv += ["--episodes", "2", "--no-progress", "--tool-format", tool_format]
+    assert main([*argv, "--output-dir", str(out)]) == 0
+    assert len(server.requests) > 2  # every episode went on past its first turn
+    for raw in server.requests:  # UTF-8 whose JSON holds no half of a character
+        assert not re.search("[\ud800-\udfff]", json.dumps(json.loads(raw), ensure_ascii=False))
+    assert json.loads((out / "summary.json").read_text())["episodes"] == 2
+    records = (out / "trajectories.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(records) == 2 and all(json.loads(line) for line in records)
+    capsys.readouterr()
+
+
 # --------------------------------------------------------------------------- misbehaving servers
 
 

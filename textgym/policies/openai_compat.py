@@ -62,7 +62,7 @@ from textgym.policies.openai_http import (
 )
 from textgym.policies.openai_messages import completion_from_response, model_ids
 from textgym.toolformat import chat_tools, to_chat_messages
-from textgym.types import Completion, Message
+from textgym.types import Completion, Message, sanitize_text
 
 __all__ = ["DEFAULT_MAX_REPLY_CHARS", "OpenAIPolicy", "cut_reply"]
 
@@ -70,6 +70,18 @@ __all__ = ["DEFAULT_MAX_REPLY_CHARS", "OpenAIPolicy", "cut_reply"]
 #: are ``UnicodeText(65536)``; ReverseText-v0's is at least that), past which an env reads
 #: nothing of an action.
 DEFAULT_MAX_REPLY_CHARS = 65_536
+
+
+def _encodable(value: Any) -> Any:
+    """``value`` (JSON-like: dicts, lists, strings) with every string passed through
+    :func:`~textgym.types.sanitize_text` (lone surrogates become U+FFFD)."""
+    if isinstance(value, str):
+        return sanitize_text(value)
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_encodable(v) for v in value]
+    return value
 
 
 def cut_reply(completion: Completion, max_chars: int) -> Completion:
@@ -296,9 +308,13 @@ class OpenAIPolicy:
         """Keyword arguments of the policy's ``number``-th ``chat.completions.create`` call."""
         tools = info.get("tools") if isinstance(info, Mapping) else None
         native = bool(tools) and self.tool_format == "native"
+        chat = to_chat_messages(messages) if native else [dict(m) for m in messages]
         request: dict[str, Any] = {
             "model": self.model,
-            "messages": to_chat_messages(messages) if native else [dict(m) for m in messages],
+            # Every string as UTF-8 can carry it: a tool call whose arguments the model wrote
+            # with a lone surrogate escape ("Party \\ud83d") parses into a str that no request
+            # body can encode (UnicodeEncodeError on the next request), and an env may echo it.
+            "messages": _encodable(chat),
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
