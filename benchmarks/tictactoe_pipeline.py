@@ -43,12 +43,15 @@ as mean return with its standard error.
 
     # CPU, the tiny model (what CI-sized hardware can do)
     python benchmarks/tictactoe_pipeline.py --model tiny --prompt-style compact
-    # CI: every stage with the tiny model and small sizes, in seconds
+    # CI: every stage with the tiny model and small sizes, in seconds (result in the work dir)
     python benchmarks/tictactoe_pipeline.py --smoke --work-dir /tmp/pipeline
     # the headline on a CUDA GPU: see benchmarks/gpu_suite.py
 
-The result goes to ``--output`` (default
-``benchmarks/results/tictactoe_pipeline_{model}_{device}.json``) and the plots beside it.
+The result goes to ``--output`` (default ``WORK/tictactoe_pipeline_{model}_{device}.json``;
+with ``--update-results``, ``benchmarks/results/``, which is read-only without it) and the plots
+into the folder beside it, which is replaced only when it is this script's (``_study_outputs``).
+An existing ``WORK/games.jsonl`` is replaced only by the same bytes, and ``WORK/sft`` only when
+it holds nothing but an earlier textgym run; bad arguments are one ``error:`` line, exit 2.
 """
 
 from __future__ import annotations
@@ -71,6 +74,15 @@ from _provenance import (
     machine_info,
     write_result,
 )  # sibling module of this script
+from _study_outputs import (
+    at_least,
+    check_results_write,
+    claim_sibling_dir,
+    clear_own_run,
+    one_line_errors,
+    own_record,
+    run_main,
+)
 from safetensors.torch import load_file, save_file
 
 import textgym  # noqa: F401
@@ -85,6 +97,7 @@ from textgym.envs.tictactoe.env import OPPONENTS
 from textgym.envs.tictactoe.expert import TIE_BREAKS
 from textgym.envs.tictactoe.opponent import OPTIMAL_STYLES
 from textgym.envs.tictactoe.parsing import is_answer
+from textgym.errors import SetupError
 from textgym.models import load_model
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import rollout
@@ -97,6 +110,8 @@ TRAIN_STRATA = 10
 #: Adapter files copied beside the result (the tokenizer is the base's; Gemma's is 33 MB).
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 EVAL_OPPONENTS = {"random": 1.0, "optimal": 0.0}
+#: What the report writes into the plots folder beside ``--output`` (paths inside it).
+PLOT_FILES = ("*/*.png", "*/metrics.jsonl", *(f"adapters/*/{f}" for f in ADAPTER_FILES))
 
 
 def stratum_probs(low: float, high: float) -> list[float]:
@@ -203,9 +218,15 @@ def stage_sft(args: argparse.Namespace, work: Path, device: torch.device) -> dic
     if args.sft_cover:
         records = covering_records(records)
     data = work / "games.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in records))
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if data.exists() and (not data.is_file() or data.read_bytes() != text.encode()):
+        raise SetupError(
+            f"{data} exists and is not the games this stage collects (same settings, same "
+            f"bytes); nothing was replaced: move it away or choose another --work-dir"
+        )
+    data.write_text(text)
     collect_s = time.perf_counter() - start
-    shutil.rmtree(work / "sft", ignore_errors=True)
+    clear_own_run(work / "sft", "--work-dir")
     config = sft.SFTConfig(
         data=str(data),
         model=args.model,
@@ -386,6 +407,11 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
                         "return_se": round(value["return"]["stderr"], 4),
                     }
                 )
+    if not table:
+        raise SetupError(
+            f"--stage report found no evaluation in --work-dir {work} (no "
+            f"{', '.join(s + '.json' for s in EVAL_STAGES)}); run the other stages first"
+        )
     print(
         f"{'stage':<14}{'eval':<18}"
         + "".join(f"{k:>15}" for k in table[0] if k not in ("stage", "eval"))
@@ -396,11 +422,16 @@ def stage_report(args: argparse.Namespace, work: Path, device: torch.device) -> 
             + "".join(f"{v:>15}" for k, v in row.items() if k not in ("stage", "eval"))
         )
     name = f"tictactoe_pipeline_{Path(args.model).name}_{device.type}"
-    output = (
-        Path(args.output) if args.output else REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
-    )
+    where = REPO_ROOT / "benchmarks" / "results" if args.update_results else work
+    output = Path(args.output) if args.output else where / f"{name}.json"
+    check_results_write(output, "--output", update_results=args.update_results)
+    if output.exists() and not (own_record(output, "tictactoe_pipeline") and output.is_file()):
+        raise SetupError(
+            f"--output {output} exists and is not a tictactoe_pipeline record; nothing was "
+            f"replaced: choose another --output"
+        )
     plots = output.with_suffix("")
-    shutil.rmtree(plots, ignore_errors=True)
+    claim_sibling_dir(plots, output, "tictactoe_pipeline", PLOT_FILES)
     for stage in ("sft", "grpo", "mastery"):
         if (work / stage / "plots").is_dir():
             shutil.copytree(work / stage / "plots", plots / stage)
@@ -445,7 +476,7 @@ def _probability_range(
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = one_line_errors(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("--model", default="tiny")
     parser.add_argument(
         "--stage",
@@ -454,7 +485,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="run one stage, or every stage whose result is missing",
     )
     parser.add_argument("--prompt-style", default="compact", choices=["full", "compact"])
-    parser.add_argument("--games", type=int, default=4000, help="expert games collected for SFT")
+    parser.add_argument(
+        "--games", type=at_least(1), default=4000, help="expert games collected for SFT"
+    )
     parser.add_argument(
         "--sft-expert",
         default="safe_best",
@@ -474,14 +507,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="keep only a covering subset of the games (collect.covering_records)",
     )
-    parser.add_argument("--sft-epochs", type=int, default=4)
+    parser.add_argument("--sft-epochs", type=at_least(1), default=4)
     parser.add_argument("--sft-lr", type=float, default=3e-3)
-    parser.add_argument("--sft-batch-size", type=int, default=16, help="games per SFT step")
-    parser.add_argument("--lora-rank", type=int, default=0, help="0: full fine-tuning")
+    parser.add_argument("--sft-batch-size", type=at_least(1), default=16, help="games per SFT step")
+    parser.add_argument("--lora-rank", type=at_least(0), default=0, help="0: full fine-tuning")
     parser.add_argument(
         "--cpu-bf16", action="store_true", help="bf16 autocast when training on an AMX/BF16 CPU"
     )
-    parser.add_argument("--grpo-steps", type=int, default=40)
+    parser.add_argument("--grpo-steps", type=at_least(1), default=40)
     parser.add_argument("--grpo-lr", type=float, default=5e-4)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
     _probability_range(
@@ -491,7 +524,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "random_move_prob range of GRPO opponents",
     )
     parser.add_argument(
-        "--mastery-steps", type=int, default=0, help="second GRPO phase, the league (0: none)"
+        "--mastery-steps",
+        type=at_least(0),
+        default=0,
+        help="second GRPO phase, the league (0: none)",
     )
     parser.add_argument(
         "--mastery-opponents",
@@ -519,24 +555,31 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=True,
         help="LoRA: train the GRPO adapter further (one adapter), or stack a new one on it",
     )
-    parser.add_argument("--mastery-groups-per-step", type=int, default=8)
+    parser.add_argument("--mastery-groups-per-step", type=at_least(1), default=8)
     parser.add_argument(
         "--agent-mark", default="random", choices=["X", "O", "random"], help="SFT, GRPO, eval"
     )
-    parser.add_argument("--groups-per-step", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--groups-per-step", type=at_least(1), default=8)
+    parser.add_argument("--group-size", type=at_least(2), default=8)
+    parser.add_argument("--micro-batch-size", type=at_least(1), default=16)
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=16)
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling (training, eval)")
-    parser.add_argument("--eval-episodes", type=int, default=500)
-    parser.add_argument("--eval-every", type=int, default=10, help="GRPO steps between evals")
-    parser.add_argument("--eval-every-episodes", type=int, default=64)
+    parser.add_argument("--eval-episodes", type=at_least(1), default=500)
+    parser.add_argument(
+        "--eval-every", type=at_least(0), default=10, help="GRPO steps between evals"
+    )
+    parser.add_argument("--eval-every-episodes", type=at_least(1), default=64)
     parser.add_argument("--eval-dtype", default="float32", help="weights during evaluation")
-    parser.add_argument("--batch-size", type=int, default=64, help="episodes in flight")
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="episodes in flight")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto")
     parser.add_argument("--work-dir", default="runs/pipeline")
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--output", default=None, help="default WORK/tictactoe_pipeline_*.json")
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="write into benchmarks/results/ (the default --output then): read-only without it",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -549,9 +592,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _checked(args: argparse.Namespace) -> torch.device:
+    """The device, after the checks ``argparse`` cannot make (probabilities, temperature).
+
+    Raises:
+        SetupError: a probability outside [0, 1], a range whose low end is above its high end,
+            a negative temperature, or a device torch does not know or does not have.
+    """
+    for flag in ("sft_opponent_random_move_prob", "opponent_random_move_prob"):
+        low, high = getattr(args, flag)
+        if not 0 <= low <= high <= 1:
+            name = "--" + flag.replace("_", "-")
+            raise SetupError(
+                f"expected {name} LOW HIGH with 0 <= LOW <= HIGH <= 1, got {low} {high}"
+            )
+    low, high = args.mastery_random_move_prob
+    if not 0 <= low <= high <= 1 or not 0 <= args.mastery_start_board_prob <= 1:
+        raise SetupError(
+            "expected --mastery-random-move-prob and --mastery-start-board-prob in [0, 1]"
+        )
+    if not args.temperature >= 0:
+        raise SetupError(f"expected --temperature >= 0, got {args.temperature}")
+    try:
+        return resolve_device(args.device)
+    except (RuntimeError, ValueError) as exc:
+        text = " ".join(str(exc).split())[:200]
+        raise SetupError(
+            f"expected --device auto, cpu, cuda or cuda:N, got {args.device[:40]!r} ({text})"
+        ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    device = resolve_device(args.device)
+    device = _checked(args)
     work = Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     for stage in STAGES if args.stage == "all" else (args.stage,):
@@ -571,4 +644,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))
