@@ -119,3 +119,24 @@ def test_report_on_a_full_disk_is_one_line_and_keeps_the_old_page(
     assert page.read_text() == "<p>old report</p>"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.html", "run"]
     assert json.loads((run / "summary.json").read_text())["episodes"] == 2
+
+
+@pytest.mark.parametrize("leftover", [False, True])
+def test_overwrite_never_deletes_a_user_folder_named_like_the_trash(tmp_path, leftover):
+    from textgym.cli.outputs import clear_run_dir
+    from textgym.cli.usage import UsageError
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "run.json").write_text("{}\n")
+    trash = out / ".textgym-overwrite.tmp"
+    trash.mkdir()
+    (trash / "photo.jpg").write_bytes(b"jpeg")
+    if leftover:  # what a killed --overwrite leaves is textgym's, and deleted
+        (trash / ".textgym-trash").touch()
+        clear_run_dir(out, "--output-dir")
+        assert list(out.iterdir()) == []
+        return
+    with pytest.raises(UsageError, match="did not write"):
+        clear_run_dir(out, "--output-dir")
+    assert (trash / "photo.jpg").read_bytes() == b"jpeg" and (out / "run.json").exists()

@@ -56,6 +56,9 @@ DIR_LOCK = ".textgym.lock"
 #: Where :func:`clear_run_dir` moves an earlier run before deleting it (a run killed while
 #: deleting leaves it, and the next ``--overwrite`` deletes it).
 _TRASH = ".textgym-overwrite.tmp"
+#: The file :func:`clear_run_dir` puts in the trash folder first: a folder of that name without
+#: it is not textgym's (a user's folder of the same name is refused, never deleted).
+_TRASH_MARK = ".textgym-trash"
 
 #: The results ``eval --output-dir`` writes (and replaces on ``--overwrite``).
 _EVAL_FILES = ("summary.json", "trajectories.jsonl", "per_task.jsonl")
@@ -300,7 +303,7 @@ def _foreign(path: Path, rel: str, *, trainer_run: bool) -> tuple[str, str] | No
             return rel, "not a regular file"
         return None if _textgym_file(path, top=True, trainer_run=trainer_run) else (rel, "a file")
     if name == _TRASH:
-        return None
+        return None if (path / _TRASH_MARK).is_file() else (rel, "a folder")
     allowed: dict[str, tuple[str, ...]] = {
         "plots": ("*.png",),
         "tensorboard": ("events.out.tfevents.*",),
@@ -418,6 +421,7 @@ def clear_run_dir(directory: Path, flag: str) -> None:
         if not names:
             return
         trash.mkdir()
+        (trash / _TRASH_MARK).touch()
         for name in names:
             os.rename(directory / name, trash / name)
             moved.append(name)
@@ -426,6 +430,7 @@ def clear_run_dir(directory: Path, flag: str) -> None:
             with contextlib.suppress(OSError):
                 os.rename(trash / name, directory / name)
         with contextlib.suppress(OSError):
+            (trash / _TRASH_MARK).unlink(missing_ok=True)
             trash.rmdir()
         raise UsageError(
             f"cannot clear {flag} {directory} for --overwrite ({_reason(exc)}); nothing was "
