@@ -174,3 +174,18 @@ def test_hostile_transport_the_server_lives() -> None:
         schema = httpx.get(f"{url}/schema", timeout=5).json()
         text = schema["action"]["properties"]["text"]
         assert text["maxLength"] == gym.make("textgym/TicTacToe-v0").action_space.max_length
+
+
+def test_an_idle_session_is_freed_and_then_errors() -> None:
+    settings = ServeSettings(max_sessions=2, idle_timeout=1.0, step_timeout=0.5)
+    with served(lambda: gym.make("textgym/TicTacToe-v0"), "ttt", settings) as url:
+        client = GenericEnvClient(base_url=url).sync()
+        with client:
+            client.reset(seed=0)
+            assert _health(url)["active_sessions"] == 1
+            deadline = time.monotonic() + 15  # OpenEnv's reaper looks every 5 s at least
+            while _health(url)["active_sessions"] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert _health(url)["active_sessions"] == 0
+            with pytest.raises(RuntimeError, match="idle-timeout"):
+                client.step({"text": "<move>4</move>"})

@@ -213,7 +213,7 @@ def environment_class() -> type:
             return self._observation(text, 0.0, False, False, info)
 
         async def step_async(self, action, timeout_s=None, **kwargs):
-            if not self._live:
+            if not self._live and not self._closed:
                 raise HTTPException(
                     409,
                     "step before reset: reset this session first (over HTTP, /step has no "
