@@ -201,7 +201,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
         with torch.profiler.record_function("grpo.rollout"):
             if config.dynamic_sampling_rounds:
                 sampled = sample_groups(
-                    lambda r: _play_round(run, step, r),
+                    lambda r: play_round(run, step, r),
                     config.groups_per_step,
                     config.group_size,
                     config.dynamic_sampling_rounds,
@@ -209,7 +209,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
                 )
                 trajectories, played, opponents = sampled.batch, sampled.played, sampled.opponents
             else:
-                trajectories, opponents = _play_round(run, step, 0)
+                trajectories, opponents = play_round(run, step, 0)
                 played = trajectories
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
@@ -496,7 +496,7 @@ def _optimizer_step(
     sums = torch.zeros(len(_SUMS) + 1, dtype=torch.float64, device=learner.device)
     for (mb, adv), old_logp, ref_logp in zip(micro, old, ref):
         loss_inputs = (mb, adv, old_logp, ref_logp)
-        _backward(learner, loss_inputs, sums, normalizer=normalizer, measure_gap=measure_gap)
+        backward(learner, loss_inputs, sums, normalizer=normalizer, measure_gap=measure_gap)
     totals, norm, stepped = _step(learner, sums)
     tokens = max(totals["tokens"], 1.0)
     gap = {"sampler_logprob_gap": totals["gap"] / tokens} if measure_gap else {}
@@ -512,7 +512,7 @@ def _optimizer_step(
     }
 
 
-def _backward(
+def backward(
     learner: Learner,
     loss_inputs: tuple[TokenBatch, torch.Tensor, torch.Tensor | None, torch.Tensor | None],
     sums: torch.Tensor,
@@ -956,7 +956,7 @@ def _any_rank(flags: list[bool], ctx: DistributedContext) -> list[bool]:
     return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
 
 
-def _play_round(run: _Run, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:
+def play_round(run: _Run, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:
     """Rollout round ``round_`` of step ``step`` (0: the step's own groups; more with dynamic
     sampling), with the league's draw of one style per group (the same on every rank)."""
     config = run.learner.config

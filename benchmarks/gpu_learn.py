@@ -128,6 +128,7 @@ def install_wheels(folder: Path, site: Path) -> list[str]:
 def _pipeline(stage: str, work: Path, options: str, grpo_minutes: float) -> list[str]:
     command = [PY, str(BENCH / "tictactoe_pipeline.py"), "--stage", stage, *shlex.split(options)]
     command += ["--work-dir", str(work), "--output", str(work / "pipeline.json")]
+    command.append("--update-results")  # RESULTS/work may lie under benchmarks/results
     return [*command, "--grpo-time-limit", f"{grpo_minutes:.2f}"]
 
 

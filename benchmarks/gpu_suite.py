@@ -91,6 +91,7 @@ class Part:
 def _pipeline_args(results: Path, smoke: bool) -> list[str]:
     work = ["--work-dir", str(results / "pipeline-work")]
     work += ["--output", str(results / "tictactoe_pipeline.json")]
+    work.append("--update-results")  # the suite's records folder may lie under benchmarks/results
     if smoke:
         return [*work, "--smoke", "--mastery-steps", "1"]
     return [

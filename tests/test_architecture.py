@@ -336,6 +336,6 @@ def test_the_grpo_loop_and_one_update_read_top_to_bottom_in_one_file():
     (CleanRL's single-file reading), so a reader follows a step without leaving the file."""
     tree = ast.parse((ROOT / "algos" / "grpo.py").read_text())
     order = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    step = ["train", "_train_step", "update", "_optimizer_step", "_backward", "_step"]
+    step = ["train", "_train_step", "update", "_optimizer_step", "backward", "_step"]
     assert all(name in order for name in step), sorted(set(step) - set(order))
     assert [order.index(name) for name in step] == sorted(order.index(name) for name in step)

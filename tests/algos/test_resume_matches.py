@@ -89,7 +89,7 @@ def sigterm_in(monkeypatch, name: str, call: int) -> list[int]:
 
 #: (phase, the function of grpo the signal lands in, which call of it, extra arguments). The
 #: evaluations are calls of ``evaluate``: 1 before training, 2 after step 1, ...; the final one
-#: is call 4. ``_play_round`` is called once per rollout round (dynamic sampling's included).
+#: is call 4. ``play_round`` is called once per rollout round (dynamic sampling's included).
 PHASES = [
     ("rollout", "rollout_step", 2, ()),
     ("update", "update", 2, ()),
@@ -97,10 +97,10 @@ PHASES = [
     ("evaluation", "evaluate", 3, ()),
     ("final evaluation", "evaluate", 4, ()),
     ("evaluation before training", "evaluate", 1, ()),
-    ("dynamic sampling round", "_play_round", 3, ("--dynamic-sampling-rounds", "3")),
+    ("dynamic sampling round", "play_round", 3, ("--dynamic-sampling-rounds", "3")),
     (
         "dynamic sampling round, not saved",
-        "_play_round",
+        "play_round",
         3,
         ("--dynamic-sampling-rounds", "3", "--save-every", "0"),
     ),
@@ -145,8 +145,8 @@ FLAT = [
 
 def test_the_time_limit_ends_a_step_of_flat_groups_within_one_round(tmp_path, monkeypatch, capsys):
     rounds = []
-    play, real = grpo._play_round, grpo.time.perf_counter
-    monkeypatch.setattr(grpo, "_play_round", lambda *a: rounds.append(a[2]) or play(*a))
+    play, real = grpo.play_round, grpo.time.perf_counter
+    monkeypatch.setattr(grpo, "play_round", lambda *a: rounds.append(a[2]) or play(*a))
     # An hour later once two rounds are played: the check before the third one stops the step.
     monkeypatch.setattr(grpo.time, "perf_counter", lambda: real() + 3600 * (len(rounds) >= 2))
     run = tmp_path / "run"

@@ -246,7 +246,7 @@ def test_no_host_read_inside_a_micro_batch(
     learner = learner_for(copy.deepcopy(model).train(), config)
     learner.reference = copy.deepcopy(model).eval() if config.beta else None
     reads, passes = HostReads(), []
-    backward, tolist = grpo._backward, torch.Tensor.tolist
+    backward, tolist = grpo.backward, torch.Tensor.tolist
 
     def no_tolist(self):  # tolist reads without going through the dispatcher
         reads.seen.append("tolist")
@@ -258,7 +258,7 @@ def test_no_host_read_inside_a_micro_batch(
             patch.setattr(torch.Tensor, "tolist", no_tolist)
             return backward(*args, **kwargs)
 
-    monkeypatch.setattr(grpo, "_backward", watched)
+    monkeypatch.setattr(grpo, "backward", watched)
     metrics = grpo.update(learner, trajs)
     assert metrics["skipped_update"] == 0.0 and metrics["loss_tokens"] > 0
     assert len(passes) >= 2 * config.num_iterations  # several micro-batches per step
