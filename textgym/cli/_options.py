@@ -18,6 +18,7 @@ __all__ = [
     "DEFAULT_EPISODES",
     "DEFAULT_MODEL",
     "EnvOptions",
+    "EnvUrlOptions",
     "EpisodeOptions",
     "ModelOptions",
     "PolicyOptions",
@@ -40,6 +41,15 @@ def split_list(values: tuple[str, ...] | None) -> list[str] | None:
     if values is None:
         return None
     return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
+@dataclass(kw_only=True)
+class EnvUrlOptions:
+    """Where the episodes are played: in this process, or on env servers."""
+
+    env_url: tuple[str, ...] = ()
+    """Play the episodes on env servers (textgym serve ENV_ID, same --env-kwargs and
+    --wrappers), e.g. http://host:8000; several URLs share the episodes."""
 
 
 @dataclass(kw_only=True)

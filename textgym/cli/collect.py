@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from textgym.cli import batch_play, building
+from textgym.cli._options import EnvUrlOptions
 from textgym.cli.batch_play import BatchPlayConfig
 from textgym.cli.outputs import claim_file
 from textgym.cli.usage import UsageError
@@ -27,7 +28,7 @@ __all__ = ["CollectConfig", "default_output", "env_stem", "run"]
 
 
 @dataclasses.dataclass(kw_only=True)
-class CollectConfig(BatchPlayConfig):
+class CollectConfig(BatchPlayConfig, EnvUrlOptions):
     """Play episodes and write chat-format JSONL for SFT."""
 
     output: str | None = None
@@ -58,6 +59,12 @@ def run(config: CollectConfig) -> int:
     except ValueError as exc:
         raise UsageError(f"--filter: {exc}") from None
     plan = batch_play.setup(config)
+    if config.env_url:
+        from textgym.serving.client import served_env_factory
+
+        plan.make_env = served_env_factory(
+            config.env_url, config.env_id, config.env_kwargs, config.wrappers
+        )
     if config.output is None:
         config.output = default_output(config.env_id)
     with claim_file(Path(config.output), "--output", overwrite=config.overwrite) as out:

@@ -23,7 +23,7 @@ import gymnasium as gym
 from textgym.errors import TextgymError
 from textgym.spaces import UnicodeText
 
-__all__ = ["RemoteEnvError", "RemoteTextEnv", "remote_env_factory"]
+__all__ = ["RemoteEnvError", "RemoteTextEnv", "remote_env_factory", "served_env_factory"]
 
 
 class RemoteEnvError(TextgymError):
@@ -138,3 +138,23 @@ def remote_env_factory(urls: Sequence[str], recipe: dict[str, Any]) -> Callable[
         return env
 
     return make_env
+
+
+def served_env_factory(
+    urls: Sequence[str],
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    wrappers: Sequence[str],
+) -> Callable[[], gym.Env]:
+    """:func:`remote_env_factory` for the env a command names: its id, ``--env-kwargs`` and
+    ``--wrappers`` (the recipe ``textgym serve`` reports at ``/recipe``).
+
+    Raises:
+        RemoteEnvError: (when called) a server that serves another env or cannot be reached.
+    """
+    recipe = {
+        "env_id": env_id,
+        "env_kwargs": json.loads(json.dumps(env_kwargs)),  # as the server's JSON shows them
+        "wrappers": list(wrappers),
+    }
+    return remote_env_factory(urls, recipe)
