@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textgym.algos.metric_rows import METRICS_FILENAME, RESERVED_KEYS, read_metrics
+from textgym.errors import OutputWriteError
+from textgym.results import JsonlWriter, write_atomic, write_failure
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -125,6 +127,8 @@ def _open_summary_writer(log_dir: Path, purge_step: int | None = None) -> Any:
 
     Raises:
         ImportError: if torch or the ``tensorboard`` package is not installed.
+        OutputWriteError: the folder or its event file cannot be made (a full disk): one
+            line naming it.
     """
     try:
         import tensorboard  # noqa: F401  (torch's message for a missing package is vaguer)
@@ -135,7 +139,19 @@ def _open_summary_writer(log_dir: Path, purge_step: int | None = None) -> Any:
             f"ImportError ({exc}); fix: pip install tensorboard (and torch), or pass "
             f"tensorboard=False to log JSON Lines only"
         ) from exc
-    return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+    try:  # makes the folder and writes the event file's header now
+        return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
+    except OSError as exc:
+        failure = exc
+    raise _write_failure(failure, log_dir)  # outside the except: one error, not a chain
+
+
+def _write_failure(exc: OSError, path: Path) -> OutputWriteError:
+    """The one-line error of a metrics file or folder that cannot be written."""
+    if isinstance(exc, OutputWriteError):
+        return exc
+    keeps = f"the rows already in {METRICS_FILENAME} are whole"
+    return write_failure(exc, Path(exc.filename) if exc.filename else path, keeps)
 
 
 class _Tracker:
@@ -201,6 +217,8 @@ class MetricsLogger:
 
     Raises:
         FileExistsError: if ``metrics.jsonl`` exists, is not empty and ``resume`` is False.
+        OutputWriteError: the file or the TensorBoard folder cannot be written (a full disk);
+            also from :meth:`log` (the row is cut off, the rows before it are whole).
         ImportError: if ``tensorboard`` is True and torch or tensorboard is not installed, or a
             tracker in ``report_to`` is not installed.
         ValueError: for a name in ``report_to`` outside :data:`REPORT_TO`.
@@ -238,7 +256,15 @@ class MetricsLogger:
         except BaseException:
             self.close()
             raise
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed by close())
+        self._file = self._open_rows()
+
+    def _open_rows(self) -> JsonlWriter:
+        """``metrics.jsonl``, opened to append whole rows (a hard link first gets its own file)."""
+        try:
+            return JsonlWriter.append(self.path)
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def tensorboard_dir(self) -> Path:
@@ -264,23 +290,32 @@ class MetricsLogger:
         step = _check_step(step)
         row = _build_row(step, stage, metrics)
         line = json.dumps({key: _json_value(value) for key, value in row.items()}, allow_nan=False)
-        self._file.write(line + "\n")
-        self._file.flush()
+        self._file.write(line)  # unbuffered; a row the disk has no room for is cut off
         if self._writer is not None:
             self._write_scalars(step, stage, row)
         for tracker in self._trackers:
             tracker.log(step, _tags(stage, row))
 
     def _write_scalars(self, step: int, stage: str, row: Mapping[str, Any]) -> None:
-        """Send the finite metric values of ``row`` to TensorBoard as ``"{stage}/{key}"``."""
-        for tag, value in _tags(stage, row).items():
-            self._writer.add_scalar(tag, value, step)
-        self._writer.flush()
+        """Send the finite metric values of ``row`` to TensorBoard as ``"{stage}/{key}"``.
+
+        Raises:
+            OutputWriteError: the event file cannot be written (a full disk).
+        """
+        failure: OSError | None = None
+        try:  # the writer's thread raises its write errors here
+            for tag, value in _tags(stage, row).items():
+                self._writer.add_scalar(tag, value, step)
+            self._writer.flush()
+        except OSError as exc:
+            failure = exc
+        if failure is not None:
+            raise _write_failure(failure, self.tensorboard_dir)
 
     def truncate_after(self, step: int) -> None:
         """Keep only the rows with ``row["step"] <= step``; use when resuming an older checkpoint.
 
-        The JSON Lines file is rewritten atomically (temporary file, then ``os.replace``). If
+        The JSON Lines file is rewritten atomically (:func:`~textgym.results.write_atomic`). If
         TensorBoard is on, its writer is reopened with ``purge_step=step + 1`` so TensorBoard
         hides the events logged after ``step`` by earlier runs.
 
@@ -288,16 +323,17 @@ class MetricsLogger:
             TypeError: if ``step`` is not an int.
             ValueError: if ``step < 0`` or a line of the file is not a JSON object.
             RuntimeError: if the logger is closed.
+            OutputWriteError: the file cannot be rewritten (a full disk): it is as it was.
         """
         self._check_open()
         step = _check_step(step)
         self._file.close()
         kept = [row for row in read_metrics(self.path) if row.get("step", -1) <= step]
-        tmp_path = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp_path, "w", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(row, allow_nan=False) + "\n" for row in kept)
-        os.replace(tmp_path, self.path)
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115  (closed by close())
+        text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in kept)
+        try:
+            write_atomic(self.path, text, keeps=f"{self.path.name} is as it was")
+        finally:
+            self._file = self._open_rows()
         if self._writer is not None:
             self._writer.close()
             self._writer = _open_summary_writer(self.tensorboard_dir, purge_step=step + 1)
@@ -349,7 +385,6 @@ def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:
     from datetime import datetime, timezone
 
     import textgym
-    from textgym.results import write_atomic
 
     try:
         commit = (

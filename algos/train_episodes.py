@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from textgym.algos.advantages import group_advantages
+from textgym.results import JsonlWriter, write_atomic
 from textgym.rollout import Trajectory
 
 __all__ = ["TRAIN_EPISODES", "TrainEpisodesLog", "episode_records"]
@@ -74,17 +75,31 @@ class TrainEpisodesLog:
         self.groups = groups
 
     def write(self, records: list[dict]) -> None:
-        """Append ``records`` (:func:`episode_records`), one JSON line each, flushed."""
+        """Append ``records`` (:func:`episode_records`), one JSON line each, flushed. A file
+        with other names (hard links, e.g. in a ``--resume`` directory) first gets its own.
+
+        Raises:
+            OutputWriteError: a record cannot be written (a full disk): it is cut off, the
+                file holds whole records.
+        """
         if not records or self.groups <= 0:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a", encoding="utf-8") as fh:
-            fh.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+        writer = JsonlWriter.append(self.path)
+        try:
+            for record in records:
+                writer.write(json.dumps(record, ensure_ascii=False))
+        finally:
+            writer.close()
 
     def truncate_after(self, step: int) -> None:
         """Keep only the lines of steps ``<= step`` (a resume from checkpoint ``step``); a line
         that does not read as a record (half written by a killed run) goes too. The file is
-        rewritten atomically (a temporary file, then ``os.replace``)."""
+        rewritten atomically (:func:`~textgym.results.write_atomic`).
+
+        Raises:
+            OutputWriteError: it cannot be rewritten (a full disk): it is as it was.
+        """
         if not self.path.is_file():
             return
         kept = []
@@ -97,6 +112,4 @@ class TrainEpisodesLog:
                 number = record.get("step") if isinstance(record, dict) else None
                 if isinstance(number, int) and number <= step:
                     kept.append(line if line.endswith("\n") else line + "\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        write_atomic(self.path, "".join(kept), keeps=f"{self.path.name} is as it was")

@@ -337,6 +337,41 @@ class JsonlWriter:
         # (bytes of whole records, records): one attribute, so a Ctrl-C leaves both old or both new.
         self._written = (0, 0)
 
+    @classmethod
+    def append(cls, path: Path) -> JsonlWriter:
+        """Open ``path`` (created if missing) to append records after the ones it holds; the
+        caller closes it (:meth:`close`). A file with other names (hard links) first gets one
+        of its own (:func:`unshare`), so the records never reach the other names.
+
+        Raises:
+            OutputWriteError: the file cannot be copied or opened (a full disk, no
+                permission): one line; ``path`` is as it was.
+        """
+        unshare(path)
+        failure: OSError | None = None
+        try:
+            fh = open(path, "ab", buffering=0)  # noqa: SIM115  (closed by close())
+        except OSError as exc:
+            failure = exc
+        if failure is not None:  # raised outside the except: one error, not a chain
+            raise write_failure(failure, path, f"{path.name} is unchanged")
+        writer = cls(fh, path)
+        writer._written = (os.fstat(fh.fileno()).st_size, 0)
+        return writer
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._fh.closed
+
+    def close(self) -> None:
+        """Cut a half-written last line (:meth:`cut`) and close the file; safe to call twice."""
+        if not self._fh.closed:
+            try:
+                self.cut()
+            finally:
+                self._fh.close()
+
     @property
     def count(self) -> int:
         """Records written in full."""
