@@ -74,6 +74,11 @@ class GRPOConfig(OptimizationConfig):
     """Step each env in its own worker process (Gymnasium's AsyncVectorEnv), so a turn's env
     steps run in parallel: for envs whose step is heavy (tool sandboxes); the trajectories are
     the same."""
+    env_url: tuple[str, ...] = ()
+    """Play the training and evaluation episodes on env servers (textgym serve ENV_ID with the
+    same env_kwargs and wrappers), e.g. http://host:8000; several URLs share the episodes (each
+    server's max_sessions at least rollout_batch_size over the URLs). The env is still built
+    here once, for its stop strings, step limit and evaluation settings."""
     rollout_engine: RolloutEngine = "hf"
     """Where rollouts are generated: hf (in this process, on the learner's model) or
     llama-server (llama.cpp's server, started by the trainer on the base model's GGUF, sent
@@ -345,6 +350,19 @@ _RULES = (
         lambda c: (
             f"expected (low, high) with 0 <= low <= high <= 1, got {c.opponent_random_move_prob}"
         ),
+    ),
+    _Rule(
+        "env_url",
+        lambda c: bool(c.env_url) and c.opponent_random_move_prob is not None,
+        lambda c: (
+            "the opponent range is drawn by a wrapper in this process, which a served env "
+            "does not have; drop opponent_random_move_prob or play the env in process"
+        ),
+    ),
+    _Rule(
+        "env_url",
+        lambda c: bool(c.env_url) and c.env_workers,
+        lambda c: "the env servers step the envs already; drop env_workers",
     ),
     _Rule(
         "rollout_engine",

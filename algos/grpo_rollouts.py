@@ -32,6 +32,7 @@ from textgym.evaluation import GroupSeeds, summarize
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.rollout import Trajectory, rollout
+from textgym.serving.client import served_env_factory
 
 __all__ = [
     "TrainingEnv",
@@ -58,7 +59,8 @@ class TrainingEnv:
 
 
 def training_env(config: GRPOConfig) -> TrainingEnv:
-    """The training env through the one builder (:mod:`textgym.builder`).
+    """The training env through the one builder (:mod:`textgym.builder`), played on the
+    ``env_url`` servers when there are any (:func:`textgym.serving.client.served_env_factory`).
 
     With ``opponent_random_move_prob`` set, each task's opponent is drawn from that range,
     stratified over the step's groups.
@@ -80,7 +82,12 @@ def training_env(config: GRPOConfig) -> TrainingEnv:
     stop = probe.unwrapped.stop_strings
     settings = dict(probe.unwrapped.evaluation_settings)
     probe.close()
-    return TrainingEnv(recipe.make, stop, int(steps or 1), opponents is not None, settings)
+    make = recipe.make
+    if config.env_url:  # the same env, played on textgym serve servers
+        make = served_env_factory(
+            config.env_url, config.env_id, dict(config.env_kwargs), config.wrappers
+        )
+    return TrainingEnv(make, stop, int(steps or 1), opponents is not None, settings)
 
 
 def rollout_step(
