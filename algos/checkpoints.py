@@ -43,6 +43,7 @@ from textgym.algos.checkpoint_layout import (
 )
 from textgym.algos.common import check_finite_parameters, check_positive_ints
 from textgym.algos.model_loading import saved_base
+from textgym.results import saving_into
 
 __all__ = [
     "check_checkpoint_settings",
@@ -292,6 +293,9 @@ def save_checkpoint(
 
     Raises:
         InsufficientDiskSpace: too little free disk; nothing was written or deleted.
+        OutputWriteError: a file of it could not be written all the same (the disk filled up
+            while saving, a quota, a read-only file system): one line; the part written is
+            removed, nothing was deleted.
         FloatingPointError: a weight is NaN or inf; nothing was written or deleted.
     """
     root = Path(output_dir)
@@ -302,24 +306,31 @@ def save_checkpoint(
     keeps = f"{last} is the last good checkpoint" if last else "no checkpoint was saved yet"
     size = checkpoint_bytes(root, model, optimizer, tokenizer, optimizer_state=optimizer_state)
     check_free_disk(root, with_margin(size), what=final.name, keeps=keeps)
-    scratch = root / f".checkpoint-{step}.tmp"
-    scratch.mkdir()
-    save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=final)
-    state = {"step": step, "rng": rng_state(), "extra": dict(extra or {})}
-    torch.save(state, scratch / TRAINER_STATE)
-    if optimizer_state:
-        torch.save(
-            {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-            scratch / OPTIMIZER_STATE,
+    with saving_into(root / f".checkpoint-{step}.tmp", final, keeps) as scratch:
+        scratch.mkdir()
+        save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=final)
+        state = {"step": step, "rng": rng_state(), "extra": dict(extra or {})}
+        _torch_save(state, scratch / TRAINER_STATE)
+        if optimizer_state:
+            _torch_save(
+                {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+                scratch / OPTIMIZER_STATE,
+            )
+        (scratch / "trainer_config.json").write_text(
+            json.dumps(asdict(config), indent=2, default=str) + "\n"
         )
-    (scratch / "trainer_config.json").write_text(
-        json.dumps(asdict(config), indent=2, default=str) + "\n"
-    )
     if final.exists():
         _remove_dir(final)
     scratch.rename(final)
     prune_checkpoints(root, save_total_limit, keep=final, strip=optimizer_state)
     return final
+
+
+def _torch_save(value: Any, path: Path) -> None:
+    """``torch.save`` into a file opened here, so a full disk is the ``OSError`` that torch's
+    ``RuntimeError`` is raised during (:func:`textgym.results.os_error_behind`)."""
+    with open(path, "wb") as fh:
+        torch.save(value, fh)
 
 
 def save_trainer_checkpoint(

@@ -95,6 +95,7 @@ from textgym.algos.train_episodes import TrainEpisodesLog, episode_records
 from textgym.errors import NonFiniteError
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
+from textgym.results import write_json
 from textgym.rollout import Trajectory
 
 __all__ = [
@@ -735,7 +736,7 @@ def _finish_run(run: _Run) -> None:
         if read_metrics(run.out / "metrics.jsonl"):
             plot_metrics(run.out / "metrics.jsonl", run.out / "plots")
         if not run.final_eval_owed:  # else the run is not finished: --resume evaluates
-            (run.out / "final_eval.json").write_text(json.dumps(run.eval_metrics, indent=2) + "\n")
+            write_json(run.out / "final_eval.json", run.eval_metrics)  # in one step, atomic
     barrier(run.ctx)
 
 

@@ -69,6 +69,7 @@ from textgym.checks import check_seed
 from textgym.errors import SetupError
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
+from textgym.results import saving_into, write_json
 from textgym.tokens import ChatTokenizer
 
 __all__ = ["SFTConfig", "SFTRun", "check_epochs_left", "sft_step", "train"]
@@ -329,7 +330,7 @@ def _finish_run(run: SFTRun, summary: dict[str, Any], began: float) -> dict[str,
     if read_metrics(out / "metrics.jsonl"):  # none when a resume had no step left to log
         plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
     summary["elapsed_s"] = time.perf_counter() - began
-    (out / "sft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / "sft_summary.json", summary)  # in one step: never half a summary
     barrier(run.dist)
     return summary
 
@@ -539,13 +540,20 @@ def _save_checkpoint(run: SFTRun, step: int) -> Path:
 
 def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
     """Save the model into ``output_dir`` through a scratch directory, so a run killed while
-    saving never leaves a model that looks complete."""
+    saving never leaves a model that looks complete.
+
+    Raises:
+        InsufficientDiskSpace: too little free disk; nothing was written.
+        OutputWriteError: a file could not be written all the same (a full disk): one line;
+            the scratch directory is removed.
+    """
     out = Path(config.output_dir)
     scratch = out / ".model.tmp"
     shutil.rmtree(scratch, ignore_errors=True)
     needed = with_margin(model_bytes(model) + tokenizer_bytes(tokenizer))
     check_free_disk(out, needed, what="the model", keeps="the checkpoints in it are intact")
-    save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=out)
+    with saving_into(scratch, out, "the checkpoints in it are intact"):
+        save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=out)
     for item in scratch.iterdir():
         item.replace(out / item.name)
     scratch.rmdir()

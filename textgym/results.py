@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import tempfile
@@ -33,6 +35,8 @@ __all__ = [
     "default_file_mode",
     "hold_interrupts",
     "open_jsonl",
+    "os_error_behind",
+    "saving_into",
     "unshare",
     "write_atomic",
     "write_failure",
@@ -217,6 +221,56 @@ def write_failure(exc: OSError, path: Path, keeps: str) -> OutputWriteError:
     )
     error.errno, error.strerror, error.filename = exc.errno, reason, str(path)
     return error
+
+
+def os_error_behind(exc: BaseException) -> OSError | None:
+    """The operating system's error behind ``exc``, when a library wrapped it: ``exc`` itself
+    if it is an :class:`OSError`, else the first one it was raised from or during
+    (``torch.save`` into a file raises ``RuntimeError("... unexpected pos ...")`` during the
+    ``OSError`` of a full disk), else the ``(os error N)`` that ``safetensors``' Rust writer
+    puts in its message. ``None`` when there is none: ``exc`` is not about a file.
+    """
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, OSError):
+            return link
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    found = re.search(r"\(os error (\d+)\)", str(exc)[:1000])
+    if found and type(exc).__name__ == "SafetensorError":
+        number = int(found.group(1))
+        return OSError(number, os.strerror(number))
+    return None
+
+
+def saving_into(scratch: Path, target: Path, keeps: str) -> contextlib.AbstractContextManager:
+    """A block that fills the folder ``scratch``, renamed to ``target`` when whole: if it fails,
+    ``scratch`` is removed, so nothing half-written is left (a bug's exception goes on as it
+    was); if it failed writing a file (:func:`os_error_behind`: a full disk, a quota, a
+    read-only file system) the error is one :class:`~textgym.errors.OutputWriteError` naming
+    ``target`` and saying what ``keeps``.
+    """
+    return _SavingInto(scratch, target, keeps)
+
+
+class _SavingInto:
+    def __init__(self, scratch: Path, target: Path, keeps: str) -> None:
+        self.scratch, self.target, self.keeps = scratch, target, keeps
+
+    def __enter__(self) -> Path:
+        return self.scratch
+
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: object) -> bool:
+        if exc is None:
+            return False
+        shutil.rmtree(self.scratch, ignore_errors=True)
+        cause = os_error_behind(exc)
+        if cause is None or isinstance(exc, OutputWriteError):
+            return False
+        error = write_failure(cause, self.target, self.keeps)
+        error.__suppress_context__ = True  # one error: the library's wrapping says no more
+        raise error
 
 
 def write_atomic(path: Path, data: str | bytes, *, keeps: str | None = None) -> None:
