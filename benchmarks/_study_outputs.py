@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fnmatch
+import hashlib
 import json
 import shutil
 import sys
@@ -23,16 +24,20 @@ from _provenance import REPO_ROOT
 from textgym.cli.outputs import check_run_dir
 from textgym.cli.usage import UsageError
 from textgym.errors import SetupError, TextgymError
+from textgym.results import write_atomic
 
 __all__ = [
     "RESULTS_DIR",
+    "OwnFiles",
     "at_least",
     "check_results_write",
     "claim_sibling_dir",
+    "claim_sibling_file",
     "clear_own_run",
     "one_line_errors",
     "own_record",
     "run_main",
+    "sha256_of",
 ]
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
@@ -138,6 +143,112 @@ def claim_sibling_dir(
             f"{folder} holds {rel}, which {benchmark} does not write; nothing was deleted: {how}"
         )
     shutil.rmtree(folder)  # every file in it is one of ours (checked above)
+
+
+def sha256_of(path: Path) -> str:
+    """The hex SHA-256 of the file ``path`` (read in 1 MiB pieces)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while piece := fh.read(2**20):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def _is_plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def claim_sibling_file(file: Path, output: Path, benchmark: str, key: str = "plot") -> None:
+    """Check that the derived file ``file`` beside ``--output`` (a PNG) may be replaced.
+
+    It may when it does not exist, or when the record at ``output`` is ``benchmark``'s and its
+    ``key`` entry (``{"file": NAME, "sha256": HEX}``) names it with the bytes it holds now.
+
+    Raises:
+        SetupError: ``file`` is not a plain file, or not recognisably the script's (named).
+    """
+    if not file.exists() and not file.is_symlink():
+        return
+    named = False
+    if _is_plain_file(file) and own_record(output, benchmark):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            entry = json.loads(output.read_text(encoding="utf-8")).get(key)
+            named = entry["file"] == file.name and entry["sha256"] == sha256_of(file)
+    if not named:
+        raise SetupError(
+            f"{file} exists and is not the {key} of a {benchmark} record at {output} (as that "
+            f"record wrote it); nothing was replaced: move it away or choose another --output "
+            f"(it is derived from --output {output})"
+        )
+
+
+class OwnFiles:
+    """The files a study wrote into its work dir, by SHA-256, in a manifest there
+    (``WORK/.BENCHMARK-files.json``): a file there is replaced only when it holds what the
+    manifest says the study wrote, or the very bytes the study writes now."""
+
+    def __init__(self, work: Path, benchmark: str) -> None:
+        self.work, self.benchmark = work, benchmark
+        self.manifest = work / f".{benchmark}-files.json"
+
+    def _files(self) -> dict[str, str]:
+        """The manifest's ``{path relative to WORK: sha256}``.
+
+        Raises:
+            SetupError: a manifest file that is not this study's.
+        """
+        if not self.manifest.exists() and not self.manifest.is_symlink():
+            return {}
+        if not (_is_plain_file(self.manifest) and own_record(self.manifest, self.benchmark)):
+            raise SetupError(
+                f"{self.manifest} exists and is not the {self.benchmark} manifest of files; "
+                f"nothing was replaced: move it away or choose another --work-dir"
+            )
+        files = json.loads(self.manifest.read_text(encoding="utf-8")).get("files")
+        return files if isinstance(files, dict) else {}
+
+    def _key(self, path: Path) -> str:
+        return Path(path).relative_to(self.work).as_posix()
+
+    def check(self, path: Path, data: bytes | None = None) -> None:
+        """Refuse to replace ``path`` (inside WORK) unless it is the study's own.
+
+        Raises:
+            SetupError: ``path`` exists and is a link, not a file, or holds neither the bytes
+                the manifest recorded for it nor ``data``; nothing was replaced.
+        """
+        if not path.exists() and not path.is_symlink():
+            return
+        if _is_plain_file(path):
+            if data is not None and path.stat().st_size == len(data) and path.read_bytes() == data:
+                return
+            if self._files().get(self._key(path)) == sha256_of(path):
+                return
+        raise SetupError(
+            f"{path} exists and is not a file {self.benchmark} wrote there (not the bytes it "
+            f"writes, nor those its manifest {self.manifest.name} records); nothing was "
+            f"replaced: move it away or choose another --work-dir"
+        )
+
+    def record(self, path: Path) -> None:
+        """Record ``path``'s bytes now as the study's own (after it wrote them)."""
+        files = {**self._files(), self._key(path): sha256_of(path)}
+        record = {"benchmark": self.benchmark, "files": dict(sorted(files.items()))}
+        write_atomic(self.manifest, json.dumps(record, indent=2) + "\n")
+
+    def write(self, path: Path, data: str | bytes) -> None:
+        """:meth:`check`, then replace ``path`` with ``data`` in one step and :meth:`record` it.
+
+        Raises:
+            SetupError: as :meth:`check`.
+            OutputWriteError: as :func:`~textgym.results.write_atomic`.
+        """
+        body = data.encode("utf-8") if isinstance(data, str) else data
+        self.check(path, body)
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, body)
+        self.record(path)
 
 
 def clear_own_run(directory: Path, flag: str) -> None:

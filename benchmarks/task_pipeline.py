@@ -23,9 +23,17 @@ on where it stopped (GRPO resumes its curriculum stage from the last checkpoint)
    ``--grpo-time-limit`` (minutes per run) checkpoints and stops; the next run resumes.
 5. ``eval``: evaluate the SFT and the final GRPO model on the held-out tasks.
 6. ``report``: ``textgym report`` of every run (``WORK/report.html``) and one result JSON
-   (``--output``, default ``benchmarks/results/task_pipeline_{task}_{model}_{device}.json``)
-   with the commit, the machine, the settings, every stage, the RL-over-SFT differences and
-   every SFT and GRPO metrics row (``curves``), plotted to a PNG beside it.
+   (``--output``, default ``WORK/task_pipeline_{task}_{model}_{device}.json``; with
+   ``--update-results`` ``benchmarks/results/``, read-only without it) with the commit, the
+   machine, the settings, every stage, the RL-over-SFT differences and every SFT and GRPO
+   metrics row (``curves``), plotted to a PNG beside it.
+
+Output rules (issue 52, :mod:`_study_outputs`): a file the script writes in the work dir
+(``data/*.jsonl``, ``sft_data.jsonl`` and its parts, the stage JSONs, ``report.html``) replaces
+an existing one only when that holds the same bytes or what the script's manifest there
+(``WORK/.task_pipeline-files.json``) records it wrote; ``--output`` only when it is a
+task_pipeline record, and the PNG beside it only when that record names it with its bytes.
+Anything else is refused in one line and left as it was; so is a bad argument (exit 2).
 
 Held-out tasks. ReverseText: the bundled corpus is split by a hash of each passage's task id
 (:func:`textgym.envs.reverse_text.lengths.passage_split`, ``--test-fraction``) into
@@ -52,6 +60,8 @@ are computed over tasks (a task's score: the mean of its rollouts' task componen
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import math
 import shlex
@@ -63,10 +73,22 @@ from pathlib import Path
 from typing import Any
 
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result  # sibling module
+from _study_outputs import (
+    OwnFiles,
+    at_least,
+    check_results_write,
+    claim_sibling_file,
+    one_line_errors,
+    own_record,
+    run_main,
+    sha256_of,
+)
 
 from textgym.algos.checkpoint_layout import latest_checkpoint
 from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
+from textgym.algos.model_loading import resolve_device
 from textgym.builder import EnvRecipe
+from textgym.checks import MAX_SEED, excerpt
 from textgym.cli import main as textgym_cli
 from textgym.collect import sft_record
 from textgym.envs.email_tool_use.diagnostics import (
@@ -82,7 +104,9 @@ from textgym.envs.reverse_text.lengths import (
     passage_split,
     passage_windows,
 )
+from textgym.errors import SetupError
 from textgym.evaluation import TASK_COMPONENTS, mean_stderr
+from textgym.results import write_atomic
 from textgym.rollout import rollout
 
 STAGES = ("base-eval", "sft-data", "sft", "grpo", "eval", "report")
@@ -90,6 +114,7 @@ STAGES = ("base-eval", "sft-data", "sft", "grpo", "eval", "report")
 EVAL_SEED = 2 * 10**9
 #: First reset seed of the email SFT episodes (curriculum stage i: SFT_SEED + i * 10**6 + g).
 SFT_SEED = 3 * 10**9
+BENCHMARK = "task_pipeline"
 
 
 @dataclass(frozen=True)
@@ -129,12 +154,13 @@ TASKS = {
 
 
 def _run(*argv: Any) -> None:
-    """``textgym ARGV`` in this process; a non-zero exit is an error here."""
+    """``textgym ARGV`` in this process; a non-zero exit ends the script with that code (the
+    command printed its own error line)."""
     args = [str(a) for a in argv]
     print("$ textgym " + shlex.join(args), flush=True)
     code = textgym_cli(args)
     if code != 0:
-        raise SystemExit(f"textgym {args[0]} exited with {code}")
+        raise SystemExit(code)
 
 
 def _curriculum(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -147,9 +173,12 @@ def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     pieces of each of its passages (:func:`passage_windows`, ``--window-min-chars`` to the last
     curriculum stage's ``max_chars``, ids ``PASSAGE~wN``): all whole passages first, then every
     passage's first piece, then every second piece, so a ``--limit`` prefix spreads over the
-    passages. A piece stays on its passage's side."""
-    folder = work / "data"
-    folder.mkdir(parents=True, exist_ok=True)
+    passages. A piece stays on its passage's side.
+
+    Raises:
+        SetupError: a file there that is not the script's (:class:`OwnFiles`), kept as it was.
+    """
+    folder, own = work / "data", OwnFiles(work, BENCHMARK)
     longest = _curriculum(args)[-1]["env_kwargs"].get("max_chars")
     sides: dict[str, list[list[dict[str, str]]]] = {"train": [], "test": []}
     for p in load_passages():
@@ -160,13 +189,13 @@ def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
             )
             rows += [{"id": f"{p.task_id}~w{k}", "text": w} for k, w in enumerate(pieces)]
         sides[passage_split(p.task_id, args.test_fraction)].append(rows)
-    paths = {}
+    texts, paths = {}, {side: folder / f"{side}.jsonl" for side in sides}
     for side, passages in sides.items():
         ordered = [rows[k] for k in range(1 + args.windows) for rows in passages if k < len(rows)]
-        paths[side] = folder / f"{side}.jsonl"
-        paths[side].write_text(
-            "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered), encoding="utf-8"
-        )
+        texts[side] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered)
+        own.check(paths[side], texts[side].encode("utf-8"))  # both checked before either written
+    for side, text in texts.items():
+        own.write(paths[side], text)
     return paths
 
 
@@ -313,14 +342,15 @@ def stage_base_eval(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return evaluate(args, work, args.model, "base")
 
 
-def _lookup_expert_episodes(kwargs: dict[str, Any], episodes: int, seed: int, path: Path) -> None:
+def _lookup_expert_episodes(kwargs: dict[str, Any], episodes: int, seed: int) -> str:
     """Email: ``episodes`` episodes of :class:`LookupExpertPolicy` (reset seeds ``seed + g``)
-    as chat records (:func:`textgym.collect.sft_record`, what ``textgym collect`` writes)."""
+    as chat records (:func:`textgym.collect.sft_record`, what ``textgym collect`` writes), one
+    JSON line each."""
     knobs = {k: kwargs[k] for k in ("inbox_size", "distractors", "num_steps") if k in kwargs}
     expert = LookupExpertPolicy(**knobs)
     make = EnvRecipe(TASKS["email"].env_id, kwargs).make
     games = rollout(make, expert, [seed + g for g in range(episodes)], batch_size=64)
-    path.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games), encoding="utf-8")
+    return "".join(json.dumps(sft_record(g)) + "\n" for g in games)
 
 
 def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -338,21 +368,24 @@ def stage_sft_data(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             parts.append(
                 (stage["env_kwargs"], ["--episodes", count, "--seed", SFT_SEED + i * 10**6])
             )
-    rows, paths = [], []
+    own, rows, paths = OwnFiles(work, BENCHMARK), [], []
+    for path in [data, *(work / "sft_data" / f"part-{i}.jsonl" for i in range(len(parts)))]:
+        own.check(path)  # every file this stage replaces, before it writes any
     for i, (kwargs, extra) in enumerate(parts):
         part = work / "sft_data" / f"part-{i}.jsonl"
         part.parent.mkdir(parents=True, exist_ok=True)
         if args.task == "email" and args.sft_expert == "lookup":
-            _lookup_expert_episodes(kwargs, extra[1], extra[3], part)
+            own.write(part, _lookup_expert_episodes(kwargs, extra[1], extra[3]))
         else:
             _run(
                 "collect", task.env_id, "--policy", "gold", "--env-kwargs",
                 _env_kwargs(args, work, kwargs, "train"), *extra, "--no-progress",
                 "--output", part, "--overwrite",
             )  # fmt: skip
+            own.record(part)
         rows += part.read_text(encoding="utf-8").splitlines(keepends=True)
         paths.append(str(part))
-    data.write_text("".join(rows), encoding="utf-8")
+    own.write(data, "".join(rows))
     expert = args.sft_expert if args.task == "email" else "gold"
     return {"data": str(data), "episodes": len(rows), "parts": paths, "expert": expert}
 
@@ -460,12 +493,40 @@ def no_call_floor(kwargs: dict[str, Any], seeds: list[int]) -> dict[str, Any]:
     return {"mean": mean, "stderr": stderr, "tasks": len(seeds), "solved_seeds": solved}
 
 
+def result_output(args: argparse.Namespace, work: Path) -> Path:
+    """The result JSON's path (``--output``, default in WORK, with ``--update-results`` in
+    ``benchmarks/results/``), checked before anything is written.
+
+    Raises:
+        SetupError: it lies under ``benchmarks/results/`` without ``--update-results``, it
+            exists and is not a task_pipeline record, or the PNG beside it is not that record's
+            (:func:`~_study_outputs.claim_sibling_file`); nothing was replaced.
+    """
+    name = f"task_pipeline_{args.task}_{Path(args.model).name}_{args.device}.json"
+    where = REPO_ROOT / "benchmarks" / "results" if args.update_results else work
+    output = Path(args.output) if args.output else where / name
+    check_results_write(output, "--output", update_results=args.update_results)
+    if output.exists() and not (output.is_file() and own_record(output, BENCHMARK)):
+        raise SetupError(
+            f"--output {output} exists and is not a {BENCHMARK} record; nothing was replaced: "
+            f"choose another --output"
+        )
+    claim_sibling_file(output.with_suffix(".png"), output, BENCHMARK)
+    return output
+
+
 def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    output = result_output(args, work)
     stages = {
         s: json.loads((work / f"{s}.json").read_text())
         for s in STAGES[:-1]
         if (work / f"{s}.json").exists()
     }
+    if not stages:
+        raise SetupError(
+            f"--stage report found no stage results in --work-dir {work} (no "
+            f"{', '.join(s + '.json' for s in STAGES[:-1])}); run the other stages first"
+        )
     later = stages.get("eval", {})
     evals = {"base": stages.get("base-eval"), "sft": later.get("sft"), "grpo": later.get("grpo")}
     table = []
@@ -501,20 +562,19 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     runs = [work / "eval" / n / m for n in ("base", "sft", "grpo") for m in ("greedy", "sampled")]
     runs = [r for r in runs if r.is_dir()] + [work / "sft_data.jsonl", work / "sft"]
     runs += sorted(p for p in (work / "grpo").glob("stage-*") if p.is_dir())
+    own = OwnFiles(work, BENCHMARK)
+    own.check(work / "report.html")
     _run("report", *[r for r in runs if r.exists()], "--output", work / "report.html")
-    device = args.device
-    name = f"task_pipeline_{args.task}_{Path(args.model).name}_{device}"
-    output = (
-        Path(args.output) if args.output else REPO_ROOT / "benchmarks" / "results" / f"{name}.json"
-    )
+    own.record(work / "report.html")
     floor = None
     if args.task == "email" and args.eval_tasks is not None:
         floor = no_call_floor(_eval_kwargs(args), [EVAL_SEED + g for g in range(args.eval_tasks)])
         print(f"no-call floor (reply at once, no tool call): {floor['mean']:.4f}")
     curves = training_curves(work)
-    plot_training_curves(curves, output.with_suffix(".png"))
+    png = output.with_suffix(".png")
+    plot_training_curves(curves, png)
     record = {
-        "benchmark": "task_pipeline",
+        "benchmark": BENCHMARK,
         "task": args.task,
         "commit": git("rev-parse", "HEAD"),
         "dirty": git_dirty(),
@@ -526,6 +586,7 @@ def stage_report(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "no_call_floor": floor,
         "stages": stages,
         "curves": curves,  # drawn to output.with_suffix(".png")
+        "plot": {"file": png.name, "sha256": sha256_of(png)},  # what claim_sibling_file checks
         "report_html": str(work / "report.html"),
     }
     write_result(output, record)
@@ -579,9 +640,11 @@ def plot_training_curves(curves: dict[str, Any], path: Path) -> None:
     if curves["grpo"]:
         ax_rl.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    image = io.BytesIO()
+    fig.savefig(image, format="png", dpi=90)
     plt.close(fig)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, image.getvalue())
 
 
 RUNNERS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any] | None]] = {
@@ -595,7 +658,7 @@ RUNNERS: dict[str, Callable[[argparse.Namespace, Path], dict[str, Any] | None]] 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = one_line_errors(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     parser.add_argument("task", choices=sorted(TASKS))
     parser.add_argument("--model", default="gemma-3-270m")
     parser.add_argument(
@@ -619,18 +682,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--windows",
-        type=int,
+        type=at_least(0),
         default=8,
         help="reverse_text: also up to K word-aligned pieces of each passage, on its side of the "
         "split (more short texts than the corpus's 48 paragraphs of at most 80 characters); 0: "
         "whole passages only",
     )
     parser.add_argument(
-        "--window-min-chars", type=int, default=16, help="reverse_text: the shortest piece"
+        "--window-min-chars", type=at_least(1), default=16, help="reverse_text: the shortest piece"
     )
     parser.add_argument(
         "--sft-episodes",
-        type=int,
+        type=at_least(1),
         default=None,
         help="expert episodes (reverse_text: passages; None: all; email: 400)",
     )
@@ -641,10 +704,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="email: lookup (LookupExpertPolicy: looks ids and addresses up first) or gold "
         "(textgym collect --policy gold: writes ids it never looked up)",
     )
-    parser.add_argument("--sft-epochs", type=int, default=3)
+    parser.add_argument("--sft-epochs", type=at_least(1), default=3)
     parser.add_argument("--sft-lr", type=float, default=2e-4)
-    parser.add_argument("--sft-batch-size", type=int, default=16)
-    parser.add_argument("--lora-rank", type=int, default=16, help="0: full fine-tuning")
+    parser.add_argument("--sft-batch-size", type=at_least(1), default=16)
+    parser.add_argument("--lora-rank", type=at_least(0), default=16, help="0: full fine-tuning")
     parser.add_argument("--grpo-lr", type=float, default=5e-5)
     parser.add_argument("--grpo-time-limit", type=float, default=None, help="minutes per run")
     parser.add_argument(
@@ -654,37 +717,44 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="GRPO: reward wrappers by name (textgym train --wrappers, e.g. "
         "invalid_action_penalty); none by default: the env's own reward",
     )
-    parser.add_argument("--groups-per-step", type=int, default=8)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--micro-batch-size", type=int, default=8)
+    parser.add_argument("--groups-per-step", type=at_least(1), default=8)
+    parser.add_argument("--group-size", type=at_least(2), default=8)
+    parser.add_argument("--micro-batch-size", type=at_least(1), default=8)
     parser.add_argument(
         "--micro-batch-tokens",
-        type=int,
+        type=at_least(1),
         default=None,
         help="SFT and GRPO: pack each step's sequences into rows of at most this many tokens "
         "instead of micro-batches of --micro-batch-size padded to their longest (bounds memory "
         "and skips padding: email episodes run to thousands of tokens, and 8 of them in one fp32 "
         "pass ran out of 24 GiB)",
     )
-    parser.add_argument("--max-new-tokens", type=int, default=None, help="None: the task's")
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=None, help="None: the task's")
     parser.add_argument("--temperature", type=float, default=1.0, help="GRPO and sampled evals")
-    parser.add_argument("--rollouts-per-task", type=int, default=4, help="sampled evals: pass@1..K")
+    parser.add_argument(
+        "--rollouts-per-task", type=at_least(1), default=4, help="sampled evals: pass@1..K"
+    )
     parser.add_argument(
         "--eval-tasks",
-        type=int,
+        type=at_least(1),
         default=None,
         help="held-out tasks (None: reverse_text all, email 100)",
     )
     parser.add_argument(
-        "--eval-every", type=int, default=20, help="GRPO steps between its own evals"
+        "--eval-every", type=at_least(0), default=20, help="GRPO steps between its own evals"
     )
-    parser.add_argument("--eval-every-episodes", type=int, default=32)
+    parser.add_argument("--eval-every-episodes", type=at_least(1), default=32)
     parser.add_argument("--eval-dtype", default="float32")
-    parser.add_argument("--batch-size", type=int, default=32, help="episodes in flight")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=at_least(1), default=32, help="episodes in flight")
+    parser.add_argument("--seed", type=at_least(0), default=0)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--work-dir", default=None, help="default runs/task_pipeline_TASK")
-    parser.add_argument("--output", default=None)
+    parser.add_argument("--output", default=None, help="default WORK/task_pipeline_*.json")
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="write into benchmarks/results/ (the default --output then): read-only without it",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model, smallest sizes (tests)")
     args = parser.parse_args(argv)
     if args.task == "email" and args.eval_tasks is None:
@@ -700,11 +770,103 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _json_arg(flag: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        raise SetupError(f"expected {flag} to be JSON, got {excerpt(text)}") from None
+
+
+def _check_curriculum(args: argparse.Namespace) -> None:
+    """Check ``--curriculum`` and ``--eval-env-kwargs`` (a stage without env_kwargs gets ``{}``).
+
+    Raises:
+        SetupError: ``--curriculum`` is not a non-empty JSON list of ``{"steps": N >= 1,
+            "env_kwargs": {...}}``, or ``--eval-env-kwargs`` is not a JSON object.
+    """
+    stages = _json_arg("--curriculum", args.curriculum) if args.curriculum else [{}]
+    shape = '[{"steps": N, "env_kwargs": {...}}, ...] with at least one stage and N >= 1'
+    if not isinstance(stages, list) or not stages:
+        raise SetupError(f"expected --curriculum {shape}, got {excerpt(args.curriculum)}")
+    for i, stage in enumerate(stages if args.curriculum else ()):
+        steps = stage.get("steps") if isinstance(stage, dict) else None
+        if (
+            not isinstance(stage, dict)
+            or isinstance(steps, bool)
+            or not isinstance(steps, int)
+            or steps < 1
+            or not isinstance(stage.get("env_kwargs", {}), dict)
+        ):
+            raise SetupError(f"expected --curriculum {shape}, got at stage {i} {excerpt(stage)}")
+        stage.setdefault("env_kwargs", {})
+    if args.curriculum:
+        args.curriculum = json.dumps(stages)
+    if args.eval_env_kwargs is not None and not isinstance(
+        _json_arg("--eval-env-kwargs", args.eval_env_kwargs), dict
+    ):
+        raise SetupError(
+            f"expected --eval-env-kwargs a JSON object, got {excerpt(args.eval_env_kwargs)}"
+        )
+
+
+def _checked(args: argparse.Namespace) -> argparse.Namespace:
+    """``args`` after the checks ``argparse`` cannot make (JSON, fractions, rates, device).
+
+    Raises:
+        SetupError: a bad ``--curriculum`` or ``--eval-env-kwargs``, ``--test-fraction``
+            outside (0, 1), a learning rate or time limit that is not positive, a negative
+            temperature, a seed past the seed range, or a device torch does not know or have.
+    """
+    _check_curriculum(args)
+    if not 0 < args.test_fraction < 1:
+        raise SetupError(
+            f"expected --test-fraction in (0, 1) (both sides of the split need passages), "
+            f"got {args.test_fraction}"
+        )
+    for flag in ("sft_lr", "grpo_lr", "grpo_time_limit"):
+        value = getattr(args, flag)
+        if value is not None and not (0 < value < math.inf):
+            raise SetupError(f"expected --{flag.replace('_', '-')} > 0, got {value}")
+    if not 0 <= args.temperature < math.inf:
+        raise SetupError(f"expected --temperature >= 0, got {args.temperature}")
+    highest = MAX_SEED - (len(_curriculum(args)) - 1)  # GRPO stage i trains with seed + i
+    if args.seed > highest:
+        raise SetupError(
+            f"expected --seed <= {highest} (the seed range [0, {MAX_SEED}] of every command, "
+            f"less the curriculum's last stage index: stage i trains with --seed + i), "
+            f"got {args.seed}"
+        )
+    try:
+        resolve_device(args.device)
+    except (RuntimeError, ValueError) as exc:
+        text = " ".join(str(exc).split())[:200]
+        raise SetupError(
+            f"expected --device cpu, cuda or cuda:N, got {args.device[:40]!r} ({text})"
+        ) from None
+    return args
+
+
+def _write_stage(own: OwnFiles, done: Path, result: dict[str, Any]) -> None:
+    """``WORK/STAGE.json``; a report.json from before the manifest (its three keys) is ours."""
+    if done.name == "report.json" and done.is_file() and not done.is_symlink():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            if set(json.loads(done.read_text(encoding="utf-8"))) <= {*result, "stage_seconds"}:
+                own.record(done)
+    own.write(done, json.dumps(result, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = _checked(parse_args(argv))
     work = Path(args.work_dir)
-    work.mkdir(parents=True, exist_ok=True)
-    for stage in STAGES if args.stage == "all" else (args.stage,):
+    try:
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SetupError(f"cannot make --work-dir {work}: {exc.strerror}; choose another") from None
+    own = OwnFiles(work, BENCHMARK)
+    stages = STAGES if args.stage == "all" else (args.stage,)
+    if "report" in stages:
+        result_output(args, work)  # refused now rather than after hours of training
+    for stage in stages:
         done = work / f"{stage}.json"
         if done.exists() and stage != "report":
             print(f"{stage}: done ({done})")
@@ -715,10 +877,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{stage}: stopped at its time limit; run again to resume")
             return 0
         result["stage_seconds"] = time.perf_counter() - began
-        done.write_text(json.dumps(result, indent=2) + "\n")
+        _write_stage(own, done, result)
         print(f"{stage}: {result['stage_seconds']:.1f} s")
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))
