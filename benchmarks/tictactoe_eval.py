@@ -58,7 +58,6 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from collections.abc import Callable
@@ -87,6 +86,7 @@ from textgym.envs.tictactoe.opponent import (
 from textgym.envs.tictactoe.parsing import parse_move
 from textgym.evaluation import OUTCOMES
 from textgym.policies import RandomPolicy
+from textgym.results import write_json
 from textgym.rollout import Trajectory, rollout
 
 ENV_ID = "textgym/TicTacToe-v0"
@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         # A run cut short keeps the rows it finished: "complete" says whether all were played.
         if args.output:
             partial = {**record, "results": results, "complete": False}
-            Path(args.output).write_text(json.dumps(partial, indent=2) + "\n")
+            write_json(Path(args.output), partial)  # atomic: a kill keeps the last whole one
 
     if args.output:  # before any game: a folder that cannot be made fails now, not after a row
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
