@@ -177,6 +177,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             except _StepStopped as stopped:  # in a loop of the step: it is given up
                 _give_up_step(run, step, stopped.reason, at_start)
                 break
+            run.progressed = True
             run.logger.log(step, metrics)
             _report_progress(run, step, metrics)
             if _after_step(run, step) == "out of time":
@@ -650,6 +651,7 @@ class _Run:
     hint_rule: str | None = None  # the learnability rule of the last hint printed
     saved: int = 0  # the last step with a checkpoint (the resumed one's; 0: none)
     final_eval_owed: bool = False  # the last step is done, its evaluation was given up
+    progressed: bool = False  # a step of this invocation is done: the time limit may cut now
 
     @property
     def out(self) -> Path:
@@ -818,10 +820,12 @@ class _StepStopped(Exception):
 
 
 def _check_stop(run: _Run) -> None:
-    """Raise :class:`_StepStopped` once a Ctrl-C (or SIGTERM) came or the time limit passed."""
+    """Raise :class:`_StepStopped` once a Ctrl-C (or SIGTERM) came, or the time limit passed
+    after a step of this invocation was done (the first step always completes, so a resumed
+    run with the same limit still makes progress)."""
     if run.stop.requested:
         raise _StepStopped("interrupted")
-    if time.perf_counter() > run.deadline:
+    if run.progressed and time.perf_counter() > run.deadline:
         raise _StepStopped("out of time")
 
 

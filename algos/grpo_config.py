@@ -150,8 +150,11 @@ class GRPOConfig(OptimizationConfig):
     resume: bool = False
     """Continue from the latest checkpoint in output_dir (refused when it holds none)."""
     time_limit_minutes: float | None = None
-    """Wall-clock budget of this invocation in minutes: after the step that crosses it, save a
-    checkpoint and return (a later run with resume goes on). None: no limit."""
+    """Wall-clock budget of this invocation in minutes: once it has passed, the run saves its
+    last whole step and returns (a later run with resume goes on), giving up a step inside its
+    dynamic sampling rounds or cutting an evaluation after a turn. The first step of an
+    invocation (and the evaluation before it) always completes, so every resumed invocation
+    makes progress. None: no limit."""
     log_completions: int = 2
     """Groups of each step's rollouts kept in output_dir/train_episodes.jsonl (the eval
     trajectory record plus step, group and advantage; textgym report shows them); 0 keeps

@@ -147,15 +147,34 @@ def test_the_time_limit_ends_a_step_of_flat_groups_within_one_round(tmp_path, mo
     rounds = []
     play, real = grpo.play_round, grpo.time.perf_counter
     monkeypatch.setattr(grpo, "play_round", lambda *a: rounds.append(a[2]) or play(*a))
-    # An hour later once two rounds are played: the check before the third one stops the step.
-    monkeypatch.setattr(grpo.time, "perf_counter", lambda: real() + 3600 * (len(rounds) >= 2))
+    # An hour later once step 2 has played two rounds: the check before its third one stops the
+    # step. Step 1 plays all its rounds: the first step of an invocation always completes, so a
+    # resumed run with the same limit still makes progress.
+    monkeypatch.setattr(grpo.time, "perf_counter", lambda: real() + 3600 * (len(rounds) >= 6))
     run = tmp_path / "run"
-    argv_ = [*FLAT, "--steps", "2", "--output-dir", str(run), "--time-limit-minutes", "1"]
-    assert main(argv_) == 0
-    assert rounds == [0, 1]
+    argv_ = [*FLAT[:-1], "3", "--steps", "3", "--output-dir", str(run)]
+    assert main([*argv_, "--time-limit-minutes", "1"]) == 0
+    assert rounds == [0, 1, 2, 3, 0, 1]
     out = capsys.readouterr().out
-    assert "time limit of 1.0 min reached in step 1's rollout rounds (given up); no step is " in out
-    assert not list(run.glob("checkpoint-*")) and not (run / DIR_LOCK).exists()
+    assert "time limit of 1.0 min reached in step 2's rollout rounds (given up); " in out
+    assert [p.name for p in run.glob("checkpoint-*")] == ["checkpoint-1"]
+    assert not (run / DIR_LOCK).exists()
+
+
+def test_the_first_step_of_an_invocation_completes_past_the_time_limit(tmp_path, monkeypatch):
+    start = grpo._start_run
+
+    def past_the_limit(*args):
+        run = start(*args)
+        run.deadline = float("-inf")  # the limit has passed before the first step
+        return run
+
+    monkeypatch.setattr(grpo, "_start_run", past_the_limit)
+    run = tmp_path / "run"
+    argv_ = [*FLAT[:-1], "2", "--steps", "3", "--output-dir", str(run)]
+    for done in (1, 2):  # each resumed invocation adds one step
+        assert main([*argv_, "--time-limit-minutes", "1", *(["--resume"] if done > 1 else [])]) == 0
+        assert max(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*")) == done
 
 
 def test_the_time_limit_cuts_an_evaluation_short_and_the_resume_plays_it(
