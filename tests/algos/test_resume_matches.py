@@ -161,19 +161,12 @@ def test_the_time_limit_ends_a_step_of_flat_groups_within_one_round(tmp_path, mo
     assert not (run / DIR_LOCK).exists()
 
 
-def test_the_first_step_of_an_invocation_completes_past_the_time_limit(tmp_path, monkeypatch):
-    start = grpo._start_run
-
-    def past_the_limit(*args):
-        run = start(*args)
-        run.deadline = float("-inf")  # the limit has passed before the first step
-        return run
-
-    monkeypatch.setattr(grpo, "_start_run", past_the_limit)
+def test_the_first_step_of_an_invocation_completes_past_the_time_limit(tmp_path):
     run = tmp_path / "run"
     argv_ = [*FLAT[:-1], "2", "--steps", "3", "--output-dir", str(run)]
     for done in (1, 2):  # each resumed invocation adds one step
-        assert main([*argv_, "--time-limit-minutes", "1", *(["--resume"] if done > 1 else [])]) == 0
+        limit = ["--time-limit-minutes", "1e-9"]  # passed before the first step begins
+        assert main([*argv_, *limit, *(["--resume"] if done > 1 else [])]) == 0
         assert max(int(p.name.split("-")[1]) for p in run.glob("checkpoint-*")) == done
 
 

@@ -1,5 +1,5 @@
 """The ``textgym`` command line: ``list``, ``eval``, ``collect``, ``play``, ``sft``, ``train``,
-``compare`` and ``report``.
+``compare``, ``report``, ``check``, ``export`` and ``serve``.
 
 - ``textgym list``: the registered environments.
 - ``textgym eval ENV_ID``: play episodes with a policy and report statistics.
@@ -14,6 +14,8 @@
 - ``textgym check ENV_ID`` (or ``--all``): an env's quality card, a table row and JSON.
 - ``textgym export RUN --format atif --output FILE``: a run's episodes as ATIF trajectories
   (default ``--format chat``: the chat JSONL of ``collect``).
+- ``textgym serve ENV_ID``: the env as an OpenEnv server, one env per WebSocket session (the
+  ``serve`` extra; ``--env-url`` of ``eval``, ``collect`` and ``train`` plays on it).
 
 One grammar for all of them (:mod:`textgym.cli.usage`): each subcommand is one config
 dataclass parsed with ``tyro``; the env id is the first positional argument; ``--env-kwargs``

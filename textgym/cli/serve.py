@@ -1,4 +1,4 @@
-"""``textgym serve ENV_ID``: serve an env through OpenEnv (the ``serve`` extra).
+"""``textgym serve``: serve the env ENV_ID through OpenEnv (the ``serve`` extra).
 
 The env is built as every subcommand builds it (:func:`textgym.cli.building.build_env`: id,
 ``--env-kwargs``, ``--wrappers``), checked once, then served by
