@@ -49,6 +49,7 @@ RESUME_MAY_CHANGE = frozenset(
         "resume",
         "time_limit_minutes",
         "env_workers",
+        "env_url",  # where the episodes run; a server of another env recipe is refused anyway
         "save_every",
         "save_total_limit",
         "eval_every",
