@@ -38,6 +38,8 @@ from typing import Any
 import gymnasium as gym
 from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
 
+from textgym.serving.client import text_client_class
+
 ENV_ID = "textgym/TicTacToe-v0"
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "env_server.json"
 
@@ -111,25 +113,8 @@ def in_process(name: str, sessions: int, seconds: float) -> dict[str, Any]:
     return _summary(latencies, len(latencies), elapsed)
 
 
-def _client_class() -> type:
-    from openenv.core.client_types import StepResult
-    from openenv.core.env_client import EnvClient
-
-    class Client(EnvClient):
-        def _step_payload(self, action: str) -> dict[str, Any]:
-            return {"text": action}
-
-        def _parse_result(self, payload: dict[str, Any]) -> Any:
-            return StepResult(payload.get("observation", {}), payload.get("reward"))
-
-        def _parse_state(self, payload: dict[str, Any]) -> Any:
-            return payload
-
-    return Client
-
-
 async def _served(url: str, sessions: int, seconds: float) -> dict[str, Any]:
-    client_cls = _client_class()
+    client_cls = text_client_class()
     clients = [client_cls(base_url=url, message_timeout_s=60) for _ in range(sessions)]
     await asyncio.gather(*(c.connect() for c in clients))
     first = await asyncio.gather(*(c.reset(seed=i) for i, c in enumerate(clients)))

@@ -11,6 +11,7 @@ session, a server that went away) raises :class:`RemoteEnvError`, one line, neve
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
 import threading
@@ -23,11 +24,42 @@ import gymnasium as gym
 from textgym.errors import TextgymError
 from textgym.spaces import UnicodeText
 
-__all__ = ["RemoteEnvError", "RemoteTextEnv", "remote_env_factory", "served_env_factory"]
+__all__ = [
+    "RemoteEnvError",
+    "RemoteTextEnv",
+    "remote_env_factory",
+    "served_env_factory",
+    "text_client_class",
+]
 
 
 class RemoteEnvError(TextgymError):
     """A served env failed, refused the session or could not be reached. Exit status 1."""
+
+
+@functools.cache
+def text_client_class() -> type:
+    """OpenEnv's ``EnvClient`` for a ``textgym serve`` server: the action sent as ``{"text":
+    action}``, each step's payload kept whole (observation dict, reward). One class for every
+    client (the import of ``openenv`` deferred to the first call: the ``serve`` extra).
+
+    Raises:
+        ImportError: ``openenv`` is not installed (``pip install -e ".[serve]"``).
+    """
+    from openenv.core.client_types import StepResult
+    from openenv.core.env_client import EnvClient
+
+    class TextEnvClient(EnvClient):
+        def _step_payload(self, action: str) -> dict[str, Any]:
+            return {"text": action}
+
+        def _parse_result(self, payload: dict[str, Any]) -> Any:
+            return StepResult(payload.get("observation", {}), payload.get("reward"))
+
+        def _parse_state(self, payload: dict[str, Any]) -> Any:
+            return payload
+
+    return TextEnvClient
 
 
 def _get_json(url: str, timeout: float) -> Any:
@@ -57,9 +89,6 @@ class RemoteTextEnv(gym.Env[str, str]):
     metadata = {"render_modes": []}
 
     def __init__(self, url: str, *, message_timeout_s: float = 120.0):
-        from openenv.core.client_types import StepResult
-        from openenv.core.env_client import EnvClient
-
         self.url = url.rstrip("/").replace("ws://", "http://", 1).replace("wss://", "https://", 1)
         schema = _get_json(f"{self.url}/schema", 10)
         self.recipe = _get_json(f"{self.url}/recipe", 10)
@@ -73,17 +102,8 @@ class RemoteTextEnv(gym.Env[str, str]):
             kwargs={"url": self.url},
         )
 
-        class _Client(EnvClient):
-            def _step_payload(self, action: str) -> dict[str, Any]:
-                return {"text": action}
-
-            def _parse_result(self, payload: dict[str, Any]) -> Any:
-                return StepResult(payload.get("observation", {}), payload.get("reward"))
-
-            def _parse_state(self, payload: dict[str, Any]) -> Any:
-                return payload
-
-        self._client = _Client(base_url=self.url, message_timeout_s=message_timeout_s).sync()
+        client = text_client_class()(base_url=self.url, message_timeout_s=message_timeout_s)
+        self._client = client.sync()
 
     def _call(self, func: Callable[[], Any], what: str) -> dict[str, Any]:
         try:
