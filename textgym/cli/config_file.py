@@ -22,14 +22,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import reprlib
 import stat
 import types
 import typing
 from collections.abc import Sequence
 from typing import Annotated, Any
 
-from textgym.checks import one_line
+from textgym.checks import excerpt, one_line
 from textgym.cli.usage import UsageError
 
 __all__ = [
@@ -65,29 +64,17 @@ _NOT_REGULAR = (
 )
 
 
-def _shown(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` cut to about ``limit`` characters (nesting cut too, :mod:`reprlib`)."""
-    shown = reprlib.Repr()
-    shown.maxlevel, shown.maxstring, shown.maxother = 3, limit, limit
-    shown.maxlist = shown.maxdict = shown.maxtuple = 6
-    try:
-        text = shown.repr(value)
-    except (RecursionError, ValueError, TypeError):
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit + 10 else text[:limit] + "..."
-
-
 def _check_regular(info: os.stat_result, path: str) -> None:
     """Refuse a file that is not regular or is over :data:`CONFIG_MAX_BYTES`."""
     if not stat.S_ISREG(info.st_mode):
         kind = next((name for test, name in _NOT_REGULAR if test(info.st_mode)), "not a file")
         raise UsageError(
-            f"--config: {_shown(path)} is {kind}, not a regular file; give a run's run.json "
+            f"--config: {excerpt(path)} is {kind}, not a regular file; give a run's run.json "
             "or a JSON file of option names"
         )
     if info.st_size > CONFIG_MAX_BYTES:
         raise UsageError(
-            f"--config: {_shown(path)} has {info.st_size} bytes, more than a config file's "
+            f"--config: {excerpt(path)} has {info.st_size} bytes, more than a config file's "
             f"{CONFIG_MAX_BYTES} (1 MiB); give a run's run.json or a JSON file of option names"
         )
 
@@ -103,26 +90,26 @@ def read_config_file(path: str) -> Any:
         _check_regular(os.stat(path), path)  # before opening: a FIFO is never opened to wait
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise UsageError(f"--config: no such file {_shown(path)}") from None
+        raise UsageError(f"--config: no such file {excerpt(path)}") from None
     except (OSError, ValueError) as exc:
-        raise UsageError(f"--config: cannot read {_shown(path)} ({one_line(exc, 200)})") from None
+        raise UsageError(f"--config: cannot read {excerpt(path)} ({one_line(exc, 200)})") from None
     with os.fdopen(fd, "rb") as file:
         _check_regular(os.fstat(file.fileno()), path)  # the file opened is the one checked
         try:
             data = file.read(CONFIG_MAX_BYTES + 1)
         except OSError as exc:
             raise UsageError(
-                f"--config: cannot read {_shown(path)} ({one_line(exc, 200)})"
+                f"--config: cannot read {excerpt(path)} ({one_line(exc, 200)})"
             ) from None
     if len(data) > CONFIG_MAX_BYTES:  # grew since the check
         raise UsageError(
-            f"--config: {_shown(path)} has more than a config file's {CONFIG_MAX_BYTES} bytes"
+            f"--config: {excerpt(path)} has more than a config file's {CONFIG_MAX_BYTES} bytes"
         )
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(
-            f"--config: cannot read {_shown(path)} as JSON ({one_line(exc, 200)})"
+            f"--config: cannot read {excerpt(path)} as JSON ({one_line(exc, 200)})"
         ) from None
 
 
@@ -156,7 +143,7 @@ def take_config_file(
         command = record["command"]
         ran = " ".join(map(str, command[:2])) if isinstance(command, list) else ""
         if ran.startswith("textgym ") and ran != prog:
-            ran = _shown(ran, 60).strip("'\"")
+            ran = excerpt(ran, 60).strip("'\"")
             raise UsageError(
                 f"--config: {path} records a `{ran}` run; replay it with `{ran} --config {path}`"
             )
@@ -164,7 +151,7 @@ def take_config_file(
     fields = {f.name: f for f in dataclasses.fields(config_class)}
     unknown = [name for name in values if name not in fields and name not in NOT_REPLAYED]
     if unknown:
-        names = ", ".join(_shown(name, 60) for name in unknown[:5])
+        names = ", ".join(excerpt(name, 60) for name in unknown[:5])
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise UsageError(f"--config: {path} sets {names}{more}, not an option of {prog}")
     hints = typing.get_type_hints(config_class, include_extras=True)
@@ -259,7 +246,7 @@ def _json_excerpt(value: Any, limit: int = 80) -> str:
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError, RecursionError):
-        return _shown(value, limit)
+        return excerpt(value, limit)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
