@@ -72,15 +72,15 @@ __all__ = ["DEFAULT_MAX_REPLY_CHARS", "OpenAIPolicy", "cut_reply"]
 DEFAULT_MAX_REPLY_CHARS = 65_536
 
 
-def _encodable(value: Any) -> Any:
+def _sanitized(value: Any) -> Any:
     """``value`` (JSON-like: dicts, lists, strings) with every string passed through
     :func:`~textgym.types.sanitize_text` (lone surrogates become U+FFFD)."""
     if isinstance(value, str):
         return sanitize_text(value)
     if isinstance(value, dict):
-        return {_encodable(k): _encodable(v) for k, v in value.items()}
+        return {_sanitized(k): _sanitized(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_encodable(v) for v in value]
+        return [_sanitized(v) for v in value]
     return value
 
 
@@ -314,7 +314,7 @@ class OpenAIPolicy:
             # Every string as UTF-8 can carry it: a tool call whose arguments the model wrote
             # with a lone surrogate escape ("Party \\ud83d") parses into a str that no request
             # body can encode (UnicodeEncodeError on the next request), and an env may echo it.
-            "messages": _encodable(chat),
+            "messages": _sanitized(chat),
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
