@@ -31,6 +31,7 @@ __all__ = [
     "OwnFiles",
     "at_least",
     "check_results_write",
+    "checked_device",
     "claim_sibling_dir",
     "claim_sibling_file",
     "clear_own_run",
@@ -56,6 +57,26 @@ def at_least(low: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def checked_device(device: str | None) -> None:
+    """Check ``--device`` before anything loads (``None``: the script's default).
+
+    Raises:
+        SetupError: a device torch does not know or this machine does not have (``tpu``,
+            ``cuda`` without CUDA), quoted in a bounded excerpt.
+    """
+    if device is None:
+        return
+    from textgym.algos.model_loading import resolve_device
+
+    try:
+        resolve_device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        text = " ".join(str(exc).split())[:200]
+        raise SetupError(
+            f"expected --device auto, cpu, cuda or cuda:N, got {device[:40]!r} ({text})"
+        ) from None
 
 
 def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -49,10 +49,13 @@ argument (``benchmarks/_provenance.py``).
 Examples::
 
     python benchmarks/tictactoe_eval.py --policy minimax \\
-        --output benchmarks/results/tictactoe_eval_minimax.json
+        --output benchmarks/results/tictactoe_eval_minimax.json --update-results
     python benchmarks/tictactoe_eval.py --model path/to/adapter --decoding greedy \\
-        --games 200 --dtype bfloat16 --output benchmarks/results/tictactoe_eval_model.json
-    python benchmarks/tictactoe_eval.py --ceilings benchmarks/results/tictactoe_ceilings.json
+        --games 200 --dtype bfloat16 --output runs/tictactoe_eval_model.json
+    python benchmarks/tictactoe_eval.py --ceilings runs/tictactoe_ceilings.json
+
+``--output`` and ``--ceilings`` under ``benchmarks/results/`` need ``--update-results`` (it is
+read-only without it); bad arguments are one ``error:`` line, exit 2.
 """
 
 from __future__ import annotations
@@ -66,8 +69,16 @@ from typing import Any
 
 import gymnasium as gym
 from _provenance import git, git_dirty, machine_info, write_result  # sibling module of this script
+from _study_outputs import (
+    at_least,
+    check_results_write,
+    checked_device,
+    one_line_errors,
+    run_main,
+)
 
 import textgym  # noqa: F401
+from textgym.checks import MAX_SEED
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.envs.tictactoe.analysis import (
     best_response,
@@ -85,6 +96,7 @@ from textgym.envs.tictactoe.opponent import (
 )
 from textgym.envs.tictactoe.parsing import parse_move
 from textgym.evaluation import OUTCOMES
+from textgym.models import DTYPE_NAMES
 from textgym.policies import RandomPolicy
 from textgym.results import write_json
 from textgym.rollout import Trajectory, rollout
@@ -511,17 +523,20 @@ def print_row(mode: str, row: str, mark: str, r: dict[str, Any], *, flush: bool 
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = one_line_errors(argparse.ArgumentParser(description=__doc__.splitlines()[0]))
     who = parser.add_mutually_exclusive_group()
     who.add_argument("--policy", choices=sorted(SCRIPTED), default="minimax", help="scripted")
     who.add_argument("--model", default=None, help="model name or (adapter) directory")
-    parser.add_argument("--games", type=int, default=1000, help="games per row and mark")
+    parser.add_argument("--games", type=at_least(1), default=1000, help="games per row and mark")
     parser.add_argument(
         "--rows", nargs="*", choices=list(ROWS), default=list(ROWS), help="none: no games"
     )
     parser.add_argument("--positions", action="store_true", help="add the position exam")
     parser.add_argument(
-        "--positions-games", type=int, default=4000, help="expert games that find the positions"
+        "--positions-games",
+        type=at_least(1),
+        default=4000,
+        help="expert games that find the positions",
     )
     parser.add_argument(
         "--exam-set",
@@ -531,7 +546,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--explore-samples",
-        type=int,
+        type=at_least(0),
         default=0,
         help="samples at --temperature in each position the greedy move gets wrong",
     )
@@ -540,14 +555,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--decoding", nargs="+", choices=["greedy", "sampled"], default=["greedy"], help="--model"
     )
     parser.add_argument("--temperature", type=float, default=1.0, help="sampled decoding")
-    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=at_least(1), default=16)
     parser.add_argument("--prompt-style", choices=["full", "compact"], default="compact")
-    parser.add_argument("--dtype", default=None, help="model weights, e.g. bfloat16")
+    parser.add_argument(
+        "--dtype", default=None, choices=DTYPE_NAMES, help="model weights, e.g. bfloat16"
+    )
     parser.add_argument("--device", default=None)
-    parser.add_argument("--batch-size", type=int, default=64, help="games in flight")
-    parser.add_argument("--seed", type=int, default=0, help="episode seeds and policy sampling")
+    parser.add_argument("--batch-size", type=at_least(1), default=64, help="games in flight")
+    parser.add_argument(
+        "--seed", type=at_least(0), default=0, help="episode seeds and policy sampling"
+    )
     parser.add_argument("--output", default=None, help="JSON path")
     parser.add_argument("--ceilings", default=None, help="write only the ceiling table here")
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="allow --output / --ceilings under benchmarks/results/ (read-only without it)",
+    )
     parser.add_argument(
         "--selfplay-against",
         nargs="*",
@@ -562,16 +586,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the --selfplay-against models' sampling temperature (0: greedy)",
     )
     args = parser.parse_args(argv)
-    if args.games < 1:
-        parser.error(f"Expected --games >= 1, got {args.games}")
+    for flag, value in (
+        ("--temperature", args.temperature),
+        ("--selfplay-temperature", args.selfplay_temperature),
+    ):
+        if not (math.isfinite(value) and value >= 0):
+            parser.error(f"expected {flag} a finite number >= 0, got {value}")
+    if args.seed > MAX_SEED:
+        parser.error(f"expected --seed <= {MAX_SEED} (the seed range of every command)")
     if args.selfplay_against and args.model is None:
         parser.error("--selfplay-against plays a --model against other models")
-    if args.explore_samples < 0:
-        parser.error(f"Expected --explore-samples >= 0, got {args.explore_samples}")
     if args.explore_samples and not (
         args.positions and args.model and {"greedy", "sampled"} <= set(args.decoding)
     ):
         parser.error("--explore-samples needs --positions, --model and --decoding greedy sampled")
+    for flag in ("--output", "--ceilings"):
+        path = getattr(args, flag[2:])
+        if path is not None:
+            check_results_write(Path(path), flag, update_results=args.update_results)
     return args
 
 
@@ -588,6 +620,7 @@ def provenance(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    checked_device(args.device)
     if args.ceilings:
         table = ceilings()
         for mark, rows in table.items():
@@ -626,4 +659,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))

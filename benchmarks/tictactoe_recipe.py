@@ -16,18 +16,21 @@ and in sampling noise. ``python benchmarks/tictactoe_recipe.py --list`` names th
 
 ``run ARM`` trains (resuming an interrupted run in ``--work-dir/ARM``), evaluates the last
 checkpoint greedily with ``tictactoe_eval.py`` (both marks separately; ``--eval-games`` per
-row and mark) and writes ``benchmarks/results/recipe/ARM.json``: the settings, the training
-curve from ``metrics.jsonl``, the evaluation rows, the training time and the machine.
-``table`` reads every arm's JSON and writes the comparison (rates with binomial standard
-errors) to ``docs/mastery_study.md`` between its ``recipe-table`` markers, and the curves to
-``benchmarks/results/recipe/curves.png``.
+row and mark) and writes ``RESULTS/ARM.json``: the settings, the training curve from
+``metrics.jsonl``, the evaluation rows, the training time and the machine. ``table`` reads every
+arm's JSON, prints the comparison (rates with binomial standard errors) and draws the curves to
+``RESULTS/curves.png``. ``RESULTS`` is ``--results`` (default ``WORK/results``); with
+``--update-results`` it defaults to ``benchmarks/results/recipe`` (read-only without it) and
+``table`` also rewrites ``docs/mastery_study.md`` between its ``recipe-table`` markers. A
+record or plot is replaced only when it is this script's own (``_study_outputs``); bad
+arguments are one ``error:`` line, exit 2.
 
 Examples::
 
     python benchmarks/tictactoe_recipe.py --list
     python benchmarks/tictactoe_recipe.py run curriculum_0_1 --steps 40 --eval-games 200
-    python benchmarks/tictactoe_recipe.py table
-    python benchmarks/tictactoe_recipe.py run win_speed --smoke   # tiny model, CI
+    python benchmarks/tictactoe_recipe.py table --update-results
+    python benchmarks/tictactoe_recipe.py run win_speed --smoke --work-dir /tmp/recipe  # CI
 """
 
 from __future__ import annotations
@@ -43,11 +46,22 @@ from pathlib import Path
 from typing import Any
 
 import tictactoe_eval  # sibling script: the evaluation the claim needs
-from _provenance import REPO_ROOT, git, machine_info, write_result
+from _provenance import REPO_ROOT, git, machine_info
+from _study_outputs import (
+    OwnFiles,
+    at_least,
+    check_results_write,
+    one_line_errors,
+    own_record,
+    run_main,
+)
 
 from textgym.algos import grpo
 from textgym.algos.checkpoint_layout import latest_checkpoint
 from textgym.algos.grpo_config import GRPOConfig
+from textgym.checks import MAX_SEED
+from textgym.errors import SetupError
+from textgym.results import write_atomic, write_json
 
 RESULTS = REPO_ROOT / "benchmarks" / "results" / "recipe"
 TABLE_DOC = REPO_ROOT / "docs" / "mastery_study.md"
@@ -288,6 +302,23 @@ def misread_boards(exam: dict[str, Any]) -> list[str]:
     return boards
 
 
+def _read_json(path: str, flag: str) -> Any:
+    """The JSON document at ``path`` (a regular file of at most 64 MiB).
+
+    Raises:
+        SetupError: missing, not a regular file, too large, or not JSON (one line).
+    """
+    file = Path(path)
+    if not file.is_file() or file.stat().st_size > 64 * 2**20:
+        raise SetupError(f"{flag} {path[:200]} is not a regular file of at most 64 MiB")
+    try:
+        return json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise SetupError(
+            f"{flag} {path[:200]} could not be read as JSON ({' '.join(str(exc).split())[:200]})"
+        ) from None
+
+
 def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     """The ``GRPOConfig`` of arm ``name``: :data:`BASE`, the arm's changes, then the command's
     model, steps, seed and output folder. With ``--league-from EVAL.json`` the env's opponent
@@ -300,11 +331,23 @@ def arm_config(name: str, args: argparse.Namespace) -> GRPOConfig:
     settings = {**BASE, **ARMS[name].changes}
     settings["env_kwargs"] = {**BASE["env_kwargs"], **ARMS[name].changes.get("env_kwargs", {})}
     if args.league_from:
-        evaluation = json.loads(Path(args.league_from).read_text())["results"]
-        settings["env_kwargs"]["opponent"] = prioritised_league(evaluation)
+        evaluation = _read_json(args.league_from, "--league-from")
+        try:
+            settings["env_kwargs"]["opponent"] = prioritised_league(evaluation["results"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SetupError(
+                f"--league-from {args.league_from[:200]} is not a tictactoe_eval.py record "
+                f"with greedy rows ({' '.join(str(exc).split())[:200]})"
+            ) from None
     if args.start_boards_from:
-        exam = json.loads(Path(args.start_boards_from).read_text())
-        settings["env_kwargs"]["start_boards"] = misread_boards(exam)
+        exam = _read_json(args.start_boards_from, "--start-boards-from")
+        try:
+            settings["env_kwargs"]["start_boards"] = misread_boards(exam)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise SetupError(
+                f"--start-boards-from {args.start_boards_from[:200]}: "
+                f"{' '.join(str(exc).split())[:200]}"
+            ) from None
     out = Path(args.work_dir) / name
     if args.smoke:  # the tiny model: small batches, no bf16; LoRA only where the arm has it
         settings.update(cpu_bf16=False, eval_every=0, eval_episodes=4, rollout_batch_size=16)
@@ -395,8 +438,26 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine_info(),
         "smoke": args.smoke,
     }
-    write_result(Path(args.results) / f"{name}.json", record)
+    out = Path(args.results) / f"{name}.json"
+    _check_record(out)
+    write_json(out, record)  # temp beside, renamed over it
+    print(f"wrote {out}")
     return record
+
+
+def _check_record(path: Path) -> None:
+    """Refuse to replace ``path`` unless it is absent or a record of this script.
+
+    Raises:
+        SetupError: ``path`` is something else (nothing is replaced).
+    """
+    if (path.exists() or path.is_symlink()) and not (
+        path.is_file() and not path.is_symlink() and own_record(path, "tictactoe_recipe")
+    ):
+        raise SetupError(
+            f"{path} exists and is not a tictactoe_recipe record; nothing was replaced: "
+            "move it away or choose another --results"
+        )
 
 
 def _both_marks(rows: dict[str, Any], outcome: str) -> tuple[float, float]:
@@ -504,27 +565,39 @@ def _between(doc: str, name: str, text: str) -> str:
 def write_table(args: argparse.Namespace) -> str:
     """Rewrite the tables in :data:`TABLE_DOC` (between its ``recipe-table`` and
     ``recipe-per-mark`` markers) and the curves plot from the arms' JSON."""
-    records = [json.loads(p.read_text()) for p in sorted(Path(args.results).glob("*.json"))]
-    records = [r for r in records if r.get("benchmark") == "tictactoe_recipe" and not r["smoke"]]
+    paths = sorted(p for p in Path(args.results).glob("*.json") if not p.name.startswith("."))
+    records = [json.loads(p.read_text()) for p in paths]  # not the manifest of our files
+    records = [
+        r for r in records if r.get("benchmark") == "tictactoe_recipe" and not r.get("smoke")
+    ]
     rows = start_record(Path(args.results)) + records
     table = markdown_table(rows)
-    if TABLE_DOC.exists():
+    if args.update_results and TABLE_DOC.exists():
         doc = _between(TABLE_DOC.read_text(), "recipe-table", table)
-        TABLE_DOC.write_text(_between(doc, "recipe-per-mark", per_mark_table(rows)))
-    plot_curves(records, Path(args.results) / "curves.png")
+        write_atomic(TABLE_DOC, _between(doc, "recipe-per-mark", per_mark_table(rows)))
+    png = plot_curves(records)
+    if png is not None:
+        curves = Path(args.results) / "curves.png"
+        if args.update_results:  # the committed folder, replaced when asked
+            write_atomic(curves, png)
+        else:
+            OwnFiles(Path(args.results), "tictactoe_recipe").write(curves, png)
     print(table)
     return table
 
 
-def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
-    """Training reward per step (moving average of 5) and the in-run eval rates per arm."""
+def plot_curves(records: list[dict[str, Any]]) -> bytes | None:
+    """A PNG of the training reward per step (moving average of 5) and the in-run eval rates
+    per arm; ``None`` without records."""
+    import io
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     if not records:
-        return
+        return None
     fig, (ax_r, ax_w, ax_d) = plt.subplots(1, 3, figsize=(15, 4))
     for r in records:
         train = [c for c in r["curve"] if c["stage"] == "train"]
@@ -550,9 +623,10 @@ def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
     ax_d.set(title="non-losses vs optimal (in-run greedy eval)", xlabel="step")
     ax_r.legend(fontsize=7)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90)
     plt.close(fig)
+    return buffer.getvalue()
 
 
 def _merged(paths: list[str]) -> dict[str, Any]:
@@ -565,7 +639,7 @@ def _merged(paths: list[str]) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = one_line_errors(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
     parser.add_argument("command", nargs="?", choices=["run", "table", "gain"], default=None)
     parser.add_argument("arm", nargs="?", default=None, help="with run: one of --list")
     parser.add_argument("--list", action="store_true", help="print the arms and exit")
@@ -586,8 +660,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="a tictactoe_eval.py --positions JSON: start from its unsafe greedy positions",
     )
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--eval-games", type=int, default=200, help="games per row and mark")
+    parser.add_argument("--steps", type=at_least(1), default=40)
+    parser.add_argument(
+        "--eval-games", type=at_least(1), default=200, help="games per row and mark"
+    )
     parser.add_argument(
         "--eval-rows", nargs="+", default=list(EVAL_ROWS), help="tictactoe_eval.py --rows"
     )
@@ -600,9 +676,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="tictactoe_eval.py --dtype (float32 where the CPU has no native bfloat16)",
     )
     parser.add_argument("--positions", action="store_true", help="add the position exam")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=at_least(0), default=0)
     parser.add_argument("--work-dir", default="runs/recipe")
-    parser.add_argument("--results", default=str(RESULTS))
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="records folder (default WORK/results; with --update-results benchmarks/results/recipe)",
+    )
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="write into benchmarks/results/ and docs/ (read-only without it)",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny model, 2 steps (CI)")
     args = parser.parse_args(argv)
     if args.smoke:
@@ -614,13 +699,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"expected an arm in {', '.join(ARMS)}, got {args.arm!r}")
     if args.command == "run" and args.arm in NEEDS_START_BOARDS and not args.start_boards_from:
         parser.error(f"arm {args.arm} needs --start-boards-from EXAM.json")
-    if args.steps < 1 or args.eval_games < 1:
-        parser.error("expected --steps >= 1 and --eval-games >= 1")
+    if args.seed > MAX_SEED:
+        parser.error(f"expected --seed <= {MAX_SEED} (the seed range of every command)")
+    if args.results is None:
+        args.results = str(RESULTS if args.update_results else Path(args.work_dir) / "results")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    check_results_write(Path(args.results), "--results", update_results=args.update_results)
     if args.list:
         for name, arm in ARMS.items():
             print(f"{name:18} {arm.knob:13} {arm.what}")
@@ -636,4 +724,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(main))
