@@ -440,6 +440,7 @@ def run_arm(name: str, args: argparse.Namespace) -> dict[str, Any]:
     }
     out = Path(args.results) / f"{name}.json"
     _check_record(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     write_json(out, record)  # temp beside, renamed over it
     print(f"wrote {out}")
     return record
