@@ -48,3 +48,54 @@ def test_a_server_of_another_env_is_refused(tmp_path: Path, capsys) -> None:
         assert main(argv) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "expected" in err[0] and "--wrappers" in err[0], err
+
+
+@pytest.mark.subprocess
+def test_a_server_killed_mid_eval_stops_it_in_one_line_keeping_what_finished(
+    tmp_path: Path,
+) -> None:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    textgym = [sys.executable, "-m", "textgym.cli"]
+    server = subprocess.Popen(
+        [*textgym, "serve", ENV, "--wrappers", "invalid_action_penalty", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    out = tmp_path / "run"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        argv = [*textgym, "eval", ENV, "--policy", "random", "--episodes", "20000"]
+        argv += ["--wrappers", "invalid_action_penalty", "--rollout-batch-size", "4"]
+        argv += ["--no-progress", "--output-dir", str(out), "--env-url", f"http://127.0.0.1:{port}"]
+        run = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        trajectories = out / "trajectories.jsonl"
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and run.poll() is None:
+            if trajectories.exists() and trajectories.read_text().count("\n") >= 8:
+                break
+            time.sleep(0.02)
+        server.kill()  # the server goes away mid-run
+        _, err = run.communicate(timeout=120)
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+    assert run.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("textgym: error:"), lines
+    assert f"127.0.0.1:{port}" in lines[0]
+    kept = [json.loads(line) for line in trajectories.read_text().splitlines()]
+    assert len(kept) >= 8  # every finished episode kept, each a whole JSON line
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["complete"] is False and summary["episodes"] == len(kept)
