@@ -189,3 +189,23 @@ def test_an_idle_session_is_freed_and_then_errors() -> None:
             assert _health(url)["active_sessions"] == 0
             with pytest.raises(RuntimeError, match="idle-timeout"):
                 client.step({"text": "<move>4</move>"})
+
+
+def test_the_quality_card_is_published_at_card_and_in_the_metadata() -> None:
+    from fastapi.testclient import TestClient
+
+    from textgym.card import env_card
+    from textgym.serving.openenv_server import create_server_app
+
+    env_id = "textgym/TicTacToe-v0"
+    card = env_card(env_id, tasks=2)
+    probe = gym.make(env_id)
+    app = create_server_app(lambda: gym.make(env_id), probe, env_id, FAST, card=card)
+    client = TestClient(app)
+    assert client.get("/card").json() == json.loads(json.dumps(card))
+    assert (
+        "quality card (textgym check) at /card: pass"
+        in client.get("/metadata").json()["description"]
+    )
+    bare = create_server_app(lambda: gym.make(env_id), probe, env_id, FAST)
+    assert TestClient(bare).get("/card").status_code == 404

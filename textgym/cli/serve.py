@@ -4,7 +4,9 @@ The env is built as every subcommand builds it (:func:`textgym.cli.building.buil
 ``--env-kwargs``, ``--wrappers``), checked once, then served by
 :func:`textgym.serving.openenv_server.create_server_app` with uvicorn: one env per WebSocket
 session at ``ws://HOST:PORT/ws``, ``/health`` counting live sessions, ``/schema`` from the
-env's ``Text`` spaces.
+env's ``Text`` spaces. Before serving it computes the env's quality card
+(:func:`textgym.card.env_card` of the id and ``--env-kwargs``: ``textgym check``) and publishes
+it at ``/card``, its status in ``/metadata``'s description (``--no-card`` skips it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ class ServeConfig(EnvOptions):
     step_timeout: float = 60.0
     """Seconds one reset or step may take; past it that session gets an error (below
     --idle-timeout)."""
+    card: bool = True
+    """Compute the env's quality card (textgym check) before serving and publish it at
+    /card (a few seconds at start)."""
 
     def __post_init__(self) -> None:
         self.check_env()
@@ -77,7 +82,12 @@ def run(config: ServeConfig) -> int:
             "wrappers": list(config.wrappers),
             "max_episode_steps": spec.max_episode_steps if spec is not None else None,
         }
-        app = create_server_app(make_env, probe, config.env_id, settings, recipe)
+        card = None
+        if config.card:
+            from textgym.card import env_card
+
+            card = env_card(config.env_id, config.env_kwargs)
+        app = create_server_app(make_env, probe, config.env_id, settings, recipe, card)
         max_size = ws_max_size(probe.action_space)
     finally:
         probe.close()

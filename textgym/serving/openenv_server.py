@@ -223,8 +223,9 @@ def environment_class() -> type:
 
         SUPPORTS_CONCURRENT_SESSIONS = True
 
-        def __init__(self, make_env, observation_cls, env_id, step_timeout, workers):
+        def __init__(self, make_env, observation_cls, env_id, step_timeout, workers, about):
             super().__init__()
+            self._about = about
             self._make_env, self._obs_cls = make_env, observation_cls
             self._env_id, self._timeout = env_id, step_timeout
             self._workers: EnvWorkers = workers
@@ -311,9 +312,7 @@ def environment_class() -> type:
 
         def get_metadata(self) -> Any:
             return EnvironmentMetadata(
-                name=self._env_id,
-                description=f"textgym env {self._env_id} served through OpenEnv",
-                version="textgym",
+                name=self._env_id, description=self._about, version="textgym"
             )
 
         def close(self) -> None:
@@ -331,13 +330,14 @@ def create_server_app(
     env_id: str,
     settings: ServeSettings,
     recipe: Mapping[str, Any] | None = None,
+    card: Mapping[str, Any] | None = None,
 ) -> Any:
     """A FastAPI app serving ``make_env``'s envs with OpenEnv's ``HTTPEnvServer`` routes.
 
     Routes: OpenEnv's (``/ws``, ``/reset``, ``/step``, ``/state``, ``/schema``,
     ``/metadata``, ``/mcp``), with ``/health`` answering ``{"status": "healthy",
-    "active_sessions": n, "max_sessions": m}``, and ``/recipe`` (what the env was built from,
-    which a client compares with its own).
+    "active_sessions": n, "max_sessions": m}``, ``/recipe`` (what the env was built from,
+    which a client compares with its own) and ``/card`` (the env's quality card).
 
     Args:
         make_env: Builds one env per session (called in the session's thread).
@@ -346,11 +346,13 @@ def create_server_app(
         settings: Session bounds.
         recipe: JSON-safe description of the build (``env_id``, ``env_kwargs``,
             ``wrappers``, ``max_episode_steps``) for ``/recipe``.
+        card: The env's quality card (:func:`textgym.card.env_card`) for ``/card``; its
+            status goes into ``/metadata``'s description. ``None``: ``/card`` answers 404.
 
     Raises:
         ValueError: a space that is not ``gymnasium.spaces.Text``.
     """
-    from fastapi import FastAPI
+    from fastapi import FastAPI, HTTPException
     from openenv.core.env_server.http_server import HTTPEnvServer
     from openenv.core.env_server.types import ConcurrencyConfig
 
@@ -360,7 +362,13 @@ def create_server_app(
     action_cls, obs_cls = _models(probe.action_space, probe.observation_space)
     env_cls = environment_class()
     workers = EnvWorkers()
-    factory = functools.partial(env_cls, make_env, obs_cls, env_id, settings.step_timeout, workers)
+    about = f"textgym env {env_id} served through OpenEnv"
+    if card is not None:
+        failed = ", ".join(card.get("failed", [])) or "none"
+        about += f"; quality card (textgym check) at /card: {card.get('status')}, failed: {failed}"
+    factory = functools.partial(
+        env_cls, make_env, obs_cls, env_id, settings.step_timeout, workers, about
+    )
     server = HTTPEnvServer(
         factory,
         action_cls,
@@ -371,7 +379,7 @@ def create_server_app(
         env_name=env_id.replace("/", "_"),
     )
     app = FastAPI(title=f"textgym {env_id} (OpenEnv)")
-    about = dict(recipe or {"env_id": env_id})
+    built = dict(recipe or {"env_id": env_id})
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -383,7 +391,13 @@ def create_server_app(
 
     @app.get("/recipe")
     async def recipe_route() -> dict[str, Any]:
-        return about
+        return built
+
+    @app.get("/card")
+    async def card_route() -> dict[str, Any]:
+        if card is None:
+            raise HTTPException(404, "this server was started without its card (--no-card)")
+        return dict(card)
 
     server.register_routes(app)  # after ours: the first route of a path answers
     app.state.openenv_server = server
