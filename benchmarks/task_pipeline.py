@@ -168,12 +168,13 @@ def _curriculum(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """ReverseText: the bundled corpus split into ``WORK/data/{train,test}.jsonl`` (rewritten
+    """ReverseText: the bundled corpus (or ``--corpus``) split into ``WORK/data/{train,test}.jsonl`` (rewritten
     each time: deterministic). With ``--windows K`` each side also gets up to K word-aligned
     pieces of each of its passages (:func:`passage_windows`, ``--window-min-chars`` to the last
     curriculum stage's ``max_chars``, ids ``PASSAGE~wN``): all whole passages first, then every
     passage's first piece, then every second piece, so a ``--limit`` prefix spreads over the
-    passages. A piece stays on its passage's side.
+    passages. A piece stays on its passage's side; each text is kept once (the first), and a
+    training text that is also a test text is dropped from training.
 
     Raises:
         SetupError: a file there that is not the script's (:class:`OwnFiles`), kept as it was.
@@ -181,7 +182,8 @@ def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
     folder, own = work / "data", OwnFiles(work, BENCHMARK)
     longest = _curriculum(args)[-1]["env_kwargs"].get("max_chars")
     sides: dict[str, list[list[dict[str, str]]]] = {"train": [], "test": []}
-    for p in load_passages():
+    passages = load_passages(data_path=args.corpus) if args.corpus else load_passages()
+    for p in passages:
         rows = [{"id": p.task_id, "text": p.text}]
         if args.windows and longest is not None and args.window_min_chars <= longest:
             pieces = passage_windows(
@@ -190,8 +192,11 @@ def _split_files(args: argparse.Namespace, work: Path) -> dict[str, Path]:
             rows += [{"id": f"{p.task_id}~w{k}", "text": w} for k, w in enumerate(pieces)]
         sides[passage_split(p.task_id, args.test_fraction)].append(rows)
     texts, paths = {}, {side: folder / f"{side}.jsonl" for side in sides}
-    for side, passages in sides.items():
+    seen: set[str] = set()  # each text once, and no training text that is also a test text
+    for side in ("test", "train"):
+        passages = sides[side]
         ordered = [rows[k] for k in range(1 + args.windows) for rows in passages if k < len(rows)]
+        ordered = [r for r in ordered if not (r["text"] in seen or seen.add(r["text"]))]
         texts[side] = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in ordered)
         own.check(paths[side], texts[side].encode("utf-8"))  # both checked before either written
     for side, text in texts.items():
@@ -692,6 +697,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--window-min-chars", type=at_least(1), default=16, help="reverse_text: the shortest piece"
     )
     parser.add_argument(
+        "--corpus",
+        default=None,
+        help="reverse_text: a JSONL of {id, text} passages to split and window instead of the "
+        "bundled corpus (e.g. ../shared/data/paragraphs/paragraphs.jsonl)",
+    )
+    parser.add_argument(
         "--sft-episodes",
         type=at_least(1),
         default=None,
@@ -818,6 +829,13 @@ def _checked(args: argparse.Namespace) -> argparse.Namespace:
             temperature, a seed past the seed range, or a device torch does not know or have.
     """
     _check_curriculum(args)
+    if args.corpus is not None:
+        try:
+            load_passages(data_path=args.corpus)
+        except (OSError, ValueError) as exc:
+            raise SetupError(
+                f"--corpus {args.corpus[:200]}: {' '.join(str(exc).split())[:300]}"
+            ) from None
     if not 0 < args.test_fraction < 1:
         raise SetupError(
             f"expected --test-fraction in (0, 1) (both sides of the split need passages), "

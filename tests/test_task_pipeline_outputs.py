@@ -220,3 +220,34 @@ def test_results_are_read_only_without_update_results(work, capsys):
     out = REPO / "benchmarks" / "results" / "h11_never_written.json"
     assert run_main(task_pipeline.main, _report(work, "--output", str(out))) == 2
     assert "--update-results" in one_error_line(capsys) and not out.exists()
+
+
+def test_a_corpus_is_split_with_each_text_once_and_none_on_both_sides(tmp_path):
+    corpus = tmp_path / "corpus.jsonl"
+    texts = [f"passage number {i} says hello" for i in range(40)] * 2  # every text twice
+    corpus.write_text(
+        "".join(json.dumps({"id": f"p{i}", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
+    args = _args(tmp_path, "--corpus", str(corpus), "--windows", "1")
+    paths = task_pipeline._split_files(args, tmp_path)
+    sides = {
+        k: [json.loads(line)["text"] for line in v.read_text().splitlines()]
+        for k, v in paths.items()
+    }
+    assert sides["train"] and sides["test"]
+    for rows in sides.values():
+        assert len(rows) == len(set(rows))  # each text once
+    assert not set(sides["train"]) & set(sides["test"])  # none held out and trained on
+    assert set(sides["train"]) | set(sides["test"]) >= set(texts)
+
+
+def test_an_unreadable_corpus_is_one_line(tmp_path, capsys):
+    argv = [
+        "reverse_text",
+        "--work-dir",
+        str(tmp_path / "w"),
+        "--corpus",
+        str(tmp_path / "no.jsonl"),
+    ]
+    assert run_main(task_pipeline.main, [*argv, "--stage", "report"]) == 2
+    assert "--corpus" in one_error_line(capsys)
