@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from textgym.algos.metric_rows import metric_names, read_metrics, stage_rows
+from textgym.errors import MissingExtraError
 
 __all__ = ["plot_metrics", "plot_runs"]
 
@@ -96,15 +97,15 @@ def _new_figure(n_axes: int = 1) -> tuple[Any, list[Any]]:
     Uses the object API, not ``pyplot``, so the global backend and figure list stay untouched.
 
     Raises:
-        ImportError: if matplotlib is not installed.
+        MissingExtraError: if matplotlib is not installed.
     """
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             f"Expected matplotlib to be installed for plot_metrics, got ImportError ({exc}); "
-            f"fix: pip install matplotlib"
+            f'fix: pip install "textgym[train]"'
         ) from exc
     figure = Figure(figsize=(7.0, 3.5 * n_axes), layout="constrained")
     FigureCanvasAgg(figure)
@@ -197,7 +198,7 @@ def plot_metrics(
     Raises:
         FileNotFoundError: if ``metrics_path`` does not exist.
         ValueError: if the file has no rows, or a line is not a JSON object.
-        ImportError: if matplotlib is not installed.
+        MissingExtraError: if matplotlib is not installed.
     """
     rows = read_metrics(metrics_path)
     if not rows:

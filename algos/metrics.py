@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textgym.algos.metric_rows import METRICS_FILENAME, RESERVED_KEYS, read_metrics
-from textgym.errors import OutputWriteError
+from textgym.errors import MissingExtraError, OutputWriteError
 from textgym.results import JsonlWriter, write_atomic, write_failure
 
 if TYPE_CHECKING:
@@ -134,10 +134,10 @@ def _open_summary_writer(log_dir: Path, purge_step: int | None = None) -> Any:
         import tensorboard  # noqa: F401  (torch's message for a missing package is vaguer)
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             f"Expected torch and tensorboard to be installed for tensorboard=True, got "
-            f"ImportError ({exc}); fix: pip install tensorboard (and torch), or pass "
-            f"tensorboard=False to log JSON Lines only"
+            f'ImportError ({exc}); fix: pip install "textgym[train]", or pass '
+            f"--no-tensorboard to log JSON Lines only"
         ) from exc
     try:  # makes the folder and writes the event file's header now
         return SummaryWriter(log_dir=str(log_dir), purge_step=purge_step)
@@ -170,7 +170,7 @@ class _Tracker:
         try:
             module = __import__(name)
         except ImportError as exc:
-            raise ImportError(
+            raise MissingExtraError(
                 f"Expected the {name} package for report_to={name!r}, got ImportError ({exc}); "
                 f'fix: pip install "textgym[{name}]", or leave {name} out of report_to'
             ) from exc

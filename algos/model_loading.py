@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from textgym.errors import MissingExtraError
+
 __all__ = [
     "adapter_start",
     "autocast",
@@ -75,7 +77,7 @@ def prepare_model(
         The model to train (a ``peft`` model when ``lora_rank > 0``), in train mode.
 
     Raises:
-        ImportError: ``lora_rank > 0`` without ``peft`` installed.
+        MissingExtraError: ``lora_rank > 0`` without ``peft`` installed.
     """
     if gradient_checkpointing:
         _checkpoint_activations(model)
@@ -83,7 +85,9 @@ def prepare_model(
         try:
             from peft import LoraConfig, get_peft_model
         except ImportError as error:  # pragma: no cover - depends on the environment
-            raise ImportError(f"LoRA needs peft ({error}); pip install peft") from error
+            raise MissingExtraError(
+                f'LoRA needs peft ({error}); pip install "textgym[train]"'
+            ) from error
         config = LoraConfig(
             r=lora_rank,
             lora_alpha=lora_alpha,
@@ -127,7 +131,7 @@ def load_trainable_model(
 
     Raises:
         ValueError, OSError: from :func:`~textgym.models.load_model` (unknown model, no files).
-        ImportError: LoRA without ``peft``.
+        MissingExtraError: LoRA without ``peft``.
     """
     from textgym.models import load_adapter_for_training, load_model
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from textgym.checks import check_int
-from textgym.errors import SetupError
+from textgym.errors import MissingExtraError, SetupError
 
 __all__ = [
     "DATA_EXTRA_HINT",
@@ -221,12 +221,12 @@ def load_hub_rows(
     was named. ``datasets`` caches downloads on disk.
 
     Raises:
-        ImportError: if ``datasets`` is not installed (the message gives the install command).
+        MissingExtraError: if ``datasets`` is not installed (the message gives the install command).
     """
     try:
         import datasets
     except ImportError as exc:
-        raise ImportError(
+        raise MissingExtraError(
             f"Loading the Hugging Face dataset {name!r} needs the `datasets` package, which is not "
             f"installed; {DATA_EXTRA_HINT}, or pass a local file with data_path=..."
         ) from exc

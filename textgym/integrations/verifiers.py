@@ -42,6 +42,7 @@ from typing import Any
 
 import textgym  # noqa: F401  (registers the textgym/* ids)
 from textgym.builder import EnvRecipe, resolve_env_id
+from textgym.errors import MissingExtraError
 
 # The verifiers classes in __all__ are module attributes through __getattr__ (built on first use).
 # ruff: noqa: F822
@@ -99,7 +100,7 @@ def _classes() -> dict[str, Any]:
         from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig
         from verifiers.v1.runtimes import SubprocessConfig
     except ImportError as error:
-        raise ImportError(
+        raise MissingExtraError(
             f"textgym.integrations.verifiers needs verifiers>=0.4 ({error}); "
             "install it with: pip install 'textgym[verifiers]'"
         ) from error
@@ -252,7 +253,7 @@ def load_environment(
         ValueError: ``env`` is not registered, nor a ``module:EnvName-v0`` id whose module
             registers it, nor registered through the ``textgym.envs`` entry point
             (:func:`textgym.builder.resolve_env_id`).
-        ImportError: ``verifiers`` is not installed.
+        MissingExtraError: ``verifiers`` is not installed.
         pydantic.ValidationError: an argument of the wrong type or range.
     """
     resolve_env_id(env)  # an unknown id fails here, in one line, not inside verifiers

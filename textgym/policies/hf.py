@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from textgym.chat_templates import ensure_chat_template, stop_token_ids
 from textgym.checks import check_int, check_sampling
+from textgym.errors import MissingExtraError
 from textgym.models import load_model
 from textgym.policies.decoding import decode
 from textgym.policies.hf_generate import generate_batch
@@ -35,7 +36,7 @@ from textgym.types import Completion, Message
 try:
     import torch
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise MissingExtraError(
         f'HFPolicy needs torch and transformers ({error}); pip install "textgym[llm]"'
     ) from error
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from textgym.errors import MissingExtraError
 from textgym.policies.kv_slots import cache_kwarg
 from textgym.policies.stop_strings import cut_at_stop
 
@@ -19,7 +20,7 @@ try:
     import torch
     from transformers import StoppingCriteria, StoppingCriteriaList
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise MissingExtraError(
         f'HFPolicy needs torch and transformers ({error}); pip install "textgym[llm]"'
     ) from error
 

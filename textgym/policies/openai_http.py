@@ -21,14 +21,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from textgym.errors import EndpointError, MissingExtraError
+
 try:
     import openai
 except ImportError as error:  # pragma: no cover - depends on the environment
-    raise ImportError(
+    raise MissingExtraError(
         f'OpenAIPolicy needs the openai client ({error}); pip install "textgym[openai]"'
     ) from error
-
-from textgym.errors import EndpointError
 
 __all__ = [
     "DEFAULT_MAX_RESPONSE_BYTES",

@@ -21,7 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.errors import TextgymError
+from textgym.errors import MissingExtraError, TextgymError
 from textgym.spaces import UnicodeText
 
 __all__ = [
@@ -44,10 +44,15 @@ def text_client_class() -> type:
     client (the import of ``openenv`` deferred to the first call: the ``serve`` extra).
 
     Raises:
-        ImportError: ``openenv`` is not installed (``pip install -e ".[serve]"``).
+        MissingExtraError: ``openenv`` is not installed (``pip install -e ".[serve]"``).
     """
-    from openenv.core.client_types import StepResult
-    from openenv.core.env_client import EnvClient
+    try:
+        from openenv.core.client_types import StepResult
+        from openenv.core.env_client import EnvClient
+    except ImportError as exc:
+        raise MissingExtraError(
+            f'--env-url and RemoteTextEnv need OpenEnv ({exc}); pip install -e ".[serve]"'
+        ) from None
 
     class TextEnvClient(EnvClient):
         def _step_payload(self, action: str) -> dict[str, Any]:
@@ -140,8 +145,10 @@ def remote_env_factory(urls: Sequence[str], recipe: dict[str, Any]) -> Callable[
     to serve ``recipe`` (``env_id``, ``env_kwargs``, ``wrappers``).
 
     Raises:
+        MissingExtraError: OpenEnv is not installed (at once, before any server is asked).
         RemoteEnvError: (when called) a server that serves another env or cannot be reached.
     """
+    text_client_class()  # the extra is checked now, not at the first episode
     turn, lock = itertools.cycle(list(urls)), threading.Lock()
 
     def make_env() -> gym.Env:

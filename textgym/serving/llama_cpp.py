@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from textgym.errors import SetupError
+from textgym.errors import MissingExtraError, SetupError
 
 __all__ = [
     "ProgramNotFoundError",
@@ -302,15 +302,15 @@ def write_lora_gguf(model: Any, path: str | os.PathLike[str], *, architecture: s
         ``path``.
 
     Raises:
-        ImportError: the ``gguf`` package is missing.
+        MissingExtraError: the ``gguf`` package is missing.
         ValueError: see :func:`lora_tensors`; an unknown architecture; a module the ``gguf``
             map has no GGUF name for.
     """
     try:
         import gguf
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            f"Writing a GGUF adapter needs gguf ({error}); pip install gguf"
+        raise MissingExtraError(
+            f'Writing a GGUF adapter needs gguf ({error}); pip install "textgym[llm]"'
         ) from error
     arches = {value: key for key, value in gguf.MODEL_ARCH_NAMES.items()}
     if architecture not in arches:
