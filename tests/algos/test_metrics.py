@@ -14,6 +14,7 @@ import pytest
 from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
 from textgym.algos.metrics import MetricsLogger
+from textgym.errors import MissingExtraError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -304,11 +305,11 @@ def test_truncate_after_purges_later_tensorboard_events(tmp_path: Path) -> None:
     assert _scalars(tmp_path / "tensorboard", "train/kl") == expected
 
 
-def test_missing_tensorboard_raises_import_error_with_fix(
+def test_missing_tensorboard_raises_missing_extra_error_with_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "tensorboard", None)  # makes `import tensorboard` fail
-    with pytest.raises(ImportError, match="pip install tensorboard"):
+    with pytest.raises(MissingExtraError, match=r'pip install "textgym\[train\]"'):
         MetricsLogger(tmp_path)
     _log_rows(tmp_path, [(0, "train", {"kl": 0.1})])  # tensorboard=False needs no package
 
