@@ -8,6 +8,7 @@ curves on the same panels plus the evaluation return. Rendering is headless (mat
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import Any
 
 from textgym.algos.metric_rows import metric_names, read_metrics, stage_rows
 from textgym.errors import MissingExtraError
+from textgym.results import write_atomic
 
 __all__ = ["plot_metrics", "plot_runs"]
 
@@ -126,8 +128,11 @@ def _draw(ax: Any, series: list[_Series], title: str, ylabel: str) -> None:
 
 
 def _save(figure: Any, path: Path) -> Path:
-    """Write ``figure`` to ``path`` as PNG and return the path."""
-    figure.savefig(path, dpi=_PLOT_DPI)
+    """Write ``figure`` to ``path`` as PNG in one step (:func:`~textgym.results.write_atomic`:
+    a plot being replaced is whole, old or new) and return the path."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=_PLOT_DPI)
+    write_atomic(path, buffer.getvalue())
     return path
 
 

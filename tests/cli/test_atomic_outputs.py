@@ -101,6 +101,32 @@ def test_eval_overwrite_unlinks_a_hard_linked_trajectories_file(tmp_path, capsys
     assert len((out / "trajectories.jsonl").read_text().splitlines()) == 2
 
 
+def test_collect_overwrite_never_writes_into_a_hard_link(tmp_path):
+    out = tmp_path / "sft.jsonl"
+    argv = ["collect", TTT, "--policy", "minimax", "--limit", "2", "--no-progress"]
+    assert main([*argv, "--output", str(out)]) == 0
+    user = tmp_path / "mine.jsonl"
+    os.link(out, user)
+    before = user.read_bytes()
+    assert main([*argv, "--output", str(out), "--overwrite", "--seed", "7"]) == 0
+    assert user.read_bytes() == before  # the user's name keeps its bytes
+    assert os.stat(user).st_nlink == 1 and out.read_bytes() != before
+
+
+def test_plots_are_replaced_in_one_step(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from textgym.algos import metric_plots
+
+    written = []
+    real = metric_plots.write_atomic
+    monkeypatch.setattr(metric_plots, "write_atomic", lambda p, d: written.append(p) or real(p, d))
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text('{"step": 1, "stage": "train", "reward_mean": 0.5, "loss": 1.0}\n')
+    paths = metric_plots.plot_metrics(metrics, tmp_path / "plots")
+    assert paths and sorted(written) == sorted(paths)
+    assert all(p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+
 @pytest.mark.parametrize("point", POINTS)
 def test_report_on_a_full_disk_is_one_line_and_keeps_the_old_page(
     tmp_path, monkeypatch, capsys, point

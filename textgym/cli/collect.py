@@ -106,7 +106,10 @@ def _run(
 
     policy = building.episode_policy(config, plan.stop, plan.random_action)
     running, tasks = RunningSummary(), plan.task_results(config)
-    with open_jsonl(out) as sink:
+    # --overwrite never writes into a hard link: a file with other names gets a new inode (the
+    # lock on the old one, held by claim_file, still refuses a run through those names).
+    shared = out.exists() and out.stat().st_nlink > 1
+    with open_jsonl(out, fresh=shared) as sink:
 
         def keep(index: int, traj: Trajectory) -> None:
             if wanted(traj):
