@@ -43,7 +43,12 @@ from textgym.algos.checkpoint_layout import (
 )
 from textgym.algos.common import check_finite_parameters, check_positive_ints
 from textgym.algos.model_loading import saved_base
+from textgym.errors import SetupError
 from textgym.results import saving_into
+
+#: The file that marks a hidden ``.checkpoint-*`` folder as textgym's own scratch (a save under
+#: way, or a checkpoint being removed): only a folder holding it is ever deleted as leftover.
+SCRATCH_MARK = ".textgym-scratch"
 
 __all__ = [
     "check_checkpoint_settings",
@@ -249,16 +254,33 @@ def _remove_dir(path: Path) -> None:
     """Delete a directory so that it vanishes at once: renamed to a hidden name, then removed
     (a run killed while removing leaves a hidden folder, never a half checkpoint)."""
     doomed = path.with_name(f".{path.name}.deleting")
-    shutil.rmtree(doomed, ignore_errors=True)
+    _clear_scratch(path.parent)
+    (path / SCRATCH_MARK).touch()
     path.rename(doomed)
     shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _clear_scratch(root: Path) -> None:
-    """Remove what a killed save or prune left behind (hidden ``.checkpoint-*`` folders)."""
+    """Remove what a killed save or prune left behind: hidden ``.checkpoint-*.tmp`` and
+    ``.deleting`` folders that hold :data:`SCRATCH_MARK` (a user's folder of such a name, not
+    marked, is left as it is).
+
+    Raises:
+        SetupError: such a folder without the mark, where a save or prune must go.
+    """
     for leftover in root.glob(".checkpoint-*"):
-        if leftover.is_dir() and leftover.name.endswith((".tmp", ".deleting")):
+        if not leftover.name.endswith((".tmp", ".deleting")):
+            continue
+        ours = leftover.is_dir() and not leftover.is_symlink()
+        if ours and (leftover / SCRATCH_MARK).is_file():
             shutil.rmtree(leftover, ignore_errors=True)
+        elif ours and not any(leftover.iterdir()):
+            leftover.rmdir()  # killed between making it and marking it: empty, nothing to lose
+        else:
+            raise SetupError(
+                f"{leftover} is in the way of a checkpoint and is not textgym's scratch (no "
+                f"{SCRATCH_MARK} in it); nothing was deleted: move it out of the run folder"
+            )
 
 
 def save_checkpoint(
@@ -308,6 +330,7 @@ def save_checkpoint(
     check_free_disk(root, with_margin(size), what=final.name, keeps=keeps)
     with saving_into(root / f".checkpoint-{step}.tmp", final, keeps) as scratch:
         scratch.mkdir()
+        (scratch / SCRATCH_MARK).touch()
         save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=final)
         state = {"step": step, "rng": rng_state(), "extra": dict(extra or {})}
         _torch_save(state, scratch / TRAINER_STATE)
@@ -322,6 +345,7 @@ def save_checkpoint(
     if final.exists():
         _remove_dir(final)
     scratch.rename(final)
+    (final / SCRATCH_MARK).unlink()  # a whole checkpoint now, no longer scratch
     prune_checkpoints(root, save_total_limit, keep=final, strip=optimizer_state)
     return final
 
