@@ -29,6 +29,7 @@ from textgym.algos.learner import Learner, bf16_rollouts
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy
 from textgym.builder import EnvRecipe, env_factory
 from textgym.evaluation import GroupSeeds, summarize
+from textgym.mixture import member_of
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.rollout import Trajectory, rollout
@@ -37,6 +38,7 @@ from textgym.serving.client import served_env_factory
 __all__ = [
     "TrainingEnv",
     "evaluate",
+    "member_metrics",
     "rollout_metrics",
     "rollout_policies",
     "rollout_step",
@@ -207,7 +209,33 @@ def rollout_metrics(trajectories: list[Trajectory], ctx: DistributedContext) -> 
     }
     metrics.update({f"reward/{k}": v for k, v in summary["reward_components"].items()})
     metrics.update({f"{k}_rate": v for k, v in summary["outcomes"].items()})
+    members: dict[str, list[Trajectory]] = {}
+    for traj in trajectories:
+        if (name := member_of(traj.task_id)) is not None:
+            members.setdefault(name, []).append(traj)
+    for name, own in sorted(members.items()):
+        metrics.update(member_metrics(name, own))
     return metrics
+
+
+def member_metrics(name: str, trajectories: list[Trajectory]) -> dict[str, float]:
+    """The metrics of one mixture member's episodes (``textgym/Mixture-v0``), as
+    ``NAME/reward_mean``, ``NAME/invalid_rate``, ``NAME/completion_tokens_mean`` (generated
+    tokens per episode), ``NAME/episodes`` and ``NAME/flat_group_rate`` (the share of its
+    groups, episodes of one seed, whose returns are all equal: no advantage to learn from)."""
+    summary = summarize(trajectories)
+    groups: dict[int | None, list[float]] = {}
+    for traj in trajectories:
+        groups.setdefault(traj.seed, []).append(traj.episode_return)
+    flat = sum(len(set(returns)) == 1 for returns in groups.values())
+    return {
+        f"{name}/reward_mean": summary["mean_return"],
+        f"{name}/invalid_rate": summary["invalid_action_rate"],
+        f"{name}/completion_tokens_mean": sum(sum(t.loss_mask) for t in trajectories)
+        / len(trajectories),
+        f"{name}/episodes": float(len(trajectories)),
+        f"{name}/flat_group_rate": flat / len(groups),
+    }
 
 
 def evaluate(

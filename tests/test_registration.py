@@ -6,16 +6,17 @@ import gymnasium as gym
 import pytest
 
 import textgym
-from textgym.registration import ENVS, register_envs
+from textgym.registration import COMPOSITES, ENVS, register_envs
 
 
 def test_the_table_is_what_is_registered():
     registered = {i for i in gym.registry if i.startswith("textgym/")}
-    assert registered == {entry.id for entry in ENVS} == set(textgym.ENV_DESCRIPTIONS)
+    tasks, composites = {entry.id for entry in ENVS}, {entry.id for entry in COMPOSITES}
+    assert registered == tasks | composites and tasks == set(textgym.ENV_DESCRIPTIONS)
     assert list(textgym.ENV_DESCRIPTIONS) == [entry.id for entry in ENVS]
 
 
-@pytest.mark.parametrize("entry", ENVS, ids=lambda e: e.id)
+@pytest.mark.parametrize("entry", ENVS + COMPOSITES, ids=lambda e: e.id)
 def test_each_spec_carries_no_copied_defaults(entry):
     spec = gym.spec(entry.id)
     assert spec.kwargs == {}  # every default lives in the constructor's signature only

@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import gymnasium as gym
 
-__all__ = ["ENVS", "ENV_DESCRIPTIONS", "EnvEntry", "register_envs"]
+__all__ = ["COMPOSITES", "ENVS", "ENV_DESCRIPTIONS", "EnvEntry", "register_envs"]
 
 
 class EnvEntry(NamedTuple):
@@ -62,12 +62,23 @@ ENVS: tuple[EnvEntry, ...] = (
     ),
 )
 
+#: Envs made of other envs (not tasks of their own), registered beside :data:`ENVS`.
+COMPOSITES: tuple[EnvEntry, ...] = (
+    EnvEntry(
+        "textgym/Mixture-v0",
+        "textgym.mixture:EnvMixture",
+        None,  # each member keeps its own step limit
+        "several envs as one, each episode's env drawn by weight from its seed "
+        "(envs=[{env_id, env_kwargs, wrappers, weight, name}]; the members' rewards)",
+    ),
+)
+
 #: One-line description per registered id (shown by ``textgym list``).
 ENV_DESCRIPTIONS: dict[str, str] = {entry.id: entry.description for entry in ENVS}
 
 
 def register_envs() -> None:
-    """Register every env of :data:`ENVS` with Gymnasium (idempotent).
+    """Register every env of :data:`ENVS` and :data:`COMPOSITES` with Gymnasium (idempotent).
 
     Gymnasium's passive env checker is off for these ids (``disable_env_checker=True``): it
     marks its reset check done before the reset returns, so after a first ``reset`` that the
@@ -76,7 +87,7 @@ def register_envs() -> None:
     ``PassiveEnvChecker.reset``). What it checks, every registered id passes in the test suite
     (:func:`textgym.env_checker.check_text_env`, which runs Gymnasium's ``check_env``).
     """
-    for entry in ENVS:
+    for entry in (*ENVS, *COMPOSITES):
         if entry.id not in gym.registry:
             gym.register(
                 id=entry.id,

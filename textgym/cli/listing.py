@@ -14,6 +14,7 @@ import textgym
 from textgym.builder import load_entry_points
 from textgym.checks import one_line
 from textgym.cli.usage import UsageError
+from textgym.registration import COMPOSITES
 
 __all__ = ["ListConfig", "run"]
 
@@ -34,6 +35,7 @@ def run(config: ListConfig) -> int:
     except ValueError as exc:
         raise UsageError(one_line(exc)) from None
     rows = dict(textgym.ENV_DESCRIPTIONS)
+    rows.update((entry.id, entry.description) for entry in COMPOSITES)
     for env_id in sorted(set(gym.registry) - before):
         entry_point = gym.registry[env_id].entry_point
         rows[env_id] = entry_point if isinstance(entry_point, str) else repr(entry_point)

@@ -53,7 +53,8 @@ def eval_table_rows(metrics: dict[str, Any]) -> tuple[list[str], list[tuple[str,
         ...                  "random/invalid_rate": 0.0})
         (['random'], [('mean return', ['0.7500']), ('win', ['50.0%']), ('invalid actions', ['0.0%'])])
     """
-    settings = list(dict.fromkeys(key.split("/", 1)[0] for key in metrics if "/" in key))
+    # A setting is all before the last "/": a mixture member's are "NAME/SETTING".
+    settings = list(dict.fromkeys(key.rsplit("/", 1)[0] for key in metrics if "/" in key))
 
     def cell(setting: str, metric: str, percent: bool) -> str:
         value = metrics.get(f"{setting}/{metric}")

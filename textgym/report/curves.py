@@ -59,12 +59,26 @@ def _keys(rows: Iterable[dict[str, Any]], stage: str, keep: Callable[[str], bool
 def _settings(rows: list[dict[str, Any]]) -> list[str]:
     """Evaluation settings (``random``, ``optimal``, ``eval``) of the eval rows, in order."""
     keys = _keys(rows, "eval", lambda k: "/" in k)
-    return list(dict.fromkeys(k.split("/", 1)[0] for k in keys))
+    return list(dict.fromkeys(k.rsplit("/", 1)[0] for k in keys))  # a member's: NAME/SETTING
 
 
 def _train(*keys: str) -> _Select:
     return lambda rows: [("train", k, k) for k in keys]
 
+
+def _is_member_reward(key: str) -> bool:
+    return key.endswith("/reward_mean") and not key.startswith("reward/")
+
+
+#: The training reward of each member env of a ``textgym/Mixture-v0`` run.
+_MEMBER_REWARD: tuple[str, str, bool, _Select] = (
+    "Reward per env of the mixture (train)",
+    "reward",
+    False,
+    lambda rows: [
+        ("train", k, k.split("/", 1)[0]) for k in _keys(rows, "train", _is_member_reward)
+    ],
+)
 
 #: (title, y-axis label, rates in [0, 1], which series) of each chart, in page order.
 _CHARTS: list[tuple[str, str, bool, _Select]] = [
@@ -94,7 +108,7 @@ _CHARTS: list[tuple[str, str, bool, _Select]] = [
         "return",
         False,
         lambda rows: [
-            ("eval", k, k.split("/", 1)[0])
+            ("eval", k, k.rsplit("/", 1)[0])
             for k in _keys(rows, "eval", lambda k: k.endswith("/return_mean"))
         ],
     ),
@@ -224,6 +238,8 @@ def chart_specs(runs: Sequence[Run]) -> tuple[list[dict[str, Any]], list[str], l
                 ],
             ),
         )
+    if any(_keys(run.metrics, "train", _is_member_reward) for _, run in trained):
+        charts.insert(1, _MEMBER_REWARD)  # a mixture's runs: one curve per member env
     kinds = list(dict.fromkeys(run.kind for _, run in trained))
     specs: list[dict[str, Any]] = []
     not_logged: list[str] = []
