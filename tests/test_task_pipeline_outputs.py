@@ -22,13 +22,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import task_pipeline  # noqa: E402  (a script beside the benchmarks, not a package)
 from _study_outputs import run_main  # noqa: E402
 
-USER = b"the user's own bytes\n"
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
-    return err[0]
+from ._study import USER, one_error_line  # noqa: E402
 
 
 @pytest.mark.parametrize(

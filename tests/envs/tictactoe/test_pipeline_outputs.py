@@ -18,6 +18,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import tictactoe_pipeline  # noqa: E402  (a script beside the benchmarks, not a package)
 from _study_outputs import run_main  # noqa: E402
 
+from ..._study import one_error_line  # noqa: E402
+
 RATE = {"rate": 0.5, "stderr": 0.1}
 EVAL = {
     "greedy/random": {
@@ -26,12 +28,6 @@ EVAL = {
         "games": 4,
     }
 }
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
-    return err[0]
 
 
 @pytest.mark.parametrize(

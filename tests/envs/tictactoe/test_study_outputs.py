@@ -20,20 +20,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import tictactoe_recipe as recipe  # noqa: E402  (a script beside the benchmarks, not a package)
 from _study_outputs import run_main  # noqa: E402
 
-USER = b"the user's own bytes\n"
-
-
-def exit_code(main, argv) -> int:
-    try:
-        return run_main(main, argv)
-    except SystemExit as exc:  # argparse's own refusals
-        return exc.code
-
-
-def one_error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "error:" in err[0] and "Traceback" not in err[0], err
-    return err[0]
+from ..._study import USER, exit_code, one_error_line  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -62,7 +49,7 @@ def one_error_line(capsys) -> str:
 def test_eval_script_refuses_bad_arguments_in_one_line(eval_script, bad, capsys):
     results = REPO / "benchmarks" / "results"
     before = {p: p.read_bytes() for p in results.glob("tictactoe_*.json")}
-    assert exit_code(eval_script.main, bad) == 2
+    assert exit_code(run_main, eval_script.main, bad) == 2
     one_error_line(capsys)
     assert {p: p.read_bytes() for p in results.glob("tictactoe_*.json")} == before
 
@@ -88,7 +75,7 @@ def test_recipe_script_refuses_bad_arguments_in_one_line(bad, tmp_path, capsys):
     user = tmp_path / "user.txt"
     user.write_bytes(USER)
     argv = [a.replace("{user}", str(user)) for a in bad] + ["--work-dir", str(tmp_path / "w")]
-    assert exit_code(recipe.main, argv) == 2
+    assert exit_code(run_main, recipe.main, argv) == 2
     one_error_line(capsys)
     assert user.read_bytes() == USER
     assert not (tmp_path / "w").exists()  # nothing written before the refusal
