@@ -2,8 +2,9 @@
 adapter of it (default: the one committed under ``benchmarks/results/``, SFT on the safe expert
 then GRPO against a league of opponents) play the same seeded tic-tac-toe games, greedy, as X
 or O by seed, against the optimal player (the minimax, ``random_move_prob`` 0) and against a
-uniformly random one; one table puts them side by side (wins, draws, losses with their binomial
-standard errors, invalid moves) and the last line says how to train such an adapter.
+uniformly random one; one table puts them side by side (wins, draws, losses and games with no
+end, each with its binomial standard error, and the share of invalid moves) and the last line
+says how to train such an adapter.
 
 Each model is loaded once and plays both opponents; the base model is freed before the adapter
 loads, so the peak memory is one model's.
@@ -19,8 +20,10 @@ from typing import Any
 
 from textgym.checks import check_seed
 from textgym.cli import batch_play, building
+from textgym.cli._options import DType
 from textgym.cli.evaluate import EvalConfig
 from textgym.cli.usage import UsageError
+from textgym.errors import TextgymError
 from textgym.evaluation import RunningSummary
 
 __all__ = ["DEFAULT_ADAPTER", "OPPONENT_SETTINGS", "DemoConfig", "model_rows", "run", "table"]
@@ -50,9 +53,8 @@ class DemoConfig:
     """The trained LoRA adapter directory (its base must be --model)."""
     max_new_tokens: int = 16
     """Most tokens per move (the adapter answers in about 8)."""
-    dtype: str = "auto"
-    """Weights' dtype: auto (bfloat16 where the CPU computes it natively, else float32),
-    float32, bfloat16, float16."""
+    dtype: DType = "auto"
+    """Weights' dtype: auto (bfloat16 where the CPU computes it natively, else float32)."""
     seed: int = 0
     """Seed of the first game; an integer in [0, 2**32 - 1], as for every command."""
     progress: bool = True
@@ -79,7 +81,7 @@ def _eval_config(config: DemoConfig, model: str, opponent: str) -> EvalConfig:
         },
         policy="hf",
         model=model,
-        dtype=config.dtype,  # type: ignore[arg-type]
+        dtype=config.dtype,
         max_new_tokens=config.max_new_tokens,
         temperature=0.0,
         episodes=config.games,
@@ -90,7 +92,15 @@ def _eval_config(config: DemoConfig, model: str, opponent: str) -> EvalConfig:
 
 
 def model_rows(config: DemoConfig, label: str, model: str) -> list[dict[str, Any]]:
-    """Both opponents' rows of one model, loaded once."""
+    """Both opponents' rows of one model, loaded once: ``{"model": label, "opponent",
+    "seconds"}`` and :meth:`RunningSummary.result`'s keys (``episodes``, ``outcomes``,
+    ``truncated_rate``, ``invalid_action_rate``, ...).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C during play.
+        TextgymError: the play stopped on an error (one line).
+        UsageError: the model or env cannot be built.
+    """
     rows, policy = [], None
     for opponent in OPPONENT_SETTINGS:
         eval_config = _eval_config(config, model, opponent)
@@ -101,8 +111,10 @@ def model_rows(config: DemoConfig, label: str, model: str) -> list[dict[str, Any
         played = batch_play.play(
             eval_config, plan, policy, f"{label} vs {opponent}", lambda _, t, r=running: r.add(t)
         )
-        if not played.complete:
-            raise KeyboardInterrupt if played.interrupted else UsageError(str(played.error))
+        if played.interrupted:
+            raise KeyboardInterrupt
+        if played.error is not None:  # a run that failed on its way (exit 1), not a usage error
+            raise TextgymError(played.error)
         rows.append({"model": label, "opponent": opponent, "seconds": played.elapsed})
         rows[-1].update(running.result())
     del policy

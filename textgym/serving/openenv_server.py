@@ -84,10 +84,11 @@ class EnvWorkers:
     shared threads, each call on whichever is free (a session has one call at a time, so its
     env is never entered twice at once).
 
-    Why not a thread per session (as before): every call then woke its own thread, and at 256
-    sessions the hand-offs cost a third of the server's throughput (served TicTacToe-v0, 2
-    cores, one run: 2,520 against 3,315 steps/s for a shared pool, p50 61 against 45 ms;
-    ``benchmarks/env_server.py``). Why not asyncio's default executor: a call past its
+    Why not a thread per session (as before): every call then woke its own thread. In one
+    exploratory run (served TicTacToe-v0 at 256 sessions, 2 AMD EPYC cores, one 4 s window per
+    variant, not repeated, asyncio's shared default executor standing in for this class) a
+    thread per session gave 2,520 steps/s and a shared pool 3,315. Why not asyncio's default
+    executor: a call past its
     deadline would hold one of its threads for good. Here such a call is abandoned with its
     thread, which is retired (it exits if the call ever returns) while a fresh one takes its
     place, so a hung env holds one thread and never delays the other sessions.
@@ -340,7 +341,7 @@ def create_server_app(
     which a client compares with its own) and ``/card`` (the env's quality card).
 
     Args:
-        make_env: Builds one env per session (called in the session's thread).
+        make_env: Builds one env per session (called on an env thread, at its first reset).
         probe: One env of the factory, whose spaces declare the schema (not kept).
         env_id: The env's id, the server's ``/metadata`` name.
         settings: Session bounds.
