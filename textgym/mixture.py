@@ -103,6 +103,11 @@ class EnvMixture(TextEnv):
             :data:`DEFAULT_MEMBERS`.
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
 
+    Observations, actions, rewards and infos are the episode's member's (its spaces: text of at
+    most the longest member's ``max_length`` characters). Info keys: the member's own, plus
+    ``mixture_member`` (its name) at reset and every step; the reset's ``task_id`` becomes
+    ``NAME::TASK``. Episode end: the member's (its own step limit).
+
     Raises:
         ValueError: no member, a bad spec (see :func:`_member`), or two members of one name.
     """
