@@ -292,6 +292,19 @@ def serve_reference(name: str, port: int, max_sessions: int) -> None:
     )
 
 
+def _repeated(windows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several timed windows of one row: the median window's figures, with every window's
+    steps/s and their range (``steps_per_s_min`` / ``_max``) beside them."""
+    rates = [w["steps_per_s"] for w in windows]
+    median = sorted(windows, key=lambda w: w["steps_per_s"])[len(windows) // 2]
+    return {
+        **median,
+        "windows_steps_per_s": rates,
+        "steps_per_s_min": min(rates),
+        "steps_per_s_max": max(rates),
+    }
+
+
 def _row(name: str, mode: str, sessions: int, result: dict[str, Any]) -> dict[str, Any]:
     row = {"env": name, "mode": mode, "sessions": sessions, **result}
     print(row, flush=True)
@@ -305,7 +318,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--http-sessions", type=at_least(1), nargs="*", default=[1, 16], help="HTTP /reset rows"
     )
-    parser.add_argument("--seconds", type=float, default=4.0, help="timed seconds per row")
+    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per timed window")
+    parser.add_argument(
+        "--repeats", type=at_least(1), default=1, help="timed windows per row (median and range)"
+    )
     parser.add_argument("--budget-s", type=float, default=420.0, help="the whole run's bound")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
     parser.add_argument("--update-results", action="store_true", help="allow benchmarks/results")
@@ -334,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             "sessions": args.sessions,
             "http_sessions": args.http_sessions,
             "seconds_per_row": args.seconds,
+            "windows_per_row": args.repeats,
             "transport": "WebSocket (OpenEnv EnvClient); HTTP POST /reset (httpx)",
         },
         "note": "server and load generator on the same 2 cores (load_avg_1m_at_start says "
@@ -343,14 +360,13 @@ def main(argv: list[str] | None = None) -> int:
     }
 
     def out_of_time() -> bool:
-        return time.monotonic() - began > args.budget_s - args.seconds - 10
+        return time.monotonic() - began > args.budget_s - args.repeats * args.seconds - 10
 
     most = max(args.sessions + args.http_sessions) + 8
     for name in args.envs:
         for sessions in args.sessions:
-            rows.append(
-                _row(name, "in_process", sessions, in_process(name, sessions, args.seconds))
-            )
+            windows = [in_process(name, sessions, args.seconds) for _ in range(args.repeats)]
+            rows.append(_row(name, "in_process", sessions, _repeated(windows)))
         with server(name, most) as url:
             for mode, sizes, load in (
                 ("served_ws", args.sessions, _served),
@@ -360,11 +376,13 @@ def main(argv: list[str] | None = None) -> int:
                     if out_of_time():
                         rows.append(_row(name, mode, sessions, {"skipped": "out of --budget-s"}))
                         continue
-                    if load is None:
-                        result = asyncio.run(_http_resets(url, sessions, args.seconds))
-                    else:
-                        result = asyncio.run(load(name, url, sessions, args.seconds))
-                    rows.append(_row(name, mode, sessions, result))
+                    windows = [
+                        asyncio.run(_http_resets(url, sessions, args.seconds))
+                        if load is None
+                        else asyncio.run(load(name, url, sessions, args.seconds))
+                        for _ in range(args.repeats)
+                    ]
+                    rows.append(_row(name, mode, sessions, _repeated(windows)))
     record["wall_s"] = round(time.monotonic() - began, 1)
     record["load_avg_1m_at_end"] = os.getloadavg()[0]
     write_result(args.output, record)
