@@ -96,6 +96,8 @@ class EmailToolUseEnv(ToolUseEnv):
           reply, else the calls whose tool returned an error.
         - ``total_tool_calls`` [step]: tool calls so far in the episode.
         - ``total_tool_errors`` [step]: tool errors so far in the episode.
+        - ``total_writes`` [step]: calls so far that succeeded and may change the mailbox
+          (send, reply, forward, delete).
         - ``invalid_action`` [step]: ``True`` if the reply was rejected whole (no call ran,
           nothing changed): too long to read, more than ``max_calls_per_step`` calls, or a
           call that is malformed, names an unknown tool or has invalid arguments.

@@ -94,6 +94,7 @@ class ToolUseEnv(TextEnv):
             "tool_errors",
             "total_tool_calls",
             "total_tool_errors",
+            "total_writes",
             "success",
             "invalid_action",
             "invalid_reason",
@@ -229,6 +230,7 @@ class ToolUseEnv(TextEnv):
             "tool_errors": errors,
             "total_tool_calls": self._calls,
             "total_tool_errors": self._errors,
+            "total_writes": self._writes,
             "invalid_action": reason is not None,
             "invalid_reason": reason,
             "success": success,
@@ -342,6 +344,8 @@ class WorkplaceEnv(ToolUseEnv):
           found.". ``tool_calls - tool_errors`` calls succeeded.
         - ``total_tool_calls`` [step]: tool calls so far in the episode.
         - ``total_tool_errors`` [step]: tool errors so far in the episode.
+        - ``total_writes`` [step]: calls so far that succeeded and may change a table (the
+          tools that are not look-ups).
         - ``invalid_action`` [step]: ``True`` if the reply was rejected whole, so that no call
           of it ran and nothing changed: too long to read, more than ``max_calls_per_step``
           calls, or a call that is malformed, names an unknown tool or has invalid arguments.
