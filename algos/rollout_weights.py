@@ -11,6 +11,10 @@ With LoRA (a ``peft`` model) the copy is the merged model, ``W + (alpha / r) B A
 linear layer, in bfloat16; only the adapted layers are recomputed at a refresh (the base weights
 are frozen).
 
+The copy is only read, so its sibling projections and RMSNorms are fused for fewer kernels per
+decode step (:func:`textgym.policies.fused.fuse_for_decoding`; same parameters, same results up
+to rounding), and a refresh writes through them.
+
 The sampler's log-probabilities then differ from the learner's by bfloat16 rounding, so the
 update takes its importance ratio against the sampler's (the behaviour policy; see
 :func:`textgym.algos.grpo.update`) and reports the gap as ``sampler_logprob_gap``.
@@ -23,6 +27,7 @@ from typing import Any
 
 import torch
 
+from textgym.policies.fused import fuse_for_decoding
 from textgym.policies.hf import HFPolicy
 
 __all__ = ["BF16Snapshot", "SnapshotPolicy", "weights_tag"]
@@ -43,6 +48,7 @@ class BF16Snapshot:
     Attributes:
         model: The copy (a plain ``transformers`` model in eval mode, no gradients).
         refreshes: How many times the copy was brought up to date after its creation.
+        fusion: What :func:`~textgym.policies.fused.fuse_for_decoding` rewrote in the copy.
     """
 
     def __init__(self, source: Any) -> None:
@@ -54,6 +60,7 @@ class BF16Snapshot:
             else:
                 merged = copy.deepcopy(source)
         self.model = merged.to(torch.bfloat16).eval().requires_grad_(False)
+        self.fusion = fuse_for_decoding(self.model)
         self._pairs = self._pairs_to_refresh()
         self._tag = weights_tag(source)
         self.refreshes = 0

@@ -36,7 +36,8 @@ Parts:
 
 Quick (``--quick``): the speed parts only, in at most ``--budget`` seconds (default 480, the
 8 minutes that fit one device command): the CUDA tests (a warning that CUDA graphs turned off
-fails them), decode (engine ``now`` at batches 1/8/32/256, 4 turns x 64 tokens), the GRPO step
+fails them), decode (engines ``now`` and ``now-fused`` alternating, batches 1/8/32/256, 4 turns x
+64 tokens; kernels per step counted), the GRPO step
 at 32 groups x 8, 32 new tokens (ours, TRL and TRL with cuDNN attention off alternating
 in one part, 2 rounds of 5 timed steps each; then the decode roofline), update
 packing, then ``generate`` as the reference engine and ours without prefix sharing. Each part
@@ -200,8 +201,9 @@ _GRPO_SMOKE += " --steps 1 --warmup 0 --rounds 1 --threads 1"
 _DECODE = "--turns 4 --new-tokens 64"
 _DECODE_SMOKE = "--turns 2 --new-tokens 4"
 _QUICK = (
-    ("quick-decode-now", 110, False, "llm_decode.py", f"--engines now --batches 1 8 32 256 {_DECODE}",
-     f"--engines now --batches 1 2 {_DECODE_SMOKE}"),
+    ("quick-decode-now", 180, False, "llm_decode.py",
+     f"--engines now now-fused --batches 1 8 32 256 {_DECODE}",
+     f"--engines now now-fused --batches 1 2 {_DECODE_SMOKE}"),
     ("quick-grpo-vs-trl", 240, False, "grpo_vs_trl.py",
      f"{_GRPO} --trainers ours trl trl_no_cudnn --no-decode",
      f"{_GRPO_SMOKE} --trainers ours trl --no-decode"),

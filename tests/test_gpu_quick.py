@@ -176,7 +176,7 @@ def test_quick_parts_mirror_the_gpu_check_and_pass_random_weights(tmp_path):
         assert smoke[smoke.index("--model") + 1] == "tiny"
         assert sum(part.cap_s for part in parts) > 480  # the budget, not the caps, ends the run
     decode = " ".join(parts[names.index("quick-decode-now")].command(tmp_path, False))
-    assert "--engines now --batches 1 8 32 256 --turns 4 --new-tokens 64" in decode
+    assert "--engines now now-fused --batches 1 8 32 256 --turns 4 --new-tokens 64" in decode
 
 
 @pytest.mark.subprocess

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from textgym.checks import check_int
+from textgym.policies.fused import count_kernels
 from textgym.policies.kv_slots import (
     SlotCache,
     StepGraphs,
@@ -45,6 +46,10 @@ class DecodeStats:
         compactions: Times the live slots were moved to the front and the batch shrank.
         graph_captures: CUDA graphs captured (one per new ``(rows, width)``).
         graph_capture_s: Seconds spent capturing them, warm-up runs and checks included.
+        kernels_per_step: Kernels of one decode step run eagerly (CUDA kernels on a GPU, else
+            the CPU's compute operators; :func:`textgym.policies.fused.count_kernels`),
+            counted once at the first step when the engine's ``count_kernels`` is set; ``None``
+            otherwise.
     """
 
     prefill_tokens: int = 0
@@ -54,6 +59,7 @@ class DecodeStats:
     compactions: int = 0
     graph_captures: int = 0
     graph_capture_s: float = 0.0
+    kernels_per_step: int | None = None
 
 
 class SlotDecoder:
@@ -73,6 +79,8 @@ class SlotDecoder:
         packed_gqa: Run decode steps of a GQA model on its key/value heads without expanding
             them (:func:`~textgym.policies.kv_slots.packed_gqa_sdpa`; ``None``: with ``sdpa``
             attention where the installed ``transformers`` does not already do it).
+        count_kernels: Profile the first decode step once (an extra eager run of it) and report
+            its kernels in :attr:`DecodeStats.kernels_per_step`.
 
     Raises:
         ValueError: an attention implementation other than ``sdpa`` or ``eager`` (e.g.
@@ -88,6 +96,7 @@ class SlotDecoder:
         sdpa_backends: Sequence[str] = ("EFFICIENT_ATTENTION", "MATH"),
         bucketed: bool | None = None,
         packed_gqa: bool | None = None,
+        count_kernels: bool = False,
     ) -> None:
         self.model = model
         self.geometry = slot_geometry(model)
@@ -111,6 +120,7 @@ class SlotDecoder:
         on_cuda = self.device.type == "cuda"
         self.sync_every = check_int("sync_every", sync_every or (8 if on_cuda else 1), low=1)
 
+        self.count_kernels = bool(count_kernels)
         self.sdpa_backends = tuple(sdpa_backends)
         self.cache_kwarg = cache_kwarg(model)
         self.cache: SlotCache | None = None
@@ -247,6 +257,9 @@ class SlotDecoder:
         self._tokens[:rows, 0] = torch.where(feed, tokens, pad_id)
         self._cols[:rows, 0] = torch.where(feed, positions, width - 1)
         self._positions[:rows, 0] = torch.where(feed, positions, 0)
+        if self.count_kernels and self.stats.kernels_per_step is None:
+            # The same inputs rewrite the same cache column, so this extra run changes nothing.
+            self.stats.kernels_per_step = count_kernels(lambda: self._step(rows))
         captures, capture_s = self.graphs.captures, self.graphs.capture_s
         logits = self.graphs(rows, width)
         self.stats.graph_captures += self.graphs.captures - captures
