@@ -75,7 +75,7 @@ from textgym.algos.grpo_rollouts import (
     training_env,
 )
 from textgym.algos.league import OpponentLeague
-from textgym.algos.learnability import hint_rule
+from textgym.algos.learnability import hint_rule, member_hint_rules
 from textgym.algos.learner import Learner, sampled_elsewhere
 from textgym.algos.losses import LOSS_VARIANTS, loss_normalizer, policy_loss
 from textgym.algos.metric_plots import plot_metrics
@@ -648,7 +648,8 @@ class _Run:
     episodes: TrainEpisodesLog  # a sample of each step's rollouts (train_episodes.jsonl)
     league: OpponentLeague | None = None  # opponent_priority "loss"
     eval_metrics: dict[str, Any] = field(default_factory=dict)  # the last evaluation's
-    hint_rule: str | None = None  # the learnability rule of the last hint printed
+    # The learnability rule of the last hint printed, by scope ("": the step, else a member).
+    hint_rules: dict[str, str] = field(default_factory=dict)
     saved: int = 0  # the last step with a checkpoint (the resumed one's; 0: none)
     final_eval_owed: bool = False  # the last step is done, its evaluation was given up
     progressed: bool = False  # a step of this invocation is done: the time limit may cut now
@@ -1015,7 +1016,9 @@ def _report_progress(run: _Run, step: int, metrics: dict[str, float]) -> None:
     second, and why no update ran when none did (every group had equal rewards; a non-finite
     loss or gradient norm). When the step barely learns, a second line, ``hint: ...``, names
     the measured state and the knob to turn (:func:`~textgym.algos.learnability.hint_rule`),
-    printed when its rule differs from the last hint's (not again for every step alike)."""
+    printed when its rule differs from the last hint's (not again for every step alike); in a
+    mixture, each member whose own episodes barely learn gets its line, ``hint (NAME): ...``
+    (:func:`~textgym.algos.learnability.member_hint_rules`)."""
     config, ctx = run.config, run.ctx
     if config.progress and ctx.is_main:
         tokens = metrics["completion_tokens_mean"] * config.batch_size
@@ -1029,10 +1032,13 @@ def _report_progress(run: _Run, step: int, metrics: dict[str, float]) -> None:
             note=skipped_update_note(metrics, config.groups_per_step),
         )
         print(line, file=sys.stderr, flush=True)
-        rule = hint_rule(metrics)
-        if rule is not None and rule[0] != run.hint_rule:
-            print(f"hint: {rule[1]}", file=sys.stderr, flush=True)
-        run.hint_rule = None if rule is None else rule[0]
+        rules = {f" ({name})": rule for name, rule in member_hint_rules(metrics).items()}
+        if (rule := hint_rule(metrics)) is not None:
+            rules[""] = rule
+        for scope, (name, hint) in rules.items():
+            if run.hint_rules.get(scope) != name:
+                print(f"hint{scope}: {hint}", file=sys.stderr, flush=True)
+        run.hint_rules = {scope: name for scope, (name, _) in rules.items()}
 
 
 def _episode_records(

@@ -22,7 +22,7 @@ from textgym.algos.grpo_rollouts import (
     rollout_step,
     training_env,
 )
-from textgym.algos.learnability import hint_rule
+from textgym.algos.learnability import hint_rule, member_hint_rules
 
 __all__ = ["dry_run"]
 
@@ -57,7 +57,11 @@ def dry_run(config: GRPOConfig) -> dict[str, float]:
     }
     if ctx.is_main:
         rule = hint_rule(metrics)
-        for line in _dry_run_lines(config, metrics, None if rule is None else rule[1]):
+        lines = _dry_run_lines(config, metrics, None if rule is None else rule[1])
+        lines += [
+            f"hint ({name}): {hint}" for name, (_, hint) in member_hint_rules(metrics).items()
+        ]
+        for line in lines:
             print(line, file=sys.stderr, flush=True)
     return metrics
 

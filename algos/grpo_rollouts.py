@@ -220,9 +220,10 @@ def rollout_metrics(trajectories: list[Trajectory], ctx: DistributedContext) -> 
 
 def member_metrics(name: str, trajectories: list[Trajectory]) -> dict[str, float]:
     """The metrics of one mixture member's episodes (``textgym/Mixture-v0``), as
-    ``NAME/reward_mean``, ``NAME/invalid_rate``, ``NAME/completion_tokens_mean`` (generated
-    tokens per episode), ``NAME/episodes`` and ``NAME/flat_group_rate`` (the share of its
-    groups, episodes of one seed, whose returns are all equal: no advantage to learn from)."""
+    ``NAME/reward_mean``, ``NAME/reward_std`` (population standard deviation of its returns),
+    ``NAME/invalid_rate``, ``NAME/completion_tokens_mean`` (generated tokens per episode),
+    ``NAME/episodes`` and ``NAME/flat_group_rate`` (the share of its groups, episodes of one
+    seed, whose returns are all equal: no advantage to learn from)."""
     summary = summarize(trajectories)
     groups: dict[int | None, list[float]] = {}
     for traj in trajectories:
@@ -230,6 +231,7 @@ def member_metrics(name: str, trajectories: list[Trajectory]) -> dict[str, float
     flat = sum(len(set(returns)) == 1 for returns in groups.values())
     return {
         f"{name}/reward_mean": summary["mean_return"],
+        f"{name}/reward_std": statistics.pstdev(t.episode_return for t in trajectories),
         f"{name}/invalid_rate": summary["invalid_action_rate"],
         f"{name}/completion_tokens_mean": sum(sum(t.loss_mask) for t in trajectories)
         / len(trajectories),

@@ -31,7 +31,14 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FLAT_SHARE", "INVALID_RATE", "LOW_ENTROPY", "hint_rule", "learnability_hint"]
+__all__ = [
+    "FLAT_SHARE",
+    "INVALID_RATE",
+    "LOW_ENTROPY",
+    "hint_rule",
+    "learnability_hint",
+    "member_hint_rules",
+]
 
 #: Share of zero-variance groups from which a step counts as barely learning.
 FLAT_SHARE = 0.75
@@ -106,6 +113,31 @@ def hint_rule(row: Mapping[str, Any]) -> tuple[str, str] | None:
             "batch with groups that differ"
         )
     return None
+
+
+def member_hint_rules(row: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
+    """The rule and hint of each mixture member (``textgym/Mixture-v0``) whose own episodes
+    in a step barely learn, by member name.
+
+    A member is judged on its own metrics (:func:`textgym.algos.grpo_rollouts.member_metrics`:
+    ``NAME/flat_group_rate``, ``NAME/reward_mean``, ``NAME/reward_std``,
+    ``NAME/invalid_rate``) by the rules of :func:`hint_rule`, so one task stuck at zero is
+    named even while the others keep the step learning. Entropy is not measured per member,
+    so the low-entropy rule never matches here.
+    """
+    rules = {}
+    for key in row:
+        if not key.endswith("/flat_group_rate"):
+            continue
+        name = key.removesuffix("/flat_group_rate")
+        member = {
+            "zero_variance_fraction": row[key],
+            **{k: row.get(f"{name}/{k}") for k in ("reward_mean", "reward_std", "invalid_rate")},
+        }
+        rule = hint_rule(member)
+        if rule is not None:
+            rules[name] = rule
+    return rules
 
 
 def learnability_hint(row: Mapping[str, Any]) -> str | None:

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from textgym.algos.learnability import hint_rule, learnability_hint
+from textgym.algos.learnability import hint_rule, learnability_hint, member_hint_rules
 from textgym.progress import progress_text
 from textgym.rollout import Trajectory
 
@@ -189,4 +189,53 @@ def test_dry_run_prints_the_diagnostics_and_writes_nothing(tmp_path, capsys):
     assert "hint: " in err and "of actions were invalid" in err
     assert metrics["skipped_update"] == 1.0 and metrics["zero_variance_fraction"] == 1.0
     assert math.isfinite(metrics["sampled_entropy"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_each_mixture_member_is_judged_on_its_own_episodes():
+    """A member stuck at zero is named while the step as a whole learns."""
+    row = {
+        "skipped_update": 0.0,
+        "zero_variance_fraction": 0.5,
+        "TicTacToe-v0/flat_group_rate": 1.0,
+        "TicTacToe-v0/reward_mean": 0.0,
+        "TicTacToe-v0/reward_std": 0.0,
+        "TicTacToe-v0/invalid_rate": 0.1,
+        "ReverseText-v0/flat_group_rate": 0.0,
+        "ReverseText-v0/reward_mean": 0.4,
+        "ReverseText-v0/reward_std": 0.2,
+        "ReverseText-v0/invalid_rate": 0.0,
+    }
+    assert hint_rule(row) is None
+    rules = member_hint_rules(row)
+    assert list(rules) == ["TicTacToe-v0"] and rules["TicTacToe-v0"][0] == "all_zero"
+    assert member_hint_rules({"reward_mean": 0.0, "zero_variance_fraction": 1.0}) == {}
+
+
+@pytest.mark.llm
+def test_a_mixture_dry_run_prints_a_hint_per_stuck_member(tmp_path, capsys):
+    from textgym.algos import grpo
+    from textgym.algos.grpo_config import GRPOConfig
+
+    ttt = {"env_id": "textgym/TicTacToe-v0", "env_kwargs": {"prompt_style": "compact"}}
+    config = GRPOConfig(
+        model="tiny",
+        output_dir=str(tmp_path / "run"),
+        env_id="textgym/Mixture-v0",
+        env_kwargs={"envs": [ttt, {"env_id": "textgym/ReverseText-v0"}]},
+        groups_per_step=4,
+        group_size=2,
+        max_new_tokens=8,
+        seed=2,  # draws both members
+        device="cpu",
+        dry_run=True,
+        tensorboard=False,
+    )
+    metrics = grpo.train(config)
+    err = capsys.readouterr().err
+    # The random tiny model plays no legal move and writes no answer tag in 8 tokens.
+    for member in ("TicTacToe-v0", "ReverseText-v0"):
+        assert metrics[f"{member}/invalid_rate"] == 1.0
+        (line,) = [x for x in err.splitlines() if x.startswith(f"hint ({member}): ")]
+        assert "of actions were invalid" in line
     assert not (tmp_path / "run").exists()
