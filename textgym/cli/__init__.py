@@ -1,5 +1,5 @@
 """The ``textgym`` command line: ``list``, ``eval``, ``collect``, ``play``, ``sft``, ``train``,
-``compare``, ``report``, ``check``, ``export``, ``serve`` and ``demo``.
+``compare``, ``report``, ``check``, ``export``, ``serve``, ``run`` and ``demo``.
 
 - ``textgym list``: the registered environments.
 - ``textgym eval ENV_ID``: play episodes with a policy and report statistics.
@@ -16,6 +16,8 @@
   (default ``--format chat``: the chat JSONL of ``collect``).
 - ``textgym serve ENV_ID``: the env as an OpenEnv server, one env per WebSocket session (the
   ``serve`` extra; ``--env-url`` of ``eval``, ``collect`` and ``train`` plays on it).
+- ``textgym run RECIPE.toml --work-dir DIR``: a recipe's stages (each a subcommand with its
+  options) in order, skipping those done; one table of its evaluations (:mod:`textgym.recipes`).
 - ``textgym demo``: the base Gemma 3 270M and the committed trained adapter play the same
   seeded tic-tac-toe games against the optimal and a random player, side by side.
 
@@ -88,6 +90,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {
     ),
     "export": Subcommand("export", "write a run's episodes as chat JSONL or ATIF trajectories"),
     "serve": Subcommand("serve", "serve an env through OpenEnv, one env per session", "serve"),
+    "run": Subcommand("run", "run a recipe file's stages in order, resuming where it stopped"),
     "demo": Subcommand(
         "demo",
         "the base Gemma 3 270M and a trained adapter play tic-tac-toe side by side",

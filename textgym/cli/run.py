@@ -1,0 +1,188 @@
+"""``textgym run RECIPE.toml --work-dir DIR``: run a recipe's stages in order, each a textgym
+subcommand (:mod:`textgym.recipes`), skipping those already done, then print one table of
+every evaluation stage and write it to ``DIR/results.json``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import tyro
+
+from textgym.recipes import Recipe, RecipeError, Stage, load_recipe, script_argv, stage_argv
+from textgym.results import write_atomic
+
+__all__ = ["Config", "RunConfig", "run"]
+
+_MARKS = ".textgym-run"
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunConfig:
+    """Run a recipe: its stages in order, each skipped when it already finished."""
+
+    recipe: tyro.conf.Positional[str]
+    """The recipe, a TOML file of stages (recipes/ holds the committed studies)."""
+    work_dir: str
+    """Folder of every stage's outputs and of the run's marks (.textgym-run/)."""
+    stage: str | None = None
+    """Run only this stage (None: every stage)."""
+    until: str | None = None
+    """Stop after this stage (None: run to the end)."""
+    smoke: bool = False
+    """Apply the recipe's [smoke] table: the tiny model and small sizes, for a quick check."""
+    dry_run: bool = False
+    """Print each stage's command and options; run nothing."""
+
+
+Config = RunConfig
+
+
+def _selected(recipe: Recipe, config: RunConfig) -> list[Stage]:
+    stages = list(recipe.stages)
+    if config.until is not None:
+        stages = stages[: stages.index(recipe.stage(config.until)) + 1]
+    if config.stage is not None:
+        stages = [recipe.stage(config.stage)]
+    return stages
+
+
+def _finished(mark: Path, stage: Stage) -> bool:
+    """Whether ``stage`` already finished with these options (its mark).
+
+    Raises:
+        RecipeError: it finished with other options.
+    """
+    if not mark.exists():
+        return False
+    try:
+        done = json.loads(mark.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise RecipeError(f"stage {stage.name}: its mark {mark} is unreadable; remove it") from None
+    if done.get("command") == stage.command and done.get("options") == stage.options:
+        return True
+    before = done.get("options") if isinstance(done.get("options"), dict) else {}
+    keys = sorted(k for k in {*before, *stage.options} if before.get(k) != stage.options.get(k))
+    raise RecipeError(
+        f"stage {stage.name} finished with other options ({', '.join(keys) or 'command'} "
+        f"differ); remove {mark} (and its outputs) to run it again"
+    )
+
+
+def _flags(stage: Stage) -> list[str]:
+    """``--resume`` for a trainer stage that stopped after a checkpoint, ``--overwrite`` for a
+    stage whose output exists unfinished (no mark), else nothing."""
+    output = stage.options.get("output_dir") or stage.options.get("output")
+    if output is None or not Path(output).exists():
+        return []
+    if stage.command in ("train", "sft") and any(Path(output).glob("checkpoint-*")):
+        return ["--resume"]
+    if Path(output).is_dir() and not any(Path(output).iterdir()):
+        return []
+    return ["--overwrite"]
+
+
+def _run_stage(recipe: Recipe, stage: Stage, marks: Path, dry_run: bool) -> int:
+    """Run one stage; its exit code."""
+    from textgym.cli import main
+
+    if stage.command == "script":
+        argv = script_argv(recipe, stage)
+        print(f"$ {' '.join(argv)}", flush=True)
+        if dry_run:
+            return 0
+        cwd = Path(stage.options.get("output_dir") or marks.parent)
+        cwd.mkdir(parents=True, exist_ok=True)
+        return subprocess.run(argv, cwd=cwd, check=False).returncode
+    config_file = marks / f"{stage.name}.config.json"
+    argv = [*stage_argv(stage, config_file), *_flags(stage)]
+    print(f"$ textgym {' '.join(argv)}  # {json.dumps(stage.options)}", flush=True)
+    if dry_run:
+        return 0
+    write_atomic(config_file, json.dumps(stage.options, indent=2) + "\n")
+    try:
+        return main(argv)
+    except SystemExit as exc:  # a usage error: its line is printed already
+        return exc.code if isinstance(exc.code, int) else 1
+
+
+def _number(value: Any, digits: int = 3) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return "-"
+    return f"{value:.{digits}f}"
+
+
+def eval_table(recipe: Recipe) -> list[dict[str, Any]]:
+    """One row per evaluation stage whose ``summary.json`` exists: env, policy or model,
+    temperature, episodes, mean return and its standard error, outcome and invalid rates."""
+    rows = []
+    for stage in recipe.stages:
+        summary_path = Path(stage.options.get("output_dir", "")) / "summary.json"
+        if stage.command != "eval" or not summary_path.is_file():
+            continue
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        rows.append(
+            {
+                "stage": stage.name,
+                "env_id": summary.get("env_id"),
+                "policy": summary.get("model") or summary.get("policy"),
+                "temperature": stage.options.get("temperature"),
+                "episodes": summary.get("episodes"),
+                "return_mean": summary.get("mean_return"),
+                "return_stderr": summary.get("stderr_return"),
+                "outcomes": summary.get("outcomes") or {},
+                "invalid_action_rate": summary.get("invalid_action_rate"),
+            }
+        )
+    return rows
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    outcomes = sorted({o for row in rows for o in row["outcomes"]})
+    table = Table(title="evaluations")
+    for column in ("stage", "episodes", "return", *outcomes, "invalid"):
+        table.add_column(column, justify="left" if column == "stage" else "right")
+    for row in rows:
+        ret = f"{_number(row['return_mean'])} ± {_number(row['return_stderr'])}"
+        rates = [_number(row["outcomes"].get(o)) for o in outcomes]
+        invalid = _number(row["invalid_action_rate"])
+        table.add_row(row["stage"], str(row["episodes"]), ret, *rates, invalid)
+    Console().print(table)
+
+
+def run(config: RunConfig) -> int:
+    """Run the selected stages; 0, or the exit code of the first stage that failed."""
+    recipe = load_recipe(config.recipe, config.work_dir, smoke=config.smoke)
+    work = Path(config.work_dir).absolute()
+    marks = work / _MARKS
+    selected = _selected(recipe, config)
+    if not config.dry_run:
+        marks.mkdir(parents=True, exist_ok=True)
+    for stage in selected:
+        mark = marks / f"{stage.name}.json"
+        if _finished(mark, stage):
+            print(f"{stage.name}: done ({mark})", flush=True)
+            continue
+        began = time.perf_counter()
+        code = _run_stage(recipe, stage, marks, config.dry_run)
+        if code != 0:
+            print(f"textgym run: stage {stage.name} exited with {code}; run again to go on")
+            return code
+        if not config.dry_run:
+            seconds = time.perf_counter() - began
+            record = {"command": stage.command, "options": stage.options, "seconds": seconds}
+            write_atomic(mark, json.dumps(record, indent=2) + "\n")
+            print(f"{stage.name}: {seconds:.1f} s", flush=True)
+    rows = eval_table(recipe)
+    if rows and not config.dry_run:
+        _print_table(rows)
+        write_atomic(work / "results.json", json.dumps({"recipe": str(recipe.path), "rows": rows}, indent=2) + "\n")
+    return 0
