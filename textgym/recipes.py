@@ -173,7 +173,9 @@ def _apply_smoke(
     for key, value in smoke.items():
         if key in names:
             if not isinstance(value, Mapping):
-                raise RecipeError(f"{path.name}: smoke.{key} must be a table of that stage's options")
+                raise RecipeError(
+                    f"{path.name}: smoke.{key} must be a table of that stage's options"
+                )
             for name, command, options in stages:
                 if name == key:
                     allowed = _SCRIPT_KEYS if command == "script" else _option_names(command)
@@ -216,9 +218,7 @@ def _substitute(value: Any, known: Mapping[str, Any], where: str) -> Any:
     return value
 
 
-def load_recipe(
-    path: str | Path, work_dir: str | Path, *, smoke: bool = False
-) -> Recipe:
+def load_recipe(path: str | Path, work_dir: str | Path, *, smoke: bool = False) -> Recipe:
     """Read, check and resolve a recipe for a work dir.
 
     Args:

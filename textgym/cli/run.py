@@ -1,6 +1,6 @@
-"""``textgym run RECIPE.toml --work-dir DIR``: run a recipe's stages in order, each a textgym
-subcommand (:mod:`textgym.recipes`), skipping those already done, then print one table of
-every evaluation stage and write it to ``DIR/results.json``."""
+"""``textgym run``: run a recipe file's stages in order (``textgym run RECIPE.toml --work-dir
+DIR``), each a textgym subcommand (:mod:`textgym.recipes`), skipping those already done, then
+print one table of every evaluation stage and write it to ``DIR/results.json``."""
 
 from __future__ import annotations
 
@@ -184,5 +184,8 @@ def run(config: RunConfig) -> int:
     rows = eval_table(recipe)
     if rows and not config.dry_run:
         _print_table(rows)
-        write_atomic(work / "results.json", json.dumps({"recipe": str(recipe.path), "rows": rows}, indent=2) + "\n")
+        write_atomic(
+            work / "results.json",
+            json.dumps({"recipe": str(recipe.path), "rows": rows}, indent=2) + "\n",
+        )
     return 0
