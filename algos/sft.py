@@ -63,7 +63,11 @@ from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model, saved_base
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
-from textgym.algos.sft_data import conversation_tokens, read_conversations
+from textgym.algos.sft_data import (
+    conversation_tokens,
+    covering_conversations,
+    read_conversations,
+)
 from textgym.builder import EnvRecipe, env_factory
 from textgym.checks import check_seed
 from textgym.errors import SetupError
@@ -95,6 +99,10 @@ class SFTConfig(OptimizationConfig):
     """AdamW learning rate (per optimizer step)."""
     max_length: int = 4096
     """Longest token sequence; longer conversations are dropped (and counted), never cut."""
+    cover: bool = False
+    """Train on a covering subset of the data: the fewest records, by greedy set cover, in
+    which every prompt of the file still appears (textgym.collect.covering_records), e.g.
+    expert games against mostly random opponents, whose common openings repeat."""
     seed: int = 0
     """Seed of the shuffling of the conversations; an integer in [0, 2**32 - 1], as for every
     command."""
@@ -205,6 +213,9 @@ def train(config: SFTConfig) -> dict[str, Any]:
     checkpoint = _checkpoint_to_resume(config, out)
     barrier(ctx)  # every rank has checked before rank 0 writes anything
     conversations = read_conversations(config.data)
+    read = len(conversations)
+    if config.cover:
+        conversations = covering_conversations(conversations)
     if ctx.is_main:
         write_run_record(out, config)
     run, sequences, dropped = _start_run(config, ctx, conversations)
@@ -225,6 +236,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
         barrier(ctx)  # returns once rank 0 has written the model
         return {"steps": steps, "final_loss": final_loss}
     summary = {
+        "conversations_read": read,
         "conversations": len(sequences),
         "dropped_too_long": dropped,
         "steps": steps,

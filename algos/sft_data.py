@@ -16,10 +16,19 @@ from textgym.data import DataFileError, read_jsonl
 from textgym.tokens import ChatTokenizer
 from textgym.toolformat import from_chat_messages
 
-__all__ = ["ROLES", "conversation_tokens", "read_conversations"]
+__all__ = ["ROLES", "conversation_tokens", "covering_conversations", "read_conversations"]
 
 #: Message roles an SFT record may hold (the chat roles textgym's envs and policies produce).
 ROLES = ("system", "user", "assistant", "tool")
+
+
+def covering_conversations(conversations: list[list[dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+    """The covering subset of :func:`textgym.collect.covering_records` (every prompt kept,
+    the fewest conversations by greedy set cover), in the original order."""
+    from textgym.collect import covering_records
+
+    kept = covering_records([{"messages": messages} for messages in conversations])
+    return [record["messages"] for record in kept]
 
 
 def read_conversations(path: str | Path) -> list[list[dict[str, Any]]]:

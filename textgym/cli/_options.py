@@ -125,6 +125,12 @@ class PolicyOptions(ModelOptions):
     expert, minimax on TicTacToe and gold on an env with reference solutions, else random)."""
     reasoning: bool = True
     """random/minimax: write a <think> block before <move>N</move>."""
+    minimax_style: str = "minimax"
+    """minimax: its candidate moves, an optimal style (minimax, minimax_last, minimax_any,
+    safe_best: the optimal moves that beat weak players most, fork)."""
+    minimax_tie_break: Literal["uniform", "first"] = "uniform"
+    """minimax: draw among the candidate moves (uniform) or always play the first (one answer
+    per position, as SFT data)."""
     concurrency: int | None = None
     """openai: most requests in flight at once (None: 8)."""
     timeout_s: float | None = None

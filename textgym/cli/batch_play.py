@@ -63,7 +63,17 @@ __all__ = [
 class BatchPlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
     """The options of ``eval`` and ``collect``: env, policy, episodes."""
 
+    opponent_random_move_prob: tuple[float, float] | None = None
+    """Envs with an opponent (tic-tac-toe): the range (low, high) from which each episode's
+    opponent random-move probability is drawn uniformly (1 is a uniformly random opponent, 0
+    the optimal one); None keeps the env's own setting. Not with --env-url."""
+
     def __post_init__(self) -> None:
+        if getattr(self, "env_url", ()) and self.opponent_random_move_prob is not None:
+            raise ValueError(
+                "--opponent-random-move-prob applies to a local env; a served env keeps its "
+                "own opponent (leave out --env-url or this option)"
+            )
         self.check_env()
         self.check_episodes()
         self.check_policy()
@@ -135,7 +145,9 @@ def setup(config: BatchPlayConfig) -> Setup:
         UsageError: an env that cannot be made, a scripted policy that needs an ``info`` key
             the env does not give, or tasks that cannot be walked.
     """
-    make_env, probe = build_env(config.env_id, config.env_kwargs, config.wrappers)
+    make_env, probe = build_env(
+        config.env_id, config.env_kwargs, config.wrappers, config.opponent_random_move_prob
+    )
     try:
         base = probe.unwrapped
         stop = base.stop_strings

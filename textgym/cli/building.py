@@ -109,6 +109,9 @@ def policy_kwargs(
             "stop": list(stop),
             **openai_options,
         }
+    if name == "minimax" and isinstance(config, PolicyOptions):
+        style = {"style": config.minimax_style, "tie_break": config.minimax_tie_break}
+        return {"seed": seed, "reasoning": reasoning, **style}
     if name in ("random", "minimax"):
         return {"seed": seed, "reasoning": reasoning}
     return {"seed": seed}
