@@ -67,6 +67,7 @@ __all__ = [
     "check_wrapper_names",
     "env_factory",
     "load_entry_points",
+    "make_expert",
     "make_policy",
     "resolve_env_id",
 ]
@@ -327,9 +328,20 @@ def _human(**kwargs: Any) -> Policy:
     return HumanPolicy(**kwargs)
 
 
+def _lookup_expert(seed: Any = None, env_kwargs: Mapping[str, Any] | None = None) -> Policy:
+    # EmailToolUse-v1's expert regenerates each task from its id under the env's own knobs.
+    from textgym.envs.email_tool_use.expert import LookupExpertPolicy
+
+    knobs = ("inbox_size", "distractors", "num_steps")
+    return LookupExpertPolicy(
+        seed=seed, **{k: v for k, v in (env_kwargs or {}).items() if k in knobs}
+    )
+
+
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     "random": RandomPolicy,
     "minimax": _minimax,
+    "lookup_expert": _lookup_expert,
     "gold": GoldPolicy,
     "hf": _hf,
     "openai": _openai,
@@ -339,11 +351,29 @@ _FACTORIES: dict[str, Callable[..., Policy]] = {
 POLICY_NAMES = tuple(_FACTORIES)
 
 
+#: Experts built from the env's own keyword arguments (they regenerate its tasks).
+_TAKES_ENV_KWARGS = frozenset({"lookup_expert"})
+
+
+def make_expert(name: str, env_kwargs: Mapping[str, Any] | None, seed: Any = None) -> Policy:
+    """An env's expert (:attr:`textgym.TextEnv.expert_policy`) for the env built with
+    ``env_kwargs``: ``make_policy(name, seed=seed)``, given the kwargs where it needs them.
+
+    Raises:
+        ValueError: for an unknown name.
+    """
+    extra = {"env_kwargs": dict(env_kwargs or {})} if name in _TAKES_ENV_KWARGS else {}
+    return make_policy(name, seed=seed, **extra)
+
+
 def make_policy(name: str, **kwargs: Any) -> Policy:
-    """Build a policy by name: ``random``, ``minimax``, ``gold``, ``hf``, ``openai`` or ``human``.
+    """Build a policy by name: ``random``, ``minimax``, ``lookup_expert``, ``gold``, ``hf``,
+    ``openai`` or ``human``.
 
     The name table lives here, in the assembly layer, because ``minimax`` is tic-tac-toe's
-    expert (:class:`textgym.envs.tictactoe.MinimaxPolicy`) and core may not import an env.
+    expert (:class:`textgym.envs.tictactoe.MinimaxPolicy`) and ``lookup_expert`` EmailToolUse's
+    (:class:`textgym.envs.email_tool_use.expert.LookupExpertPolicy`, given the env's
+    ``env_kwargs``), and core may not import an env.
 
     Raises:
         ValueError: for an unknown name.

@@ -50,7 +50,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from textgym.builder import EnvRecipe, env_factory, make_policy
+from textgym.builder import EnvRecipe, env_factory, make_expert, make_policy
 from textgym.cli.outputs import json_safe
 from textgym.env_checker import CHECKS, text_env_checks
 from textgym.errors import NonFiniteError
@@ -156,7 +156,7 @@ def env_card(
     finally:
         probe.close()
     seeds, options = _plan(base.task_ids, tasks, seed)
-    oracle, gold_episodes = _oracle(make_env, base, seeds, options, maximum, seed)
+    oracle, gold_episodes = _oracle(make_env, base, seeds, options, maximum, seed, env_kwargs)
     playable = _floor_policies(base, seed)
     if not _has_action_grammar(base, first_info):
         playable.pop("random")
@@ -252,14 +252,16 @@ def _oracle(
     options: list[dict[str, Any]] | None,
     maximum: float,
     seed: int,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
-    """The expert's section of the card, and its episodes when it plays gold completions."""
+    """The expert's section of the card, and the gold completions' episodes (the expert's when
+    it is ``gold``, else played apart for the leakage check where the env has them)."""
     expert = base.expert_policy
     if expert is None:
         detail = "the env names no expert_policy (TextEnv.expert_policy is None)"
         return {"status": "skip", "detail": detail, "maximum": maximum}, []
     try:
-        episodes = _play(make_env, make_policy(expert, seed=seed), seeds, options)
+        episodes = _play(make_env, make_expert(expert, env_kwargs, seed), seeds, options)
     except Exception as exc:  # the expert cannot play its own env: that is the finding
         return {**_failure(exc), "policy": expert, "maximum": maximum}, []
     stats = _stats(episodes, maximum)
@@ -276,7 +278,12 @@ def _oracle(
         "failing": len(short),
         "failing_tasks": short[:_LISTED],
     }
-    return section, episodes if expert == "gold" else []
+    if expert != "gold" and base.has_gold_completion:
+        try:
+            episodes = _play(make_env, make_policy("gold", seed=seed), seeds, options)
+        except Exception:  # noqa: BLE001  (the leakage section then says it has no episodes)
+            episodes = []
+    return section, episodes if expert == "gold" or base.has_gold_completion else []
 
 
 def _floor(

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -218,13 +219,42 @@ def _substitute(value: Any, known: Mapping[str, Any], where: str) -> Any:
     return value
 
 
-def load_recipe(path: str | Path, work_dir: str | Path, *, smoke: bool = False) -> Recipe:
+def _apply_overrides(
+    path: Path, stages: list[tuple[str, str, dict[str, Any]]], overrides: Sequence[str]
+) -> None:
+    """Apply ``STAGE.OPTION=VALUE`` overrides (VALUE read as JSON, else as a string)."""
+    table: dict[str, dict[str, Any]] = {}
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        stage, dot, option = key.partition(".")
+        if not (sep and dot and stage and option):
+            raise RecipeError(f"--set {item!r}: expected STAGE.OPTION=VALUE")
+        try:
+            value = json.loads(text)
+        except ValueError:
+            value = text
+        table.setdefault(stage, {})[option] = value
+    names = {name for name, _, _ in stages}
+    for stage in table:
+        if stage not in names:
+            raise RecipeError(f"--set: {path.name} has no stage {stage!r}")
+    _apply_smoke(path, stages, table)
+
+
+def load_recipe(
+    path: str | Path,
+    work_dir: str | Path,
+    *,
+    smoke: bool = False,
+    overrides: Sequence[str] = (),
+) -> Recipe:
     """Read, check and resolve a recipe for a work dir.
 
     Args:
         path: The TOML file.
         work_dir: Where the stages' outputs go (need not exist yet).
         smoke: Apply the recipe's ``[smoke]`` table.
+        overrides: ``STAGE.OPTION=VALUE`` items applied last (``textgym run --set``).
 
     Raises:
         RecipeError: one line naming the file, the stage and what is wrong.
@@ -241,6 +271,7 @@ def load_recipe(path: str | Path, work_dir: str | Path, *, smoke: bool = False) 
         if not isinstance(table, Mapping):
             raise RecipeError(f"{path.name}: [smoke] must be a table")
         _apply_smoke(path, stages, table)
+    _apply_overrides(path, stages, overrides)
     known: dict[str, Any] = {"work_dir": work, "recipe_dir": path.absolute().parent}
     resolved = []
     for name, command, options in stages:

@@ -128,6 +128,10 @@ class EmailToolUseEnv(ToolUseEnv):
           runs, and an invalid call or too many calls run none of them.
     """
 
+    #: Looks ids and addresses up before it writes, as a model must (the gold completion
+    #: writes ids the request never states): :mod:`textgym.envs.email_tool_use.expert`.
+    expert_policy = "lookup_expert"
+
     def __init__(
         self,
         inbox_size: int = 20,

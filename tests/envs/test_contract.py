@@ -42,7 +42,7 @@ def test_tictactoe_names_its_two_opponents():
         ("textgym/TicTacToe-v0", "minimax"),
         ("textgym/GSM8K-v0", "gold"),
         ("textgym/ReverseText-v0", "gold"),
-        ("textgym/EmailToolUse-v1", "gold"),
+        ("textgym/EmailToolUse-v1", "lookup_expert"),
         ("textgym/Workplace-v1", "gold"),
     ],
 )

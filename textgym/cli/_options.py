@@ -32,7 +32,9 @@ DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_EPISODES = 100
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]  # textgym.models.DTYPE_NAMES
-PolicyName = Literal["minimax", "random", "gold", "hf", "openai"]  # POLICY_NAMES but human
+PolicyName = Literal[
+    "minimax", "lookup_expert", "random", "gold", "hf", "openai"
+]  # POLICY_NAMES but human
 
 
 def split_list(values: tuple[str, ...] | None) -> list[str] | None:
@@ -120,9 +122,11 @@ class PolicyOptions(ModelOptions):
 
     policy: PolicyName | None = None
     """random: a random action of the env's grammar (a floor on every env); minimax plays
-    tic-tac-toe; gold plays an env's reference solutions (GSM8K, ReverseText, Workplace,
+    tic-tac-toe; lookup_expert plays EmailToolUse, looking ids and addresses up before it
+    writes; gold plays an env's reference solutions (GSM8K, ReverseText, Workplace,
     EmailToolUse); hf a local model; openai an OpenAI-compatible endpoint (None: the env's
-    expert, minimax on TicTacToe and gold on an env with reference solutions, else random)."""
+    expert: minimax on TicTacToe, lookup_expert on EmailToolUse, gold on another env with
+    reference solutions, else random)."""
     reasoning: bool = True
     """random/minimax: write a <think> block before <move>N</move>."""
     minimax_style: str = "minimax"

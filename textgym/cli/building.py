@@ -112,6 +112,8 @@ def policy_kwargs(
     if name == "minimax" and isinstance(config, PolicyOptions):
         style = {"style": config.minimax_style, "tie_break": config.minimax_tie_break}
         return {"seed": seed, "reasoning": reasoning, **style}
+    if name == "lookup_expert":  # regenerates the env's tasks (textgym.builder.make_expert)
+        return {"seed": seed, "env_kwargs": dict(getattr(config, "env_kwargs", {}))}
     if name in ("random", "minimax"):
         return {"seed": seed, "reasoning": reasoning}
     return {"seed": seed}

@@ -34,6 +34,9 @@ class RunConfig:
     """Run only this stage (None: every stage)."""
     until: str | None = None
     """Stop after this stage (None: run to the end)."""
+    set: tuple[str, ...] = ()
+    """Options changed for this run, space-separated STAGE.OPTION=VALUE (VALUE as JSON, else a
+    string), e.g. 'sft.epochs=3' 'data.args=["--corpus", "c.jsonl"]'."""
     smoke: bool = False
     """Apply the recipe's [smoke] table: the tiny model and small sizes, for a quick check."""
     dry_run: bool = False
@@ -146,21 +149,21 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    outcomes = sorted({o for row in rows for o in row["outcomes"]})
+    outcomes = sorted({o for row in rows for o, rate in row["outcomes"].items() if rate})
     table = Table(title="evaluations")
     for column in ("stage", "episodes", "return", *outcomes, "invalid"):
-        table.add_column(column, justify="left" if column == "stage" else "right")
+        table.add_column(column, justify="left" if column == "stage" else "right", overflow="fold")
     for row in rows:
         ret = f"{_number(row['return_mean'])} ± {_number(row['return_stderr'])}"
         rates = [_number(row["outcomes"].get(o)) for o in outcomes]
         invalid = _number(row["invalid_action_rate"])
         table.add_row(row["stage"], str(row["episodes"]), ret, *rates, invalid)
-    Console().print(table)
+    Console(width=max(Console().width, 120)).print(table)
 
 
 def run(config: RunConfig) -> int:
     """Run the selected stages; 0, or the exit code of the first stage that failed."""
-    recipe = load_recipe(config.recipe, config.work_dir, smoke=config.smoke)
+    recipe = load_recipe(config.recipe, config.work_dir, smoke=config.smoke, overrides=config.set)
     work = Path(config.work_dir).absolute()
     marks = work / _MARKS
     selected = _selected(recipe, config)
