@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from textgym.algos.advantages import ScaleRewards
 from textgym.algos.checkpoints import check_checkpoint_settings
@@ -40,7 +40,7 @@ class GRPOConfig(OptimizationConfig):
     """Directory for checkpoints, metrics.jsonl, TensorBoard logs and plots."""
     env_id: str
     """Registered env to train on (textgym list shows them)."""
-    env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make for the env (none by default)."""
     wrappers: tuple[str, ...] = ("invalid_action_penalty",)
     """Reward wrappers applied in order, by name (textgym.wrappers.REWARD_WRAPPERS)."""

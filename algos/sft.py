@@ -122,7 +122,7 @@ class SFTConfig(OptimizationConfig):
     eval_every steps), as textgym train evaluates: each of the env's evaluation settings
     (tic-tac-toe: the random and the optimal opponent), eval_episodes each, no wrappers. None:
     no evaluation."""
-    eval_env_kwargs: dict[str, bool | int | float | str] = field(default_factory=dict)
+    eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of eval_env (JSON on the command line)."""
     eval_episodes: int = 100
     """Episodes per evaluation setting."""

