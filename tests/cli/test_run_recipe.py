@@ -158,3 +158,21 @@ def test_a_failing_stage_stops_the_run_without_a_mark(tmp_path, capsys):
     assert main(["run", str(_recipe(tmp_path, text)), "--work-dir", str(tmp_path / "w")]) == 3
     assert "stage data exited with 3" in capsys.readouterr().out
     assert not (tmp_path / "w" / ".textgym-run" / "data.json").exists()
+
+
+@pytest.mark.llm
+def test_a_train_stage_stopped_by_its_time_limit_is_not_marked_done(tmp_path, capsys):
+    pytest.importorskip("torch")
+    text = COLLECT_EVAL + (
+        '\n[[stage]]\nname = "grpo"\ncommand = "train"\nenv_id = "textgym/TicTacToe-v0"\n'
+        'model = "tiny"\nsteps = 3\ngroups_per_step = 1\ngroup_size = 2\nmax_new_tokens = 4\n'
+        'eval_every = 0\nsave_every = 1\noutput_dir = "grpo"\n'
+    )
+    recipe, work = _recipe(tmp_path, text), tmp_path / "work"
+    (work / "grpo" / "checkpoint-1").mkdir(parents=True)
+    from textgym.cli.run import _unfinished
+
+    stage = load_recipe(recipe, work).stage("grpo")
+    assert _unfinished(stage) == "it has no checkpoint-3 yet"
+    (work / "grpo" / "checkpoint-3").mkdir()
+    assert _unfinished(stage) is None

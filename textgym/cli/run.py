@@ -90,6 +90,18 @@ def _flags(stage: Stage) -> list[str]:
     return ["--overwrite"]
 
 
+def _unfinished(stage: Stage) -> str | None:
+    """Why a trainer stage that exited with 0 is not done (a time limit stopped it), or None."""
+    out = Path(stage.options.get("output_dir", ""))
+    if stage.command == "sft" and not (out / "sft_summary.json").is_file():
+        return "its run has no sft_summary.json yet"
+    steps = stage.options.get("steps")
+    done = isinstance(steps, int) and (out / f"checkpoint-{steps}").is_dir()
+    if stage.command == "train" and isinstance(steps, int) and not done:
+        return f"it has no checkpoint-{steps} yet"
+    return None
+
+
 def _run_stage(recipe: Recipe, stage: Stage, marks: Path, dry_run: bool) -> int:
     """Run one stage; its exit code."""
     from textgym.cli import main
@@ -179,11 +191,16 @@ def run(config: RunConfig) -> int:
         if code != 0:
             print(f"textgym run: stage {stage.name} exited with {code}; run again to go on")
             return code
-        if not config.dry_run:
-            seconds = time.perf_counter() - began
-            record = {"command": stage.command, "options": stage.options, "seconds": seconds}
-            write_atomic(mark, json.dumps(record, indent=2) + "\n")
-            print(f"{stage.name}: {seconds:.1f} s", flush=True)
+        if config.dry_run:
+            continue
+        why = _unfinished(stage)
+        if why is not None:  # e.g. --time-limit-minutes: the next run resumes it
+            print(f"textgym run: stage {stage.name} stopped before its end ({why}); run again")
+            return 0
+        seconds = time.perf_counter() - began
+        record = {"command": stage.command, "options": stage.options, "seconds": seconds}
+        write_atomic(mark, json.dumps(record, indent=2) + "\n")
+        print(f"{stage.name}: {seconds:.1f} s", flush=True)
     rows = eval_table(recipe)
     if rows and not config.dry_run:
         _print_table(rows)
