@@ -10,9 +10,9 @@ the wheels in ``/tmp/stage/wheels``). This script, in one command:
    itself lists (its ``*.dist-info/RECORD``, PEP 376/427: ``sha256=<urlsafe base64>``) and
    installs the wheels with ``pip install --no-index --no-deps --target SITE``; any file whose
    hash differs, or a wheel without a RECORD, stops the run before anything is installed;
-2. **sft**, **grpo**: ``benchmarks/tictactoe_pipeline.py``'s stages with ``SITE`` on
-   ``PYTHONPATH`` (the GGUF converted once, as on the CPU): SFT on the mastery recipe's expert
-   games, then GRPO at 32 groups x 8 = 256 episodes a step against opponents of
+2. **sft**, **grpo**: ``recipes/tictactoe.toml``'s stages through ``textgym run`` with
+   ``SITE`` on ``PYTHONPATH`` (the GGUF converted once, as on the CPU): SFT on the recipe's
+   expert games, then GRPO at 32 groups x 8 = 256 episodes a step against opponents of
    ``random_move_prob`` 0.2-0.7 (the reference's first phase), stopped by its time limit with a
    checkpoint when the budget runs short;
 3. **eval**: ``textgym eval`` of the last GRPO checkpoint, greedy, ``--eval-episodes`` games for
@@ -55,14 +55,14 @@ PY = sys.executable
 BENCH = REPO_ROOT / "benchmarks"
 MARKS = ("X", "O")
 OPPONENTS = {"random": 1.0, "optimal": 0.0}
-# The reference's batch and first phase (issue 54 item 4), sized for about 8 minutes on an H200.
+# The reference's batch and first phase (issue 54 item 4), sized for about 8 minutes on an H200:
+# recipes/tictactoe.toml with these options (textgym run --set), full fine-tuning.
 _FULL = (
-    "--model gemma-3-270m --prompt-style compact --sft-epochs 5 --sft-lr 5e-5 "
-    "--grpo-steps 40 --grpo-lr 2e-6 --groups-per-step 32 --group-size 8 "
-    "--micro-batch-size 32 --opponent-random-move-prob 0.2 0.7 --max-new-tokens 32 "
-    "--batch-size 256 --eval-every 0 --eval-dtype bfloat16"
+    "sft.lora_rank=0 sft.learning_rate=5e-5 grpo.lora_rank=0 grpo.learning_rate=2e-6 "
+    "grpo.groups_per_step=32 grpo.micro_batch_size=32 grpo.rollout_batch_size=256 "
+    "grpo.opponent_random_move_prob=[0.2,0.7] grpo.max_new_tokens=32 grpo.eval_every=0"
 )
-_SMOKE = "--smoke --grpo-steps 2"
+RECIPE = REPO_ROOT / "recipes" / "tictactoe.toml"
 
 
 class WheelCheckError(RuntimeError):
@@ -125,11 +125,14 @@ def install_wheels(folder: Path, site: Path) -> list[str]:
     return [wheel.name for wheel in wheels]
 
 
-def _pipeline(stage: str, work: Path, options: str, grpo_minutes: float) -> list[str]:
-    command = [PY, str(BENCH / "tictactoe_pipeline.py"), "--stage", stage, *shlex.split(options)]
-    command += ["--work-dir", str(work), "--output", str(work / "pipeline.json")]
-    command.append("--update-results")  # RESULTS/work may lie under benchmarks/results
-    return [*command, "--grpo-time-limit", f"{grpo_minutes:.2f}"]
+def _recipe(stage: str, work: Path, smoke: bool, grpo_minutes: float) -> list[str]:
+    """``textgym run`` of the recipe up to ``stage``, GRPO under a time limit of that many
+    minutes (a stopped run is resumed by the next call)."""
+    command = [PY, "-m", "textgym", "run", str(RECIPE), "--work-dir", str(work), "--until", stage]
+    sets = [*shlex.split(_FULL), f"grpo.time_limit_minutes={grpo_minutes:.2f}"]
+    if smoke:
+        return [*command, "--smoke", "--set", f"grpo.time_limit_minutes={grpo_minutes:.2f}"]
+    return [*command, "--set", *sets]
 
 
 def _latest_checkpoint(folder: Path) -> Path | None:
@@ -206,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         "dirty": git_dirty(),
         "machine": machine_info(),
         "weights": "tiny (random init, trained from scratch)" if args.smoke else "gemma-3-270m",
-        "settings": {"pipeline": _SMOKE if args.smoke else _FULL, "budget_s": args.budget,
+        "settings": {"recipe": "recipes/tictactoe.toml", "set": "--smoke" if args.smoke else _FULL,
+                     "budget_s": args.budget,
                      "eval_episodes": args.eval_episodes, "eval_temperature": 0.0},
         "steps": {},
         "evaluations": {},
@@ -239,12 +243,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gpu_learn: {error}", file=sys.stderr)
             return 1
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(args.site), env.get("PYTHONPATH"))))
-    options = _SMOKE if args.smoke else _FULL
     eval_share = 0.3  # of the budget kept for the evaluations after GRPO
-    if not step("sft", _pipeline("sft", work, options, 1.0), env):
+    if not step("sft", _recipe("sft", work, args.smoke, 1.0), env):
         return 1
     grpo_minutes = max(0.5, (left() * (1 - eval_share)) / 60)
-    step("grpo", _pipeline("grpo", work, options, grpo_minutes), env)
+    step("grpo", _recipe("grpo", work, args.smoke, grpo_minutes), env)
     models = {"grpo": _latest_checkpoint(work / "grpo"), "sft": work / "sft"}
     for stage, model in models.items():  # GRPO's rows first: they are the headline
         for mark in MARKS:

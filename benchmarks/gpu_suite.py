@@ -26,13 +26,13 @@ Parts:
 * ``update-packing``: ``benchmarks/update_packing.py``: the GRPO update's time per optimizer
   step with padded micro-batches against packed rows (``micro_batch_tokens``) at the GRPO
   setting of 256 episodes.
-* ``pipeline-*``: ``benchmarks/tictactoe_pipeline.py`` stage by stage: Gemma 3 270M, SFT on
-  the mastery recipe's data (the pipeline's defaults: safe-expert games thinned to a cover of
-  their positions, 5 epochs, as the CPU recipe of ``docs/mastery_study.md``; not yet run on a
-  GPU), GRPO with the reference's 256 episodes per step (32 tasks x 8) against opponents of
-  ``random_move_prob`` 0.2-0.7 (the reference's first phase), then the mastery phase against
-  the league (every opponent style at 0-0.5, half the episodes from critical positions),
-  evaluation over 500 games per opponent, greedy and sampled.
+* ``pipeline-*``: ``recipes/tictactoe.toml`` then ``recipes/tictactoe_league.toml`` through
+  ``textgym run`` (:data:`RECIPE_SETS`): Gemma 3 270M, SFT on safe-expert games thinned to a
+  cover of their positions (5 epochs; not yet run on a GPU), GRPO with the reference's 256
+  episodes per step (32 tasks x 8) against opponents of ``random_move_prob`` 0.2-0.7 (the
+  reference's first phase), its evaluations (500 games per row, greedy and sampled), then the
+  league phase (every opponent style at 0-0.5, half the episodes from critical positions) and
+  its rows.
 
 Quick (``--quick``): the speed parts only, in at most ``--budget`` seconds (default 480, the
 8 minutes that fit one device command): the CUDA tests (a warning that CUDA graphs turned off
@@ -89,35 +89,38 @@ class Part:
     needs_module: str | None = None  # skipped when this module does not import
 
 
-def _pipeline_args(results: Path, smoke: bool) -> list[str]:
-    work = ["--work-dir", str(results / "pipeline-work")]
-    work += ["--output", str(results / "tictactoe_pipeline.json")]
-    work.append("--update-results")  # the suite's records folder may lie under benchmarks/results
-    if smoke:
-        return [*work, "--smoke", "--mastery-steps", "1"]
-    return [
-        *work,
-        *shlex.split(
-            "--model gemma-3-270m --prompt-style compact --sft-epochs 5 --sft-lr 5e-5 "
-            "--grpo-steps 40 --grpo-lr 2e-6 --groups-per-step 32 --group-size 8 "
-            "--micro-batch-size 32 --opponent-random-move-prob 0.2 0.7 --max-new-tokens 32 "
-            "--batch-size 256 --eval-episodes 500 --eval-every 10 --eval-every-episodes 128 "
-            "--eval-dtype bfloat16 --grpo-time-limit 7.5 --mastery-steps 20 "
-            "--mastery-lr 2e-6 --mastery-groups-per-step 32"
-        ),
-    ]
+#: The GPU settings of the tic-tac-toe recipes (``textgym run --set``): full fine-tuning, the
+#: reference's 256 episodes a step (32 tasks x 8) against opponents at 0.2-0.7 (its first
+#: phase), a 7.5-minute time limit per GRPO run (the next part resumes it), then 20 league steps.
+RECIPE_SETS = (
+    "sft.lora_rank=0 sft.learning_rate=5e-5 grpo.lora_rank=0 grpo.learning_rate=2e-6 "
+    "grpo.groups_per_step=32 grpo.micro_batch_size=32 grpo.rollout_batch_size=256 "
+    "grpo.opponent_random_move_prob=[0.2,0.7] grpo.max_new_tokens=32 grpo.eval_episodes=128 "
+    "grpo.time_limit_minutes=7.5 league.lora_rank=0 league.continue_adapter=false "
+    "league.steps=20 league.learning_rate=2e-6 league.groups_per_step=32 "
+    "league.micro_batch_size=32 league.rollout_batch_size=256 league.time_limit_minutes=7.5"
+)
+RECIPES = REPO_ROOT / "recipes"
 
 
-def _pipeline(stage: str) -> Part:
+def _recipe(recipe: str, until: str) -> Part:
+    """``textgym run recipes/RECIPE.toml --until STAGE`` in ``RESULTS/pipeline-work``, done when
+    that stage's mark exists (a GRPO stage stopped by its time limit leaves none)."""
+    sets = [s for s in RECIPE_SETS.split() if s.split(".")[0] in _STAGES[recipe]]
+
     def command(results: Path, smoke: bool) -> list[str]:
-        script = str(BENCH / "tictactoe_pipeline.py")
-        return [PY, script, "--stage", stage, *_pipeline_args(results, smoke)]
+        work = results / "pipeline-work"
+        argv = [PY, "-m", "textgym", "run", str(RECIPES / f"{recipe}.toml"), "--work-dir"]
+        argv += [str(work), "--until", until]
+        return [*argv, "--smoke"] if smoke else [*argv, "--set", *sets]
 
-    return Part(
-        f"pipeline-{stage}",
-        command,
-        lambda results: (results / "pipeline-work" / f"{stage}.json").exists(),
-    )
+    def finished(results: Path) -> bool:
+        return (results / "pipeline-work" / ".textgym-run" / f"{until}.json").exists()
+
+    return Part(f"pipeline-{until}", command, finished)
+
+
+_STAGES = {"tictactoe": ("sft", "grpo"), "tictactoe_league": ("league",)}
 
 
 def _script(script: str, output: str, smoke: str, full: str) -> Callable[[Path, bool], list[str]]:
@@ -175,19 +178,11 @@ PARTS = [
     Part("decode", _decode),
     Part("grpo-vs-trl", _grpo_vs_trl),
     Part("update-packing", _update_packing),
-    *(
-        _pipeline(stage)
-        for stage in (
-            "baseline",
-            "sft",
-            "eval-sft",
-            "grpo",
-            "eval-grpo",
-            "mastery",
-            "eval-mastery",
-            "report",
-        )
-    ),
+    _recipe("tictactoe", "sft"),
+    _recipe("tictactoe", "grpo"),
+    _recipe("tictactoe", "eval-grpo-sampled-optimal"),  # every evaluation of the recipe
+    _recipe("tictactoe_league", "league"),
+    _recipe("tictactoe_league", "eval-x-random"),
 ]
 
 

@@ -39,28 +39,22 @@ def test_gpu_suite_smoke_runs_every_part_and_resumes(tmp_path):
         "decode",
         "grpo-vs-trl",
         "update-packing",
-        "pipeline-baseline",
         "pipeline-sft",
-        "pipeline-eval-sft",
         "pipeline-grpo",
-        "pipeline-eval-grpo",
-        "pipeline-mastery",
-        "pipeline-eval-mastery",
-        "pipeline-report",
+        "pipeline-eval-grpo-sampled-optimal",
+        "pipeline-league",
+        "pipeline-eval-x-random",
     }
     assert set(records) == expected
     assert all(r["returncode"] == 0 and r["device"] for r in records.values())
-    pipeline = json.loads((tmp_path / "tictactoe_pipeline.json").read_text())
-    assert {row["stage"] for row in pipeline["table"]} == {
-        "baseline",
-        "eval-sft",
-        "eval-grpo",
-        "eval-mastery",
+    work = tmp_path / "pipeline-work"
+    rows = json.loads((work / "results.json").read_text())["rows"]
+    assert {"eval-grpo-greedy-optimal", "eval-o-fork", "eval-x-random"} <= {
+        r["stage"] for r in rows
     }
-    # The mastery recipe's SFT data: expert games thinned to a cover of their prompts.
-    sft = pipeline["stages"]["sft"]
-    assert 0 < sft["games_kept"] <= sft["games_collected"] == pipeline["settings"]["games"]
-    assert pipeline["settings"]["sft_expert"] == "safe_best" and pipeline["settings"]["sft_cover"]
+    # The recipe's SFT data: expert games thinned to a cover of their prompts.
+    sft = json.loads((work / "sft" / "sft_summary.json").read_text())
+    assert 0 < sft["conversations"] < sft["conversations_read"]
     decode = json.loads((tmp_path / "llm_decode.json").read_text())
     assert set(decode["best_of_repeats"]) >= {"before", "now"}
     packing = json.loads((tmp_path / "update_packing.json").read_text())

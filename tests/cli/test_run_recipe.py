@@ -70,6 +70,7 @@ def test_a_run_plays_every_stage_then_skips_them_and_tabulates(tmp_path, capsys)
     results = json.loads((work / "results.json").read_text())
     (row,) = results["rows"]
     assert row["stage"] == "eval-random" and row["return_mean"] == summary["mean_return"]
+    assert results["recipes"] == [str(recipe)]
     assert "evaluations" in out
     before = (work / "eval" / "6" / "summary.json").stat().st_mtime_ns
     assert main(["run", str(recipe), "--work-dir", str(work)]) == 0

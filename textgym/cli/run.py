@@ -173,6 +173,19 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     Console(width=max(Console().width, 120)).print(table)
 
 
+def _write_results(path: Path, recipe: Recipe, rows: list[dict[str, Any]]) -> None:
+    """``rows`` into ``path``, beside the rows other recipes run in the same work dir wrote
+    (a row is replaced by the stage of the same name)."""
+    try:
+        earlier = json.loads(path.read_text(encoding="utf-8"))
+        kept = [r for r in earlier["rows"] if r["stage"] not in {row["stage"] for row in rows}]
+        recipes = [p for p in earlier["recipes"] if p != str(recipe.path)]
+    except (OSError, ValueError, KeyError, TypeError):
+        kept, recipes = [], []
+    record = {"recipes": [*recipes, str(recipe.path)], "rows": [*kept, *rows]}
+    write_atomic(path, json.dumps(record, indent=2) + "\n")
+
+
 def run(config: RunConfig) -> int:
     """Run the selected stages; 0, or the exit code of the first stage that failed."""
     recipe = load_recipe(config.recipe, config.work_dir, smoke=config.smoke, overrides=config.set)
@@ -204,8 +217,5 @@ def run(config: RunConfig) -> int:
     rows = eval_table(recipe)
     if rows and not config.dry_run:
         _print_table(rows)
-        write_atomic(
-            work / "results.json",
-            json.dumps({"recipe": str(recipe.path), "rows": rows}, indent=2) + "\n",
-        )
+        _write_results(work / "results.json", recipe, rows)
     return 0
