@@ -1,7 +1,7 @@
 """The tic-tac-toe recipe study (issue 23): one GRPO arm per command, then one table of all arms.
 
 Each arm changes one knob of a shared base recipe (the CPU LoRA pipeline's GRPO settings,
-``tictactoe_pipeline.py``) and starts from the same model, so arms differ only in that knob
+``recipes/tictactoe.toml``) and starts from the same model, so arms differ only in that knob
 and in sampling noise. ``python benchmarks/tictactoe_recipe.py --list`` names them:
 
 - opponent curriculum: the ``random_move_prob`` range (``control`` keeps the committed mastery
@@ -101,7 +101,7 @@ LEAGUE: dict[str, Any] = {
     "groups_per_step": 8,
 }
 
-#: The base recipe: the CPU LoRA pipeline's GRPO phase (tictactoe_pipeline.py's README command).
+#: The base recipe: the CPU LoRA pipeline's GRPO phase (recipes/tictactoe.toml).
 BASE: dict[str, Any] = {
     "env_id": "textgym/TicTacToe-v0",
     "env_kwargs": {"prompt_style": "compact", "agent_mark": "random"},

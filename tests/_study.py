@@ -1,4 +1,4 @@
-"""What the tests of the study scripts (``benchmarks/*_pipeline.py``, ``tictactoe_eval.py``,
+"""What the tests of the study scripts (``benchmarks/task_pipeline.py``, ``tictactoe_eval.py``,
 ``tictactoe_recipe.py``) share: a user's bytes to protect, and the one-line error check."""
 
 from __future__ import annotations
