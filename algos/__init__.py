@@ -7,8 +7,9 @@ transformers, peft, tyro):
   ``SFTConfig`` and ``train``; :mod:`textgym.algos.sft_data` reads and checks the records and
   tokenizes a conversation with its loss mask.
 - :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``), read top to bottom:
-  ``train`` (the loop), one step, ``update`` (advantages, loss, optimizer step on padded or
-  packed micro-batches) and ``make_learner``; :mod:`textgym.algos.grpo_config` holds
+  ``train`` (the loop), one step and ``make_learner``; :mod:`textgym.algos.grpo_update` the
+  ``update`` under a step (advantages, loss, optimizer step on padded or packed
+  micro-batches); :mod:`textgym.algos.grpo_config` holds
   ``GRPOConfig`` and its table of checks, :mod:`textgym.algos.learner` the ``Learner`` state,
   and :mod:`textgym.algos.grpo_rollouts` the training env, the sampling and evaluation
   policies, a step's rollouts and their metrics, ``evaluate``.

@@ -129,7 +129,7 @@ class GRPOConfig(OptimizationConfig):
     share_prefix: bool = True
     """Run the prompt a group's rows share once, in the rollout's prefill and in the update's
     forward pass: the same samples and loss up to float rounding, fewer FLOPs; the update
-    ignores it on CUDA, where padded rows measured faster (grpo.update_shares_prefix),
+    ignores it on CUDA, where padded rows measured faster (grpo_update.update_shares_prefix),
     under gradient checkpointing and with micro_batch_tokens (packed rows are the alternative
     to the shared-prompt pass; the rollouts still share prefills)."""
     mask_truncated: bool = False

@@ -14,7 +14,7 @@ import torch
 
 from textgym.algos.advantages import group_advantages, zero_variance_groups
 from textgym.algos.distributed import init_distributed
-from textgym.algos.grpo import finite_returns, make_learner
+from textgym.algos.grpo import make_learner
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_rollouts import (
     rollout_metrics,
@@ -22,6 +22,7 @@ from textgym.algos.grpo_rollouts import (
     rollout_step,
     training_env,
 )
+from textgym.algos.grpo_update import finite_returns
 from textgym.algos.learnability import hint_rule, member_hint_rules
 
 __all__ = ["dry_run"]

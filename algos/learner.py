@@ -1,6 +1,6 @@
 """The learner state of a GRPO run (:class:`Learner`): what one update reads and changes.
 
-The update itself is :func:`textgym.algos.grpo.update`; this module is below it so that the
+The update itself is :func:`textgym.algos.grpo_update.update`; this module is below it so that the
 rollout side (:mod:`textgym.algos.grpo_rollouts`) can ask how the learner samples without
 importing the loop.
 """
@@ -23,7 +23,7 @@ __all__ = ["Learner", "bf16_rollouts", "sampled_elsewhere"]
 
 @dataclass(kw_only=True)
 class Learner:
-    """The learner state of a GRPO run: everything :func:`textgym.algos.grpo.update` reads or changes.
+    """The learner state of a GRPO run: everything :func:`textgym.algos.grpo_update.update` reads or changes.
 
     Build one with :func:`textgym.algos.grpo.make_learner`, or directly (tests pass their own optimizer).
 
@@ -41,7 +41,7 @@ class Learner:
         start_adapter: With ``continue_adapter``, a copy of the adapter's weights as loaded
             (:func:`~textgym.algos.model_loading.adapter_start`): the start policy, since
             disabling the adapter would give its base instead.
-        tokenizer: The model's tokenizer (``None`` when only :func:`textgym.algos.grpo.update` is needed).
+        tokenizer: The model's tokenizer (``None`` when only :func:`textgym.algos.grpo_update.update` is needed).
         pad_token_id: Token id written in padding (never attended to, never scored).
         guard: Skips optimizer steps whose loss or gradient norm is not finite, and stops the
             run after a few in a row.

@@ -74,7 +74,7 @@ def skipped_update_note(metrics: Mapping[str, Any], groups: int) -> str | None:
     """Why a GRPO step ran no optimizer step, in words, or ``None`` when it ran one.
 
     Args:
-        metrics: The step's metrics (:func:`textgym.algos.grpo.update`): ``skipped_update``
+        metrics: The step's metrics (:func:`textgym.algos.grpo_update.update`): ``skipped_update``
             is 1.0 when every group had equal rewards (all advantages are zero, so the
             gradient is zero); ``nonfinite_skipped`` is 1.0 when the loss or the gradient norm
             was NaN or infinite.

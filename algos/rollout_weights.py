@@ -17,7 +17,7 @@ to rounding), and a refresh writes through them.
 
 The sampler's log-probabilities then differ from the learner's by bfloat16 rounding, so the
 update takes its importance ratio against the sampler's (the behaviour policy; see
-:func:`textgym.algos.grpo.update`) and reports the gap as ``sampler_logprob_gap``.
+:func:`textgym.algos.grpo_update.update`) and reports the gap as ``sampler_logprob_gap``.
 """
 
 from __future__ import annotations

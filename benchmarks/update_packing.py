@@ -1,6 +1,6 @@
 """GRPO update time per optimizer step: padded micro-batches against packed rows.
 
-What is compared: :func:`textgym.algos.grpo.update` (forward and backward over the batch,
+What is compared: :func:`textgym.algos.grpo_update.update` (forward and backward over the batch,
 one AdamW step) on the same batch of tic-tac-toe trajectories, in the same process, with
 
 * ``padded_shared``: right-padded micro-batches of ``--micro-batch-size`` sequences, each
@@ -66,8 +66,9 @@ from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, w
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.algos.batches import make_token_batch, micro_batch_rows
-from textgym.algos.grpo import make_learner, update
+from textgym.algos.grpo import make_learner
 from textgym.algos.grpo_config import GRPOConfig
+from textgym.algos.grpo_update import update
 from textgym.algos.sft_data import conversation_tokens
 from textgym.models import random_weights_loading
 from textgym.policies.scripted import RandomPolicy

@@ -331,11 +331,18 @@ def test_the_trainers_load_no_env_they_do_not_use():
     assert out.stdout.strip() == "[]"
 
 
-def test_the_grpo_loop_and_one_update_read_top_to_bottom_in_one_file():
-    """``algos/grpo.py`` defines the loop, one step and the update under it, in calling order
-    (CleanRL's single-file reading), so a reader follows a step without leaving the file."""
-    tree = ast.parse((ROOT / "algos" / "grpo.py").read_text())
-    order = [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
-    step = ["train", "_train_step", "update", "_optimizer_step", "backward", "_step"]
-    assert all(name in order for name in step), sorted(set(step) - set(order))
-    assert [order.index(name) for name in step] == sorted(order.index(name) for name in step)
+def test_the_grpo_loop_and_one_update_each_read_top_to_bottom():
+    """``algos/grpo.py`` defines the loop and one step, ``algos/grpo_update.py`` the update
+    under it, each in calling order, so a reader follows a step through two files."""
+
+    def order(name: str) -> list[str]:
+        tree = ast.parse((ROOT / "algos" / name).read_text())
+        return [node.name for node in tree.body if isinstance(node, ast.FunctionDef)]
+
+    for file, step in (
+        ("grpo.py", ["train", "_train_step"]),
+        ("grpo_update.py", ["update", "_optimizer_step", "backward", "_step"]),
+    ):
+        names = order(file)
+        assert all(name in names for name in step), sorted(set(step) - set(names))
+        assert [names.index(name) for name in step] == sorted(names.index(n) for n in step)

@@ -6,7 +6,7 @@ this module (``python -m tests.algos.test_distributed`` from the repository root
 :func:`textgym.algos.distributed.init_distributed`, exactly as ``textgym train`` under torchrun
 does, and runs
 
-* one GRPO :func:`~textgym.algos.grpo.update` (two optimizer steps, ``num_iterations=2``) on
+* one GRPO :func:`~textgym.algos.grpo_update.update` (two optimizer steps, ``num_iterations=2``) on
   its half of a fixed batch of 4 groups x 4 trajectories, for every row of ``LOSS_VARIANTS`` and a
   few settings that touch the whole batch (``scale_rewards="batch"``, a KL penalty, a rank
   whose groups all have equal rewards and so nothing to learn);
@@ -47,8 +47,8 @@ from textgym.algos.distributed import (  # noqa: E402
     init_distributed,
     shutdown_distributed,
 )
-from textgym.algos.grpo import update  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig, check_world_size  # noqa: E402
+from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402

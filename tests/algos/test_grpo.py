@@ -16,8 +16,8 @@ import gymnasium as gym  # noqa: E402
 
 import textgym  # noqa: E402,F401
 from textgym.algos import grpo  # noqa: E402
-from textgym.algos.grpo import update  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
+from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402

@@ -21,7 +21,7 @@ pytest.importorskip("transformers")
 
 import textgym  # noqa: E402,F401
 from textgym.algos import batches, sft  # noqa: E402
-from textgym.algos.grpo import update  # noqa: E402
+from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.model_loading import autocast, prepare_model  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
@@ -336,8 +336,8 @@ def test_packed_sft_step_equals_padded(tmp_path):
     [(True, "cpu", True), (True, "cuda", False), (False, "cpu", False), (False, "cuda", False)],
 )
 def test_the_update_shares_the_prompt_on_the_cpu_only(share_prefix, device, expected):
-    from textgym.algos.grpo import update_shares_prefix
     from textgym.algos.grpo_config import GRPOConfig
+    from textgym.algos.grpo_update import update_shares_prefix
 
     config = GRPOConfig(env_id="textgym/TicTacToe-v0", share_prefix=share_prefix)
     assert update_shares_prefix(config, torch.device(device)) is expected

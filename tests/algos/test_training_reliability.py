@@ -22,7 +22,7 @@ from textgym.algos import grpo, sft
 from textgym.algos.checkpoint_layout import rng_state, set_rng_state
 from textgym.algos.checkpoints import save_model
 from textgym.algos.common import NonFiniteGuard
-from textgym.algos.grpo import update
+from textgym.algos.grpo_update import update
 from textgym.algos.resume import load_checkpoint
 from textgym.algos.sft import SFTConfig
 from textgym.algos.sft_data import read_conversations

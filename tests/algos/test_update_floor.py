@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import textgym  # noqa: E402,F401
-from textgym.algos import batches, grpo  # noqa: E402
+from textgym.algos import batches, grpo_update  # noqa: E402
 from textgym.algos.losses import loss_normalizer, policy_loss  # noqa: E402
 
 from .test_grpo import batch_of_trajectories, learner_for, small  # noqa: E402,F401
@@ -246,7 +246,7 @@ def test_no_host_read_inside_a_micro_batch(
     learner = learner_for(copy.deepcopy(model).train(), config)
     learner.reference = copy.deepcopy(model).eval() if config.beta else None
     reads, passes = HostReads(), []
-    backward, tolist = grpo.backward, torch.Tensor.tolist
+    backward, tolist = grpo_update.backward, torch.Tensor.tolist
 
     def no_tolist(self):  # tolist reads without going through the dispatcher
         reads.seen.append("tolist")
@@ -258,8 +258,8 @@ def test_no_host_read_inside_a_micro_batch(
             patch.setattr(torch.Tensor, "tolist", no_tolist)
             return backward(*args, **kwargs)
 
-    monkeypatch.setattr(grpo, "backward", watched)
-    metrics = grpo.update(learner, trajs)
+    monkeypatch.setattr(grpo_update, "backward", watched)
+    metrics = grpo_update.update(learner, trajs)
     assert metrics["skipped_update"] == 0.0 and metrics["loss_tokens"] > 0
     assert len(passes) >= 2 * config.num_iterations  # several micro-batches per step
     assert reads.seen == []

@@ -465,7 +465,10 @@ def test_train_takes_list_valued_env_kwargs(capsys, tmp_path, monkeypatch):
         (["eval"], "Missing from textgym eval: ENV_ID"),
         (["list", "extra"], "Unrecognized options: extra"),
         (["eval", TTT, "--episode", "3"], "--episode 3 (perhaps you meant --episodes)"),
-        (["eval", TTT, "--policy", "nope"], "--policy: expected one of {minimax,lookup_expert,random,"),
+        (
+            ["eval", TTT, "--policy", "nope"],
+            "--policy: expected one of {minimax,lookup_expert,random,",
+        ),
         (["eval", TTT, "--progress", "maybe"], "--progress takes no value, got 'maybe'"),
         (["eval", TTT, "--seed"], "--seed: expected a value"),
     ],

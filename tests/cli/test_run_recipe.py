@@ -99,7 +99,7 @@ def test_only_one_stage_and_a_dry_run(tmp_path, capsys):
 
 
 def test_an_unfinished_trainer_stage_resumes_and_an_unfinished_eval_is_overwritten(tmp_path):
-    from textgym.cli.run import _flags
+    from textgym.cli.run import resume_flags
 
     recipe = load_recipe(
         _recipe(
@@ -110,12 +110,12 @@ def test_an_unfinished_trainer_stage_resumes_and_an_unfinished_eval_is_overwritt
         tmp_path / "work",
     )
     _, evaluation, sft = recipe.stages
-    assert _flags(sft) == [] and _flags(evaluation) == []
+    assert resume_flags(sft) == [] and resume_flags(evaluation) == []
     (tmp_path / "work" / "sft" / "checkpoint-2").mkdir(parents=True)
     (tmp_path / "work" / "eval" / "6").mkdir(parents=True)
-    assert _flags(evaluation) == []  # empty: nothing to replace
+    assert resume_flags(evaluation) == []  # empty: nothing to replace
     (tmp_path / "work" / "eval" / "6" / "trajectories.jsonl").write_text("")
-    assert _flags(sft) == ["--resume"] and _flags(evaluation) == ["--overwrite"]
+    assert resume_flags(sft) == ["--resume"] and resume_flags(evaluation) == ["--overwrite"]
 
 
 @pytest.mark.parametrize(
@@ -171,9 +171,9 @@ def test_a_train_stage_stopped_by_its_time_limit_is_not_marked_done(tmp_path, ca
     )
     recipe, work = _recipe(tmp_path, text), tmp_path / "work"
     (work / "grpo" / "checkpoint-1").mkdir(parents=True)
-    from textgym.cli.run import _unfinished
+    from textgym.cli.run import unfinished_reason
 
     stage = load_recipe(recipe, work).stage("grpo")
-    assert _unfinished(stage) == "it has no checkpoint-3 yet"
+    assert unfinished_reason(stage) == "it has no checkpoint-3 yet"
     (work / "grpo" / "checkpoint-3").mkdir()
-    assert _unfinished(stage) is None
+    assert unfinished_reason(stage) is None

@@ -17,7 +17,7 @@ import tyro
 from textgym.recipes import Recipe, RecipeError, Stage, load_recipe, script_argv, stage_argv
 from textgym.results import write_atomic
 
-__all__ = ["Config", "RunConfig", "run"]
+__all__ = ["Config", "RunConfig", "eval_table", "resume_flags", "run", "unfinished_reason"]
 
 _MARKS = ".textgym-run"
 
@@ -77,7 +77,7 @@ def _finished(mark: Path, stage: Stage) -> bool:
     )
 
 
-def _flags(stage: Stage) -> list[str]:
+def resume_flags(stage: Stage) -> list[str]:
     """``--resume`` for a trainer stage that stopped after a checkpoint, ``--overwrite`` for a
     stage whose output exists unfinished (no mark), else nothing."""
     output = stage.options.get("output_dir") or stage.options.get("output")
@@ -90,7 +90,7 @@ def _flags(stage: Stage) -> list[str]:
     return ["--overwrite"]
 
 
-def _unfinished(stage: Stage) -> str | None:
+def unfinished_reason(stage: Stage) -> str | None:
     """Why a trainer stage that exited with 0 is not done (a time limit stopped it), or None."""
     out = Path(stage.options.get("output_dir", ""))
     if stage.command == "sft" and not (out / "sft_summary.json").is_file():
@@ -115,7 +115,7 @@ def _run_stage(recipe: Recipe, stage: Stage, marks: Path, dry_run: bool) -> int:
         cwd.mkdir(parents=True, exist_ok=True)
         return subprocess.run(argv, cwd=cwd, check=False).returncode
     config_file = marks / f"{stage.name}.config.json"
-    argv = [*stage_argv(stage, config_file), *_flags(stage)]
+    argv = [*stage_argv(stage, config_file), *resume_flags(stage)]
     print(f"$ textgym {' '.join(argv)}  # {json.dumps(stage.options)}", flush=True)
     if dry_run:
         return 0
@@ -206,7 +206,7 @@ def run(config: RunConfig) -> int:
             return code
         if config.dry_run:
             continue
-        why = _unfinished(stage)
+        why = unfinished_reason(stage)
         if why is not None:  # e.g. --time-limit-minutes: the next run resumes it
             print(f"textgym run: stage {stage.name} stopped before its end ({why}); run again")
             return 0
