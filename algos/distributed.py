@@ -59,6 +59,7 @@ __all__ = [
     "DistributedContext",
     "NullLogger",
     "all_gather_objects",
+    "any_rank",
     "all_reduce_gradients",
     "all_reduce_sum",
     "barrier",
@@ -220,6 +221,14 @@ def barrier(ctx: DistributedContext) -> None:
     """Wait until every rank gets here; nothing with one rank."""
     if ctx.distributed:
         dist.barrier()
+
+
+def any_rank(flags: Sequence[bool], ctx: DistributedContext) -> list[bool]:
+    """Whether each of ``flags`` is true on any rank (so every rank takes the same branch); one
+    collective for all of them."""
+    if not ctx.distributed:
+        return list(flags)
+    return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
 
 
 class NullLogger:

@@ -53,8 +53,8 @@ from textgym.algos.common import (
 from textgym.algos.distributed import (
     SINGLE_PROCESS,
     DistributedContext,
-    NullLogger,
     all_reduce_sum,
+    any_rank,
     barrier,
     broadcast_parameters,
     init_distributed,
@@ -76,7 +76,7 @@ from textgym.algos.learner import Learner
 from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
 from textgym.algos.metric_summaries import progress_line, skipped_update_note
-from textgym.algos.metrics import MetricsLogger, write_run_record
+from textgym.algos.metrics import rank_logger, write_run_record
 from textgym.algos.model_loading import (
     adapter_start,
     load_trainable_model,
@@ -324,7 +324,7 @@ def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | N
         league = OpponentLeague(tuple(config.env_kwargs["opponent"]))
     start = _restore(checkpoint, learner, policy, league)
     deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
-    logger, stop = _logger(out, config, ctx), StopOnInterrupt()
+    logger, stop = rank_logger(out, config, ctx, resume=config.resume), StopOnInterrupt()
     return _Run(
         config=config,
         ctx=ctx,
@@ -353,13 +353,13 @@ def _after_step(run: _Run, step: int) -> str | None:
     """
     config, ctx = run.config, run.ctx
     done = step == config.steps
-    out_of_time, stopping = _any_rank([time.perf_counter() > run.deadline, run.stop.requested], ctx)
+    out_of_time, stopping = any_rank([time.perf_counter() > run.deadline, run.stop.requested], ctx)
     saved = done or out_of_time or stopping or _every(config.save_every, step)
     if saved:  # save first: an evaluation that fails or is interrupted costs no work
         _save(run.learner, run.policy, step, final=done, league=run.league)
         run.saved = step
         # A signal during the save: the evaluation is owed, and a resume plays it first.
-        (stopping,) = _any_rank([run.stop.requested], ctx)
+        (stopping,) = any_rank([run.stop.requested], ctx)
     if stopping:
         raise TrainingInterrupted(step, run.out / f"checkpoint-{step}")
     if ctx.is_main and _evaluates(config, step):
@@ -583,27 +583,6 @@ def _save(
     if league is not None:
         extra["league"] = league.state_dict()
     return save_trainer_checkpoint(learner, step, extra=extra, final=final)
-
-
-def _logger(out: Path, config: GRPOConfig, ctx: DistributedContext) -> Any:
-    """Rank 0's metrics logger; one that writes nothing on the other ranks."""
-    if not ctx.is_main:
-        return NullLogger()
-    return MetricsLogger(
-        out,
-        tensorboard=config.tensorboard,
-        resume=config.resume,
-        report_to=config.report_to,
-        config=config,
-    )
-
-
-def _any_rank(flags: list[bool], ctx: DistributedContext) -> list[bool]:
-    """Whether each of ``flags`` is true on any rank (so every rank takes the same branch); one
-    collective for all of them."""
-    if not ctx.distributed:
-        return flags
-    return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
 
 
 def play_round(run: _Run, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:

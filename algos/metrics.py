@@ -36,7 +36,7 @@ from textgym.results import JsonlWriter, write_atomic, write_failure
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["REPORT_TO", "TENSORBOARD_DIRNAME", "MetricsLogger", "write_run_record"]
+__all__ = ["REPORT_TO", "TENSORBOARD_DIRNAME", "MetricsLogger", "rank_logger", "write_run_record"]
 
 #: Name of the TensorBoard log folder inside a run directory.
 TENSORBOARD_DIRNAME = "tensorboard"
@@ -363,6 +363,22 @@ class MetricsLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def rank_logger(out: Path, config: Any, ctx: Any, *, resume: bool) -> Any:
+    """Rank 0's :class:`MetricsLogger` for a trainer's ``config`` (its ``tensorboard`` and
+    ``report_to``); a :class:`~textgym.algos.distributed.NullLogger` on the other ranks."""
+    from textgym.algos.distributed import NullLogger
+
+    if not ctx.is_main:
+        return NullLogger()
+    return MetricsLogger(
+        out,
+        tensorboard=config.tensorboard,
+        resume=resume,
+        report_to=config.report_to,
+        config=config,
+    )
 
 
 def write_run_record(out_dir: str | os.PathLike[str], config: Any) -> Path:

@@ -49,9 +49,9 @@ from textgym.algos.common import (
 from textgym.algos.distributed import (
     SINGLE_PROCESS,
     DistributedContext,
-    NullLogger,
     all_reduce_gradients,
     all_reduce_sum,
+    any_rank,
     barrier,
     broadcast_parameters,
     init_distributed,
@@ -60,7 +60,7 @@ from textgym.algos.grpo_rollouts import evaluate
 from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metric_summaries import progress_line
-from textgym.algos.metrics import MetricsLogger, write_run_record
+from textgym.algos.metrics import MetricsLogger, rank_logger, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model, saved_base
 from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import (
@@ -224,7 +224,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     if ctx.is_main:
         check_disk_for_run(run, final_model=not config.save_every)
     began = time.perf_counter()
-    logger = _logger(out, config, ctx, resume=config.resume)
+    logger = rank_logger(out, config, ctx, resume=config.resume)
     with logger, StopOnInterrupt() as stop:
         if config.resume:  # rows after the checkpoint (all rows: resumed from scratch) go
             logger.truncate_after(start)
@@ -321,19 +321,6 @@ def _restore(run: SFTRun, checkpoint: Path | None) -> int:
     return int(state["step"])
 
 
-def _logger(out: Path, config: SFTConfig, ctx: DistributedContext, *, resume: bool) -> Any:
-    """Rank 0's metrics logger; one that writes nothing on the other ranks."""
-    if not ctx.is_main:
-        return NullLogger()
-    return MetricsLogger(
-        out,
-        tensorboard=config.tensorboard,
-        resume=resume,
-        report_to=config.report_to,
-        config=config,
-    )
-
-
 def _finish_run(run: SFTRun, summary: dict[str, Any], began: float) -> dict[str, Any]:
     """Rank 0 saves the model, plots the loss and writes ``sft_summary.json`` (``summary`` and
     ``elapsed_s``, the run's seconds since ``began``) last; every rank waits for it."""
@@ -389,7 +376,7 @@ def _epochs(
                 tokens=tokens,
                 step_began=step_began,
             )
-            stopping = stop is not None and _any_rank(stop.requested, run.dist)
+            stopping = stop is not None and any_rank([stop.requested], run.dist)[0]
             if (
                 not stopping
                 and config.eval_env is not None
@@ -530,11 +517,6 @@ def _log_step(
             [step - len(window) + 1, step],
         )
         losses.window = []
-
-
-def _any_rank(flag: bool, ctx: DistributedContext) -> bool:
-    """Whether ``flag`` is true on any rank (so every rank takes the same branch)."""
-    return flag if not ctx.distributed else all_reduce_sum([float(flag)], ctx)[0] > 0
 
 
 def _save_checkpoint(run: SFTRun, step: int) -> Path:

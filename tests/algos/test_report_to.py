@@ -152,7 +152,7 @@ def test_unknown_or_missing_trackers_are_refused(tmp_path, monkeypatch):
 
 def test_the_trainers_take_report_to(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from textgym.algos import grpo
+    from textgym.algos import grpo, metrics
     from textgym.algos.sft import SFTConfig
     from textgym.cli import main
 
@@ -168,7 +168,7 @@ def test_the_trainers_take_report_to(capsys, tmp_path, monkeypatch):
         made.update(options)
         raise Made
 
-    monkeypatch.setattr(grpo, "MetricsLogger", make_logger)
+    monkeypatch.setattr(metrics, "MetricsLogger", make_logger)
     with pytest.raises(Made):
         grpo.train(config)
     assert made["report_to"] == ("wandb", "trackio") and made["config"] is config
