@@ -160,3 +160,15 @@ def test_a_grpo_run_logs_and_evaluates_each_member(tmp_path):
     charts, _, _ = chart_specs([load_run(tmp_path / "run")])
     (members,) = [c for c in charts if c["title"] == "Reward per env of the mixture (train)"]
     assert {s["label"] for s in members["series"]} <= {"TicTacToe-v0", "ReverseText-v0"}
+
+
+def test_a_member_with_an_opponent_takes_an_opponent_range():
+    env = mixture({**TTT, "opponent_random_move_prob": [0.0, 1.0]}, REVERSE)
+    probs = set()
+    for seed in range(40):
+        _, info = env.reset(seed=seed)
+        if info["mixture_member"] == "TicTacToe-v0":
+            probs.add(info["random_move_prob"])
+    assert len(probs) > 3 and all(0.0 <= p <= 1.0 for p in probs)
+    with pytest.raises(ValueError, match="no seeded opponent"):
+        mixture({**REVERSE, "opponent_random_move_prob": [0.0, 1.0]})

@@ -16,7 +16,13 @@ RECIPES = sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.toml"
 
 
 def test_there_are_recipes():
-    assert {p.stem for p in RECIPES} >= {"tictactoe", "tictactoe_league", "reverse_text", "email"}
+    assert {p.stem for p in RECIPES} >= {
+        "tictactoe",
+        "tictactoe_league",
+        "reverse_text",
+        "email",
+        "mixture",
+    }
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
@@ -61,7 +67,12 @@ def test_the_tictactoe_recipe_runs_end_to_end_at_smoke_size(tmp_path):
 @pytest.mark.llm
 @pytest.mark.parametrize(
     ("name", "until"),
-    [("reverse_text", "sft"), ("email", "sft"), ("tictactoe_league", "eval-o-minimax")],
+    [
+        ("reverse_text", "sft"),
+        ("email", "sft"),
+        ("tictactoe_league", "eval-o-minimax"),
+        ("mixture", "grpo"),
+    ],
 )
 def test_the_first_stages_of_a_recipe_run_at_smoke_size(tmp_path, name, until):
     pytest.importorskip("torch")

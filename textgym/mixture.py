@@ -46,7 +46,9 @@ DEFAULT_MEMBERS: tuple[dict[str, Any], ...] = (
     {"env_id": "textgym/EmailToolUse-v1"},
 )
 
-_SPEC_KEYS = frozenset({"env_id", "env_kwargs", "wrappers", "weight", "name"})
+_SPEC_KEYS = frozenset(
+    {"env_id", "env_kwargs", "wrappers", "opponent_random_move_prob", "weight", "name"}
+)
 
 
 def member_of(task_id: str | None) -> str | None:
@@ -84,7 +86,13 @@ def _member(spec: Any, index: int) -> tuple[str, float, gym.Env]:
             f"Expected envs[{index}].name to be a non-empty name without '/' or "
             f"'{MEMBER_SEPARATOR}', got {name!r}"
         )
-    recipe = EnvRecipe(env_id, spec.get("env_kwargs") or {}, tuple(spec.get("wrappers") or ()))
+    opponents = spec.get("opponent_random_move_prob")
+    recipe = EnvRecipe(
+        env_id,
+        spec.get("env_kwargs") or {},
+        tuple(spec.get("wrappers") or ()),
+        None if opponents is None else tuple(opponents),
+    )
     env = recipe.make()
     if isinstance(env.unwrapped, EnvMixture):
         env.close()
@@ -98,7 +106,9 @@ class EnvMixture(TextEnv):
 
     Args:
         envs: Member specs, JSON objects: ``env_id`` (required), ``env_kwargs``, ``wrappers``
-            (names, as ``--wrappers``), ``weight`` (> 0, default 1; normalized), ``name``
+            (names, as ``--wrappers``), ``opponent_random_move_prob`` (``[low, high]``, as
+            ``textgym train``'s, for a member with an opponent), ``weight`` (> 0, default 1;
+            normalized), ``name``
             (default the id's last part, e.g. ``TicTacToe-v0``; unique). Default:
             :data:`DEFAULT_MEMBERS`.
         render_mode: ``None``, ``"ansi"`` or ``"human"``.
