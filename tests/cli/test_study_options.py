@@ -40,6 +40,7 @@ def test_an_opponent_range_draws_each_episode_s_opponent(tmp_path):
     [
         (["--env-url", "http://127.0.0.1:1"], "applies to a local env"),
         (["--minimax-style", "bogus"], "cannot build policy 'minimax'"),
+        (["--policy", "lookup_expert"], "it is the expert of textgym/EmailToolUse-v1 only"),
     ],
 )
 def test_bad_study_options_are_one_line(tmp_path, capsys, argv, words):

@@ -129,6 +129,8 @@ _POLICY_NEEDS: dict[str, tuple[str, str]] = {
     ),
     "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
 }
+#: Scripted experts that play only the envs that name them (``TextEnv.expert_policy``).
+_OWN_ENV_EXPERTS = {"lookup_expert": "textgym/EmailToolUse-v1"}
 
 
 def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
@@ -174,6 +176,12 @@ def setup(config: BatchPlayConfig) -> Setup:
                 f"--policy {config.policy} cannot play {config.env_id}: it plays from "
                 f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
                 f"{fits[-1]}"
+            )
+        own = _OWN_ENV_EXPERTS.get(config.policy or "")
+        if own is not None and base.expert_policy != config.policy:
+            raise UsageError(
+                f"--policy {config.policy} cannot play {config.env_id}: it is the expert of "
+                f"{own} only; use --policy {base.expert_policy or 'random'}, hf or openai"
             )
         env_task_ids = base.task_ids
         walk = _task_walk(config, probe, env_task_ids)
