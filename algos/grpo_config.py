@@ -20,6 +20,7 @@ from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS, MAX_DYNAMIC_SAMPLI
 from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
 from textgym.checks import check_seed
+from textgym.mixture import members_from_ids
 
 __all__ = ["ROLLOUT_ENGINES", "GRPOConfig", "RolloutEngine", "check_world_size"]
 
@@ -42,6 +43,10 @@ class GRPOConfig(OptimizationConfig):
     """Registered env to train on (textgym list shows them)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments of gymnasium.make for the env (none by default)."""
+    mixture: tuple[str, ...] = ()
+    """With ENV_ID textgym/Mixture-v0: its members as ID or ID:WEIGHT, space-separated (e.g.
+    textgym/TicTacToe-v0:2 textgym/ReverseText-v0), each with its own default kwargs; a
+    member's own kwargs or wrappers go in --env-kwargs '{"envs": [...]}' instead."""
     wrappers: tuple[str, ...] = ("invalid_action_penalty",)
     """Reward wrappers applied in order, by name (textgym.wrappers.REWARD_WRAPPERS)."""
     opponent_random_move_prob: tuple[float, float] | None = None
@@ -170,6 +175,14 @@ class GRPOConfig(OptimizationConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.mixture:
+            spec = {"envs": members_from_ids(self.mixture)}
+            if self.env_id != "textgym/Mixture-v0" or self.env_kwargs not in ({}, spec):
+                raise ValueError(
+                    "mixture: expected ENV_ID textgym/Mixture-v0 and no other --env-kwargs "
+                    f"with --mixture, got {self.env_id} and {sorted(self.env_kwargs)}"
+                )
+            self.env_kwargs = spec  # what run.json records (a replay gives both, equal)
         check_seed("seed", self.seed)
         check_checkpoint_settings(self)
         check_positive_ints(self, _POSITIVE_INTS)

@@ -172,3 +172,30 @@ def test_a_member_with_an_opponent_takes_an_opponent_range():
     assert len(probs) > 3 and all(0.0 <= p <= 1.0 for p in probs)
     with pytest.raises(ValueError, match="no seeded opponent"):
         mixture({**REVERSE, "opponent_random_move_prob": [0.0, 1.0]})
+
+
+def test_train_mixture_shortcut_builds_the_member_specs():
+    pytest.importorskip("torch")
+    from textgym.algos.grpo_config import GRPOConfig
+    from textgym.mixture import members_from_ids
+
+    config = GRPOConfig(
+        env_id="textgym/Mixture-v0", mixture=("textgym/TicTacToe-v0:2", "textgym/ReverseText-v0")
+    )
+    assert config.env_kwargs == {
+        "envs": [
+            {"env_id": "textgym/TicTacToe-v0", "weight": 2.0},
+            {"env_id": "textgym/ReverseText-v0"},
+        ]
+    }
+    replayed = GRPOConfig(
+        env_id=config.env_id, mixture=config.mixture, env_kwargs=config.env_kwargs
+    )
+    assert replayed.env_kwargs == config.env_kwargs  # a run.json replay gives both
+    assert members_from_ids(["mypkg.capital:Capital-v0"]) == [
+        {"env_id": "mypkg.capital:Capital-v0"}
+    ]
+    with pytest.raises(ValueError, match="mixture: expected ENV_ID textgym/Mixture-v0"):
+        GRPOConfig(env_id="textgym/TicTacToe-v0", mixture=("textgym/ReverseText-v0",))
+    with pytest.raises(ValueError, match="no other --env-kwargs"):
+        GRPOConfig(env_id="textgym/Mixture-v0", mixture=("a",), env_kwargs={"envs": []})

@@ -34,7 +34,7 @@ import numpy as np
 from textgym.core import TextEnv
 from textgym.spaces import UnicodeText
 
-__all__ = ["DEFAULT_MEMBERS", "MEMBER_SEPARATOR", "EnvMixture", "member_of"]
+__all__ = ["DEFAULT_MEMBERS", "MEMBER_SEPARATOR", "EnvMixture", "member_of", "members_from_ids"]
 
 #: Between the member's name and its own task id in a mixture episode's task id.
 MEMBER_SEPARATOR = "::"
@@ -49,6 +49,37 @@ DEFAULT_MEMBERS: tuple[dict[str, Any], ...] = (
 _SPEC_KEYS = frozenset(
     {"env_id", "env_kwargs", "wrappers", "opponent_random_move_prob", "weight", "name"}
 )
+
+
+def members_from_ids(items: Sequence[str]) -> list[dict[str, Any]]:
+    """Member specs from ``ID`` or ``ID:WEIGHT`` strings (``textgym train --mixture``), each
+    with the env's own kwargs; an id ``module:Env-v0`` keeps its colon (only a number after
+    the last colon is a weight).
+
+    Raises:
+        ValueError: an empty list, or an empty id.
+
+    Example:
+        >>> members_from_ids(["textgym/TicTacToe-v0:2", "textgym/ReverseText-v0"])
+        [{'env_id': 'textgym/TicTacToe-v0', 'weight': 2.0}, {'env_id': 'textgym/ReverseText-v0'}]
+    """
+    if not items:
+        raise ValueError("Expected one or more mixture members as ID or ID:WEIGHT")
+    members = []
+    for item in items:
+        env_id, _, tail = item.rpartition(":")
+        try:
+            weight = float(tail) if env_id else None
+        except ValueError:
+            weight = None
+        if weight is None:
+            env_id = item
+        if not env_id:
+            raise ValueError(f"Expected a mixture member as ID or ID:WEIGHT, got {item!r}")
+        members.append(
+            {"env_id": env_id} if weight is None else {"env_id": env_id, "weight": weight}
+        )
+    return members
 
 
 def member_of(task_id: str | None) -> str | None:
