@@ -80,7 +80,8 @@ class SlotDecoder:
             them (:func:`~textgym.policies.kv_slots.packed_gqa_sdpa`; ``None``: with ``sdpa``
             attention where the installed ``transformers`` does not already do it).
         count_kernels: Profile the first decode step once (an extra eager run of it) and report
-            its kernels in :attr:`DecodeStats.kernels_per_step`.
+            its kernels in :attr:`DecodeStats.kernels_per_step` (not while a caller's
+            ``torch.profiler`` records).
 
     Raises:
         ValueError: an attention implementation other than ``sdpa`` or ``eager`` (e.g.
@@ -257,7 +258,9 @@ class SlotDecoder:
         self._tokens[:rows, 0] = torch.where(feed, tokens, pad_id)
         self._cols[:rows, 0] = torch.where(feed, positions, width - 1)
         self._positions[:rows, 0] = torch.where(feed, positions, 0)
-        if self.count_kernels and self.stats.kernels_per_step is None:
+        # Not under a caller's profiler: a second one would end the caller's recording.
+        profiled = torch.autograd.profiler._is_profiler_enabled
+        if self.count_kernels and self.stats.kernels_per_step is None and not profiled:
             # The same inputs rewrite the same cache column, so this extra run changes nothing.
             self.stats.kernels_per_step = count_kernels(lambda: self._step(rows))
         captures, capture_s = self.graphs.captures, self.graphs.capture_s
