@@ -177,3 +177,14 @@ def test_a_train_stage_stopped_by_its_time_limit_is_not_marked_done(tmp_path, ca
     assert unfinished_reason(stage) == "it has no checkpoint-3 yet"
     (work / "grpo" / "checkpoint-3").mkdir()
     assert unfinished_reason(stage) is None
+
+
+def test_a_work_dir_in_use_by_another_run_is_refused(tmp_path, capsys):
+    import filelock
+
+    recipe, work = _recipe(tmp_path), tmp_path / "work"
+    (work / ".textgym-run").mkdir(parents=True)
+    with filelock.FileLock(work / ".textgym-run" / ".lock"):
+        line = _one_error(capsys, ["run", str(recipe), "--work-dir", str(work)])
+    assert "is in use by another textgym run" in line
+    assert not (work / "data").exists()

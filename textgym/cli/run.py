@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import filelock
 import tyro
 
 from textgym.recipes import Recipe, RecipeError, Stage, load_recipe, script_argv, stage_argv
@@ -192,19 +193,39 @@ def run(config: RunConfig) -> int:
     work = Path(config.work_dir).absolute()
     marks = work / _MARKS
     selected = _selected(recipe, config)
-    if not config.dry_run:
-        marks.mkdir(parents=True, exist_ok=True)
+    if config.dry_run:
+        return _run_stages(recipe, selected, marks, dry_run=True)
+    marks.mkdir(parents=True, exist_ok=True)
+    lock = filelock.FileLock(marks / ".lock")
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        raise RecipeError(f"{work} is in use by another textgym run; wait for it to end") from None
+    try:
+        code = _run_stages(recipe, selected, marks, dry_run=False)
+    finally:
+        lock.release()
+    rows = eval_table(recipe)
+    if rows and code == 0:
+        _print_table(rows)
+        _write_results(work / "results.json", recipe, rows)
+    return code
+
+
+def _run_stages(recipe: Recipe, selected: list[Stage], marks: Path, *, dry_run: bool) -> int:
+    """Run ``selected`` in order, each skipped when its mark says it finished; 0, or the exit
+    code of the first stage that failed."""
     for stage in selected:
         mark = marks / f"{stage.name}.json"
         if _finished(mark, stage):
             print(f"{stage.name}: done ({mark})", flush=True)
             continue
         began = time.perf_counter()
-        code = _run_stage(recipe, stage, marks, config.dry_run)
+        code = _run_stage(recipe, stage, marks, dry_run)
         if code != 0:
             print(f"textgym run: stage {stage.name} exited with {code}; run again to go on")
             return code
-        if config.dry_run:
+        if dry_run:
             continue
         why = unfinished_reason(stage)
         if why is not None:  # e.g. --time-limit-minutes: the next run resumes it
@@ -214,8 +235,4 @@ def run(config: RunConfig) -> int:
         record = {"command": stage.command, "options": stage.options, "seconds": seconds}
         write_atomic(mark, json.dumps(record, indent=2) + "\n")
         print(f"{stage.name}: {seconds:.1f} s", flush=True)
-    rows = eval_table(recipe)
-    if rows and not config.dry_run:
-        _print_table(rows)
-        _write_results(work / "results.json", recipe, rows)
     return 0
