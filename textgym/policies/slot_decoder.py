@@ -258,9 +258,13 @@ class SlotDecoder:
         self._tokens[:rows, 0] = torch.where(feed, tokens, pad_id)
         self._cols[:rows, 0] = torch.where(feed, positions, width - 1)
         self._positions[:rows, 0] = torch.where(feed, positions, 0)
-        # Not under a caller's profiler: a second one would end the caller's recording.
-        profiled = torch.autograd.profiler._is_profiler_enabled
-        if self.count_kernels and self.stats.kernels_per_step is None and not profiled:
+        # Checked only while a count is owed (not on every step); never under a caller's
+        # profiler, which a second one would end.
+        if (
+            self.count_kernels
+            and self.stats.kernels_per_step is None
+            and not torch.autograd.profiler._is_profiler_enabled
+        ):
             # The same inputs rewrite the same cache column, so this extra run changes nothing.
             self.stats.kernels_per_step = count_kernels(lambda: self._step(rows))
         captures, capture_s = self.graphs.captures, self.graphs.capture_s
