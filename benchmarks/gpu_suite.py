@@ -193,6 +193,8 @@ _GRPO = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-s
 _GRPO += " --steps 5 --warmup 1 --rounds 2"  # >= 5 timed steps each, alternating (issue 54)
 _GRPO_SMOKE = "--groups-per-step 2 --group-size 2 --micro-batch-size 2 --max-new-tokens 8"
 _GRPO_SMOKE += " --steps 1 --warmup 0 --rounds 1 --threads 1"
+_GRPO_PROFILE = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-size 32"
+_GRPO_PROFILE += " --steps 1 --warmup 1 --rounds 1 --trainers ours --no-decode"
 _DECODE = "--turns 4 --new-tokens 64"
 _DECODE_SMOKE = "--turns 2 --new-tokens 4"
 _QUICK = (
@@ -209,6 +211,17 @@ _QUICK = (
      " 16384 --lora-rank 0 --prompt-style compact --alternations 3",
      "--groups 2 --group-size 2 --micro-batch-size 4 --micro-batch-tokens 256 --alternations 1"
      " --warmup-modes 0"),
+    # torch.profiler summaries (issue 54 item 4): where one decode step's and one update's
+    # time goes, each operator with its calls; the profiler slows them, so no timing is read.
+    ("quick-profile-decode", 60, False, "llm_decode.py",
+     "--engines now-fused --batches 1 --turns 1 --new-tokens 16"
+     " --profile-output {results}/quick-profile-decode.profile.json",
+     "--engines now-fused --batches 1 --turns 1 --new-tokens 4"
+     " --profile-output {results}/quick-profile-decode.profile.json"),
+    ("quick-profile-grpo", 90, False, "grpo_vs_trl.py",
+     f"{_GRPO_PROFILE} --profile-output {{results}}/quick-profile-grpo.profile.json",
+     f"{_GRPO_SMOKE} --trainers ours --no-decode"
+     " --profile-output {results}/quick-profile-grpo.profile.json"),
     ("quick-decode-generate", 120, False, "llm_decode.py",
      f"--engines generate --batches 1 32 256 {_DECODE}",
      f"--engines generate --batches 1 2 {_DECODE_SMOKE}"),
@@ -227,7 +240,7 @@ def quick_parts(model: str, random_weights: bool) -> list[Part]:
             options = [
                 "--model",
                 "tiny" if is_smoke else model,
-                *shlex.split(smoke if is_smoke else full),
+                *shlex.split((smoke if is_smoke else full).format(results=results)),
                 *(["--random-weights"] if random_weights else []),
                 "--output",
                 str(results / f"{name}.bench.json"),

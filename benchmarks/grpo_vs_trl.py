@@ -791,7 +791,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-output",
         default=None,
-        help="with --only ours / ours_no_sharing: run it under torch.profiler and write the "
+        help="with one of our trainers (--trainers ours --rounds 1 --no-decode, or --only "
+        "ours): run it under torch.profiler and write the "
         "per-step rollout / update ranges and the top operators to this JSON (the profiler "
         "slows the run: time it without)",
     )
@@ -820,8 +821,15 @@ def main(argv: list[str] | None = None) -> int:
             f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
             "TRL needs whole accumulation steps"
         )
-    if args.profile_output and args.only not in ("ours", "ours_no_sharing"):
-        parser.error("--profile-output profiles one of our runs: add --only ours")
+    profiled = [args.only] if args.only else args.trainers
+    one_run = args.only is not None or (args.rounds == 1 and args.no_decode)
+    if args.profile_output and (
+        profiled not in (["ours"], ["ours_no_sharing"]) or not one_run
+    ):
+        parser.error(
+            "--profile-output profiles one of our runs: give --trainers ours (or "
+            "ours_no_sharing) with --rounds 1 --no-decode, or --only ours"
+        )
     if args.only:
         child(args)
         return 0

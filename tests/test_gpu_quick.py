@@ -163,7 +163,7 @@ def test_quick_parts_mirror_the_gpu_check_and_pass_random_weights(tmp_path):
     suite = _benchmark("gpu_suite")
     parts = suite.quick_parts("gemma-3-270m", random_weights=True)
     names = [part.name for part in parts]
-    assert names[0] == "quick-tests" and len(set(names)) == len(names) == 7
+    assert names[0] == "quick-tests" and len(set(names)) == len(names) == 9
     # Ours and TRL (cuDNN attention on and off) alternate in one part (issue 54).
     versus = " ".join(parts[names.index("quick-grpo-vs-trl")].command(tmp_path, False))
     assert "--trainers ours trl trl_no_cudnn" in versus and "--steps 5" in versus
@@ -177,6 +177,10 @@ def test_quick_parts_mirror_the_gpu_check_and_pass_random_weights(tmp_path):
         assert sum(part.cap_s for part in parts) > 480  # the budget, not the caps, ends the run
     decode = " ".join(parts[names.index("quick-decode-now")].command(tmp_path, False))
     assert "--engines now now-fused --batches 1 8 32 256 --turns 4 --new-tokens 64" in decode
+    # One decode step's and one update's profile, written beside the part's record.
+    for name in ("quick-profile-decode", "quick-profile-grpo"):
+        command = parts[names.index(name)].command(tmp_path, False)
+        assert command[command.index("--profile-output") + 1] == f"{tmp_path}/{name}.profile.json"
 
 
 @pytest.mark.subprocess
@@ -203,6 +207,9 @@ def test_quick_smoke_runs_every_part_on_the_cpu(tmp_path):
         if row["status"] == "ok" and name != "quick-tests":
             bench = json.loads((tmp_path / row["result"]).read_text())
             assert bench["weights"] == "random" and bench["commit"] == record["commit"]
+        if name.startswith("quick-profile-"):
+            summary = json.loads((tmp_path / f"{name}.profile.json").read_text())
+            assert summary["top_ops"] and summary["top_ops"][0]["calls"] > 0
 
 
 # --- benchmark JSON with a failing child ----------------------------------------------------
