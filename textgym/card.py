@@ -62,7 +62,7 @@ from textgym.types import Completion, Message
 __all__ = ["FLOORS", "NO_OP_ACTION", "SECTIONS", "ConstantPolicy", "env_card", "max_return"]
 
 #: The no-op reply: an answer that does nothing (no tool call, no answer tag); on a tool env it
-#: ends the episode with the state unchanged (``benchmarks/task_pipeline.py``'s no-call floor).
+#: ends the episode with the state unchanged (the no-call floor of docs/suite_learning.md).
 NO_OP_ACTION = "Done."
 
 #: The floors of a card, in the order shown.

@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
-from textgym.envs.email_tool_use.diagnostics import READ_ONLY_TOOLS
 from textgym.envs.email_tool_use.generator import EmailTask, generate_task
 from textgym.envs.email_tool_use.words import TOPICS
+from textgym.envs.workplace.tools import WRITE_TOOLS
 from textgym.toolcalls import format_tool_calls
 from textgym.types import Completion, Message
 
@@ -45,7 +45,7 @@ def _call(tool: str, **arguments: Any) -> dict[str, Any]:
 def expert_replies(task: EmailTask) -> list[str]:
     """The expert's replies for ``task``, the final answer last (module docstring)."""
     rows = {row[0]: row for row in task.emails}  # id -> (id, direction, address, subject, ...)
-    writes = [c for c in task.gold_calls if c["name"] not in READ_ONLY_TOOLS]
+    writes = [c for c in task.gold_calls if c["name"] in WRITE_TOOLS]
     request = task.query.lower()
     first: list[dict[str, Any]] = []
     second: list[dict[str, Any]] = []

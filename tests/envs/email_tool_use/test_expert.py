@@ -8,8 +8,8 @@ import pytest
 
 import textgym  # noqa: F401
 from textgym.builder import EnvRecipe
-from textgym.envs.email_tool_use.diagnostics import READ_ONLY_TOOLS
 from textgym.envs.email_tool_use.expert import LookupExpertPolicy
+from textgym.envs.workplace.tools import WRITE_TOOLS
 from textgym.rollout import rollout
 from textgym.toolcalls import parse_tool_calls
 
@@ -20,7 +20,7 @@ def unseen_values(messages) -> list[str]:
     for m in messages[2:]:
         if m["role"] == "assistant":
             for call in parse_tool_calls(m["content"]):
-                if call.name in READ_ONLY_TOOLS:
+                if call.name not in WRITE_TOOLS:
                     continue
                 for key in ("email_id", "recipient"):
                     value = call.arguments.get(key)
