@@ -823,9 +823,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     profiled = [args.only] if args.only else args.trainers
     one_run = args.only is not None or (args.rounds == 1 and args.no_decode)
-    if args.profile_output and (
-        profiled not in (["ours"], ["ours_no_sharing"]) or not one_run
-    ):
+    if args.profile_output and (profiled not in (["ours"], ["ours_no_sharing"]) or not one_run):
         parser.error(
             "--profile-output profiles one of our runs: give --trainers ours (or "
             "ours_no_sharing) with --rounds 1 --no-decode, or --only ours"
