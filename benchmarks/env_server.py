@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from _outputs import at_least, check_results_write, one_line_errors, run_main
 from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
-from _study_outputs import at_least, check_results_write, one_line_errors, run_main
 
 from textgym.serving.client import text_client_class
 

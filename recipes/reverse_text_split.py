@@ -2,7 +2,7 @@
 stage of recipes/reverse_text.toml).
 
 Each passage goes wholly to one side by a hash of its id
-(:func:`textgym.envs.reverse_text.lengths.passage_split`), with up to ``--windows`` word-aligned
+(:func:`passage_split`: SHA-256, stable when passages are added or reordered), with up to ``--windows`` word-aligned
 pieces of it (``--min-chars`` to ``--max-chars`` characters; ids ``PASSAGE~wN``) on the same
 side: whole passages first, then every passage's first piece, then every second, so that a
 ``--limit`` prefix spreads over the passages. Each text is kept once, and a training text that
@@ -14,11 +14,68 @@ is also a test text is dropped from training.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import random
+import re
 from pathlib import Path
 
 from textgym.envs.reverse_text.env import load_passages
-from textgym.envs.reverse_text.lengths import passage_split, passage_windows
+
+
+def passage_split(task_id: str, test_fraction: float = 0.2) -> str:
+    """``"test"`` for about ``test_fraction`` of task ids, ``"train"`` for the others.
+
+    The first 8 bytes of ``sha256(task_id)`` read as an integer, over ``2**64``, is compared
+    with ``test_fraction``: deterministic, independent of the other passages.
+
+    Raises:
+        ValueError: ``test_fraction`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= test_fraction <= 1.0:
+        raise ValueError(f"Expected test_fraction in [0, 1], got {test_fraction}")
+    digest = hashlib.sha256(task_id.encode("utf-8")).digest()
+    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
+
+
+def passage_windows(
+    text: str, count: int, min_chars: int, max_chars: int, *, seed: str
+) -> list[str]:
+    """Up to ``count`` distinct word-aligned pieces of ``text``, each ``min_chars`` to
+    ``max_chars`` characters long.
+
+    A piece starts at a word and ends at the end of a word (runs of non-space characters, so
+    punctuation stays with its word), with the text's own spacing inside. Each draw picks a
+    start word and a target length uniformly, then keeps the longest run of whole words from
+    that start that fits the target; draws that give a piece shorter than ``min_chars`` or one
+    already drawn are skipped (at most ``4 * count`` draws), so a short text may give fewer
+    pieces, or none. Deterministic in ``seed`` (e.g. the passage's task id) on every machine.
+
+    Raises:
+        ValueError: ``count < 0`` or not ``1 <= min_chars <= max_chars``.
+    """
+    if count < 0 or not 1 <= min_chars <= max_chars:
+        raise ValueError(
+            f"Expected count >= 0 and 1 <= min_chars <= max_chars, got {count}, {min_chars} "
+            f"and {max_chars}"
+        )
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    rng = random.Random(hashlib.sha256(seed.encode("utf-8")).digest())
+    pieces: list[str] = []
+    for _ in range(4 * count):
+        if len(pieces) == count or not words:
+            break
+        first = rng.randrange(len(words))
+        target = rng.randint(min_chars, max_chars)
+        start, end = words[first][0], None
+        for _, word_end in words[first:]:
+            if word_end - start > target:
+                break
+            end = word_end
+        piece = text[start:end] if end is not None else ""
+        if len(piece) >= min_chars and piece not in pieces:
+            pieces.append(piece)
+    return pieces
 
 
 def main() -> None:

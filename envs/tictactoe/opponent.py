@@ -143,7 +143,7 @@ def _safe_vs_random(board: str, me: str) -> tuple[Fraction, Fraction]:
     """``(expected score, win probability)`` of ``me`` from ``board`` when ``me`` plays
     :func:`safe_best_moves` and the other player moves uniformly at random (exact).
 
-    :func:`textgym.envs.tictactoe.analysis.best_response` computes the same expectimax for one
+    ``best_response`` in ``recipes/tictactoe_ceilings.py`` computes the same expectimax for one
     start board; it imports this module (for the styles), so the per-board values the style
     needs live here, and ``test_analysis`` checks that the two agree.
     """
@@ -167,7 +167,7 @@ def safe_best_moves(board: str) -> tuple[int, ...]:
     with the highest expected outcome score (win 1, draw 1/2, loss 0), then the highest win
     probability, against a uniformly random opponent, assuming this rule for every later move
     too (exact expectimax). Its value from the empty board is the ``best_safe_vs_random``
-    ceiling of :func:`textgym.envs.tictactoe.analysis.ceilings`: 99.5% wins as X and 91.6%
+    ceiling of ``recipes/tictactoe_ceilings.py``: 99.5% wins as X and 91.6%
     as O against a uniformly random player, against 96.8% and 77.7% for :func:`best_moves`
     drawn uniformly. The SFT expert of the mastery recipe (docs/mastery_study.md).
 

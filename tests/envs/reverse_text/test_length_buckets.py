@@ -1,4 +1,5 @@
-"""The ReverseText train/test split by task-id hash and the per-length-bucket results."""
+"""recipes/reverse_text_split.py and reverse_text_buckets.py: the ReverseText train/test split by
+task-id hash, the word-aligned windows and the per-length-bucket results."""
 
 from __future__ import annotations
 
@@ -10,12 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from textgym.envs.reverse_text import load_passages
-from textgym.envs.reverse_text.lengths import (
-    LengthEpisode,
-    length_bucket_summary,
-    passage_split,
-    passage_windows,
-)
+
+from ..._recipe_scripts import load
+
+passage_split = load("reverse_text_split").passage_split
+passage_windows = load("reverse_text_split").passage_windows
+LengthEpisode = load("reverse_text_buckets").LengthEpisode
+length_bucket_summary = load("reverse_text_buckets").length_bucket_summary
 
 
 def test_split_is_deterministic_disjoint_and_near_its_fraction():

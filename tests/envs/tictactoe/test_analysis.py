@@ -1,4 +1,4 @@
-"""Exact win/draw/loss probabilities: known values, hand-checked positions, the ceiling table,
+"""recipes/tictactoe_ceilings.py's exact win/draw/loss probabilities: known values, hand-checked positions, the ceiling table,
 and agreement with games played in the env."""
 
 from __future__ import annotations
@@ -11,15 +11,6 @@ import pytest
 
 import textgym  # noqa: F401
 from textgym.envs.tictactoe import MinimaxPolicy
-from textgym.envs.tictactoe.analysis import (
-    Outcome,
-    best_response,
-    ceilings,
-    minimax_policy,
-    opponent_policy,
-    outcome_probabilities,
-    uniform_policy,
-)
 from textgym.envs.tictactoe.opponent import (
     OPPONENT_STYLES,
     OPTIMAL_STYLES,
@@ -27,6 +18,13 @@ from textgym.envs.tictactoe.opponent import (
     value_preserving_moves,
 )
 from textgym.rollout import rollout
+
+from ..._recipe_scripts import load
+
+_script = load("tictactoe_ceilings")
+Outcome, best_response, ceilings = _script.Outcome, _script.best_response, _script.ceilings
+minimax_policy, opponent_policy = _script.minimax_policy, _script.opponent_policy
+outcome_probabilities, uniform_policy = _script.outcome_probabilities, _script.uniform_policy
 
 # (agent mark, agent, opponent, start board, expected (win, draw, loss)).
 OUTCOME_ROWS = [

@@ -1,7 +1,9 @@
-"""``benchmarks/tictactoe_eval.py``'s critical-position exam and its exploration probe, in
+"""``recipes/tictactoe_exam.py``: the critical-position exam and its exploration probe, in
 process with scripted policies (no model)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -11,10 +13,17 @@ from textgym.envs.tictactoe.opponent import critical_positions, value_preserving
 from textgym.policies import RandomPolicy
 from textgym.types import Completion
 
+from ..._recipe_scripts import load
+
+
+@pytest.fixture(scope="module")
+def exam_script():
+    return load("tictactoe_exam")
+
 
 @pytest.mark.parametrize(("mark", "count"), [("X", 1732), ("O", 1459)])
-def test_every_critical_position_is_shown_once_as_a_start_state(eval_script, mark, count):
-    positions = eval_script.critical_exam_positions(mark, "compact")
+def test_every_critical_position_is_shown_once_as_a_start_state(exam_script, mark, count):
+    positions = exam_script.critical_exam_positions(mark, "compact")
     boards = [info["board"] for _, info in positions]
     assert len(boards) == count == len(set(boards))
     assert boards == [b for b in critical_positions() if to_move(b) == mark]
@@ -24,11 +33,11 @@ def test_every_critical_position_is_shown_once_as_a_start_state(eval_script, mar
         assert info["legal_moves"] == [i for i, c in enumerate(info["board"]) if c == "."]
 
 
-def test_the_minimax_passes_and_random_play_fails_the_critical_exam(eval_script):
-    positions = eval_script.critical_exam_positions("O", "compact")
-    minimax = eval_script.take_exam(MinimaxPolicy(reasoning=False), positions, 256)
+def test_the_minimax_passes_and_random_play_fails_the_critical_exam(exam_script):
+    positions = exam_script.critical_exam_positions("O", "compact")
+    minimax = exam_script.take_exam(MinimaxPolicy(reasoning=False), positions, 256)
     assert minimax["safe"]["rate"] == 1.0 and minimax["unsafe"] == []
-    random = eval_script.take_exam(RandomPolicy(seed=0), positions, 256)
+    random = exam_script.take_exam(RandomPolicy(seed=0), positions, 256)
     assert 0.2 < random["safe"]["rate"] < 0.9
     assert len(random["unsafe"]) == sum(random["unsafe_by_marks"].values())
 
@@ -47,14 +56,14 @@ class _AlwaysCell:
         return [Completion(text=f"<move>{m}</move>") for m in moves]
 
 
-def test_explore_counts_safe_samples_per_unsafe_position(eval_script):
-    positions = eval_script.critical_exam_positions("O", "compact")
-    greedy = eval_script.take_exam(_AlwaysCell(4), positions, 256)
+def test_explore_counts_safe_samples_per_unsafe_position(exam_script):
+    positions = exam_script.critical_exam_positions("O", "compact")
+    greedy = exam_script.take_exam(_AlwaysCell(4), positions, 256)
     unsafe = greedy["unsafe"][:6]
     assert len(unsafe) == 6 and all(u["move"] == 4 or u["move"] is None for u in unsafe)
     # A sampler that finds the safe move in two of the six positions and never in the rest.
     finds = {unsafe[0]["board"], unsafe[3]["board"]}
-    explore = eval_script.explore_unsafe(_AlwaysCell(4, finds), positions, unsafe, 5, 7)
+    explore = exam_script.explore_unsafe(_AlwaysCell(4, finds), positions, unsafe, 5, 7)
     assert [u["p_safe"] for u in unsafe] == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]
     assert explore == {
         "samples": 5,
@@ -66,13 +75,19 @@ def test_explore_counts_safe_samples_per_unsafe_position(eval_script):
     assert sum(unsafe[1]["sampled_moves"].values()) == 5
 
 
-def test_explore_samples_needs_both_decodings(eval_script):
+def test_explore_samples_needs_a_model(exam_script, capsys):
     with pytest.raises(SystemExit):
-        eval_script.parse_args(["--model", "m", "--positions", "--explore-samples", "4"])
-    with pytest.raises(SystemExit):
-        eval_script.parse_args(["--policy", "minimax", "--positions", "--explore-samples", "4"])
-    args = eval_script.parse_args(
-        ["--model", "m", "--positions", "--exam-set", "critical", "--explore-samples", "4",
-         "--decoding", "greedy", "sampled"]
-    )  # fmt: skip
-    assert args.exam_set == "critical" and args.explore_samples == 4
+        exam_script.main(["--policy", "minimax", "--explore-samples", "4"])
+    assert "--explore-samples samples a model" in capsys.readouterr().err
+
+
+def test_the_exam_script_writes_each_mark(exam_script, tmp_path, capsys):
+    output = tmp_path / "exam.json"
+    argv = ["--policy", "random", "--exam-set", "games", "--games", "100", "--output", str(output)]
+    assert exam_script.main(argv) == 0
+    result = json.loads(output.read_text())
+    for mark in ("X", "O"):
+        assert result[mark]["positions"] == len(result[mark]["unsafe"]) + round(
+            result[mark]["safe"]["rate"] * result[mark]["positions"]
+        )
+    assert capsys.readouterr().out.count("positions, safe") == 2

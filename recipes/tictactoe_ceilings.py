@@ -1,4 +1,8 @@
-"""Exact win/draw/loss probabilities of tic-tac-toe players, by full game-tree enumeration.
+"""Exact win/draw/loss probabilities of tic-tac-toe players, by full game-tree enumeration:
+``python recipes/tictactoe_ceilings.py [--output ceilings.json]`` prints and writes the ceiling
+table and, per evaluation row (opponent style and ``random_move_prob``) and mark, the scripted
+minimax player's and the best possible player's exact W/D/L: the references an evaluation's
+sampled rates estimate.
 
 A *move policy* maps a board (with its player to move) to the probability of each legal move,
 as exact :class:`fractions.Fraction` values. :func:`outcome_probabilities` walks the whole game
@@ -20,6 +24,8 @@ random opponent, and the minimax player against the optimal opponent (all draws)
 
 from __future__ import annotations
 
+import argparse
+import json
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Literal, NamedTuple
@@ -246,3 +252,49 @@ def ceilings() -> dict[str, dict[str, dict[str, float | str]]]:
         }
         table[mark] = {name: o.as_dict() for name, o in rows.items()}
     return table
+
+
+#: Evaluation rows: name -> (opponent style, random_move_prob as an exact decimal string).
+ROWS: dict[str, tuple[str, str]] = {
+    "random": ("random", "1"),
+    "optimal": ("minimax", "0"),
+    "minimax p=0.25": ("minimax", "0.25"),
+    "minimax p=0.5": ("minimax", "0.5"),
+    "minimax p=0.75": ("minimax", "0.75"),
+    **{style: (style, "0") for style in OPPONENT_STYLES if style not in ("minimax", "random")},
+}
+
+
+def exact_references() -> dict[str, dict[str, dict[str, dict[str, float | str]]]]:
+    """``{row: {mark: {"minimax_player", "best_player"}}}``: exact W/D/L against each row."""
+    table: dict[str, dict[str, dict[str, dict[str, float | str]]]] = {}
+    for row, (style, prob) in ROWS.items():
+        opponent = opponent_policy(style, prob)
+        table[row] = {
+            mark: {
+                "minimax_player": outcome_probabilities(mark, minimax_policy, opponent).as_dict(),
+                "best_player": best_response(mark, opponent, "score").as_dict(),
+            }
+            for mark in ("X", "O")
+        }
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--output", default="ceilings.json")
+    args = parser.parse_args(argv)
+    result = {"ceilings": ceilings(), "rows": exact_references()}
+    for row, marks in result["rows"].items():
+        for mark, refs in marks.items():
+            cells = "  ".join(
+                f"{who} {r['win']:.3f}/{r['draw']:.3f}/{r['loss']:.3f}" for who, r in refs.items()
+            )
+            print(f"{row:>16} {mark}: {cells}")
+    with open(args.output, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

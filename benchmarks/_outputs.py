@@ -1,0 +1,75 @@
+"""What the benchmark scripts share about their command line and outputs: integer options,
+one-line usage errors, ``benchmarks/results/`` read-only unless ``--update-results`` asks for
+it, and errors (:class:`~textgym.errors.SetupError`) printed as one line by :func:`run_main`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from _provenance import REPO_ROOT
+
+from textgym.cli.usage import UsageError
+from textgym.errors import SetupError, TextgymError
+
+__all__ = ["RESULTS_DIR", "at_least", "check_results_write", "one_line_errors", "run_main"]
+
+RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An ``argparse`` type: an integer ``>= low`` (a bad one is a one-line usage error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
+        return value
+
+    return parse
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` with its usage errors printed as one ``PROG: error:`` line (no usage block),
+    exit code 2."""
+
+    def error(message: str) -> None:
+        print(f"{parser.prog}: error: {' '.join(message.split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def check_results_write(path: Path, flag: str, *, update_results: bool) -> None:
+    """Refuse a write under ``benchmarks/results/`` unless ``--update-results`` was given.
+
+    Raises:
+        SetupError: ``path`` lies under it and ``update_results`` is false.
+    """
+    if update_results:
+        return
+    real = path.resolve()
+    if real == RESULTS_DIR or RESULTS_DIR in real.parents:
+        raise SetupError(
+            f"{flag} {path} is under {RESULTS_DIR}, which keeps committed results and is "
+            f"read-only unless asked; pass --update-results to replace them, or choose "
+            f"another {flag}"
+        )
+
+
+def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """``main(argv)``, with a :class:`TextgymError` (or ``UsageError``) printed as one
+    ``SCRIPT: error:`` line and its exit code returned (2 for bad input)."""
+    try:
+        return main(argv)
+    except (TextgymError, UsageError) as exc:
+        name = Path(sys.argv[0]).name
+        print(f"{name}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return getattr(exc, "exit_code", 2)
