@@ -20,6 +20,7 @@ from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS, MAX_DYNAMIC_SAMPLI
 from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
 from textgym.checks import check_seed
+from textgym.errors import SetupError
 from textgym.mixture import members_from_ids
 
 __all__ = ["ROLLOUT_ENGINES", "GRPOConfig", "RolloutEngine", "check_world_size"]
@@ -178,7 +179,7 @@ class GRPOConfig(OptimizationConfig):
         if self.mixture:
             spec = {"envs": members_from_ids(self.mixture)}
             if self.env_id != "textgym/Mixture-v0" or self.env_kwargs not in ({}, spec):
-                raise ValueError(
+                raise SetupError(
                     "mixture: expected ENV_ID textgym/Mixture-v0 and no other --env-kwargs "
                     f"with --mixture, got {self.env_id} and {sorted(self.env_kwargs)}"
                 )
@@ -201,12 +202,12 @@ def check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
     """ValueError unless the step's groups split evenly over the ranks, and, with dynamic
     sampling, there is one rank (the ranks would have to agree on which groups to keep)."""
     if ctx.distributed and config.dynamic_sampling_rounds:
-        raise ValueError(
+        raise SetupError(
             f"dynamic_sampling_rounds: expected 0 with {ctx.world_size} ranks, got "
             f"{config.dynamic_sampling_rounds}; dynamic sampling runs in one process"
         )
     if config.groups_per_step % ctx.world_size:
-        raise ValueError(
+        raise SetupError(
             f"groups_per_step: expected a multiple of the {ctx.world_size} ranks (whole groups "
             f"per rank), got {config.groups_per_step}; change groups_per_step or --nproc-per-node"
         )
@@ -225,7 +226,7 @@ def _check(config: GRPOConfig, rules: tuple[_Rule, ...]) -> None:
     """Raise ``ValueError`` for the first of ``rules`` that ``config`` breaks."""
     for rule in rules:
         if rule.broken(config):
-            raise ValueError(f"{rule.name}: {rule.problem(config)}")
+            raise SetupError(f"{rule.name}: {rule.problem(config)}")
 
 
 def _scale_rewards_problem(config: GRPOConfig) -> str:

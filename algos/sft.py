@@ -139,14 +139,14 @@ class SFTConfig(OptimizationConfig):
         )
         check_positive_ints(self, ("eval_max_new_tokens",))
         if self.eval_every < 0:
-            raise ValueError(
+            raise SetupError(
                 f"eval_every: expected >= 0 (0: only at the end), got {self.eval_every}"
             )
         if self.eval_env is not None:
             check_eval_env(self.eval_env, self.eval_env_kwargs)
         check_checkpoint_settings(self)
         if not Path(self.data).is_file():
-            raise ValueError(
+            raise SetupError(
                 f"data: expected a JSONL file, got {self.data!r} (not found); make one with "
                 "`textgym collect`"
             )
@@ -260,7 +260,7 @@ def _checkpoint_to_resume(config: SFTConfig, out: Path) -> Path | None:
     if not config.resume and (
         (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists()
     ):
-        raise ValueError(
+        raise SetupError(
             f"output_dir: expected {out} to hold no SFT run yet, got one (metrics.jsonl or "
             "sft_summary.json); choose a new --output-dir, delete that one, or pass --resume "
             "to continue its newest checkpoint"
@@ -570,7 +570,7 @@ def _tokenize(
                 continue
             sequences.append((ids, mask))
     if not sequences:
-        raise ValueError(
+        raise SetupError(
             f"No conversation of {config.data} fits max_length={config.max_length} ({dropped} dropped)"
         )
     return sequences, dropped

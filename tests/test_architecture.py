@@ -346,3 +346,29 @@ def test_the_grpo_loop_and_one_update_each_read_top_to_bottom():
         names = order(file)
         assert all(name in names for name in step), sorted(set(step) - set(names))
         assert [names.index(name) for name in step] == sorted(names.index(n) for n in step)
+
+
+#: Modules whose errors are all typed (issue 57 item 5): configuration and argument checks,
+#: where a bad value is the user's to fix, raise :class:`textgym.errors.SetupError` (exit 2).
+TYPED_ERROR_MODULES = (
+    "textgym/checks.py",
+    "textgym/builder.py",
+    "textgym/mixture.py",
+    "textgym/cli/_options.py",
+    "algos/grpo_config.py",
+    "algos/sft.py",
+)
+
+
+@pytest.mark.parametrize("path", TYPED_ERROR_MODULES)
+def test_config_checks_raise_typed_errors(path):
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    bare = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Raise)
+        and isinstance(node.exc, ast.Call)
+        and isinstance(node.exc.func, ast.Name)
+        and node.exc.func.id == "ValueError"
+    ]
+    assert bare == [], f"{path}: raise SetupError, not ValueError, at lines {bare}"

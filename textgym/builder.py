@@ -57,6 +57,7 @@ import gymnasium as gym
 
 from textgym.checks import check_int, check_probability, one_line
 from textgym.core import as_text_env
+from textgym.errors import SetupError
 from textgym.policies import GoldPolicy, Policy, RandomPolicy
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
@@ -81,7 +82,7 @@ def check_wrapper_names(names: Sequence[str]) -> tuple[str, ...]:
     """
     for name in names:
         if name not in REWARD_WRAPPERS:
-            raise ValueError(
+            raise SetupError(
                 f"unknown wrapper {name!r}; expected any of {', '.join(REWARD_WRAPPERS)}"
             )
     return tuple(names)
@@ -134,17 +135,17 @@ class EnvRecipe:
 
     def __post_init__(self) -> None:
         if not isinstance(self.env_id, str) or not self.env_id:
-            raise ValueError(f"Expected env_id to be a non-empty str, got {self.env_id!r}")
+            raise SetupError(f"Expected env_id to be a non-empty str, got {self.env_id!r}")
         if not isinstance(self.env_kwargs, Mapping) or not all(
             isinstance(k, str) for k in self.env_kwargs
         ):
-            raise ValueError(
+            raise SetupError(
                 "Expected env_kwargs to be a mapping of argument names to values, "
                 f"got {self.env_kwargs!r}"
             )
         object.__setattr__(self, "env_kwargs", dict(self.env_kwargs))
         if isinstance(self.wrappers, str) or not isinstance(self.wrappers, Sequence):
-            raise ValueError(
+            raise SetupError(
                 f"Expected wrappers to be a sequence of names, got {self.wrappers!r}; "
                 f"e.g. ('invalid_action_penalty',)"
             )
@@ -184,7 +185,7 @@ def _check_range(value: Any) -> tuple[float, float]:
     except (TypeError, ValueError):
         low, high = 1.0, 0.0  # reported below
     if low > high:
-        raise ValueError(
+        raise SetupError(
             "Expected opponent_random_move_prob (low, high) with 0 <= low <= high <= 1, "
             f"got {value!r}"
         )
@@ -203,7 +204,7 @@ def load_entry_points() -> None:
             if callable(loaded):
                 loaded()
         except Exception as exc:
-            raise ValueError(
+            raise SetupError(
                 f"the {ENTRY_POINT_GROUP} entry point {entry_point.name!r} "
                 f"({entry_point.value}) failed to load: {one_line(exc)}"
             ) from exc
@@ -224,7 +225,7 @@ def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
         try:
             importlib.import_module(module)
         except ImportError as exc:
-            raise ValueError(
+            raise SetupError(
                 f"cannot import module {module!r} of env id {env_id!r}: {one_line(exc)}; "
                 "check that the module is importable (installed, or its folder on PYTHONPATH, "
                 "e.g. PYTHONPATH=. for a module in the current folder)"
@@ -237,12 +238,12 @@ def resolve_env_id(env_id: str) -> gym.envs.registration.EnvSpec:
         family = name.rsplit("-v", 1)[0]
         versions = sorted(i for i in gym.registry if i.rsplit("-v", 1)[0] == family)
         if versions:
-            raise ValueError(
+            raise SetupError(
                 f"env id {env_id!r} is not registered, but {', '.join(versions)} is: a new "
                 "version means the env's behaviour changed (see the env's docs); use it"
             )
         known = ", ".join(textgym.ENV_DESCRIPTIONS)
-        raise ValueError(
+        raise SetupError(
             f"unknown env id {env_id!r}; expected a registered Gymnasium id such as {known}, "
             f"an id 'module:EnvName-v0' whose module registers it, or one registered through "
             f"the {ENTRY_POINT_GROUP!r} entry point"
@@ -276,14 +277,14 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
         env = gym.make(recipe.env_id, **recipe.env_kwargs)
     except (ValueError, TypeError, OSError, ImportError, RecursionError, gym.error.Error) as exc:
         # OSError: a data file that is missing, a hub dataset that cannot be reached.
-        raise ValueError(
+        raise SetupError(
             f"cannot make {recipe.env_id} with {_shown(recipe.env_kwargs)}: {one_line(exc)}"
         ) from exc
     try:
         env = as_text_env(env, recipe.env_id)
         base = env.unwrapped
         if recipe.opponent_random_move_prob is not None and not base.has_opponent:
-            raise ValueError(
+            raise SetupError(
                 f"{recipe.env_id} has no seeded opponent to stratify "
                 f"({type(base).__name__}.has_opponent is False); leave "
                 "opponent_random_move_prob unset for this env"
@@ -291,7 +292,7 @@ def env_factory(recipe: EnvRecipe) -> tuple[Callable[[], gym.Env], gym.Env]:
         try:
             probe = recipe._wrap(env)
         except (ValueError, TypeError) as exc:
-            raise ValueError(
+            raise SetupError(
                 f"cannot wrap {recipe.env_id} in {', '.join(recipe.wrappers)}: {one_line(exc)}"
             ) from exc
     except ValueError:
@@ -379,5 +380,5 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
         ValueError: for an unknown name.
     """
     if name not in _FACTORIES:
-        raise ValueError(f"Unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
+        raise SetupError(f"Unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
     return _FACTORIES[name](**kwargs)

@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from textgym.errors import SetupError
+
 __all__ = [
     "check_choice",
     "check_int",
@@ -129,7 +131,7 @@ def check_int(
         or (high is not None and value > high)
     ):
         why = f" ({hint})" if hint else ""
-        raise ValueError(
+        raise SetupError(
             f"Expected {name} to be an int{_bounds(low, high)}{why}, got {excerpt(value)}"
         )
     return int(value)
@@ -150,7 +152,7 @@ def check_number(
         or (low is not None and value < low)
         or (high is not None and value > high)
     ):
-        raise ValueError(
+        raise SetupError(
             f"Expected {name} to be a finite float{_bounds(low, high)}, got {excerpt(value)}"
         )
     return float(value)
@@ -163,7 +165,7 @@ def check_probability(name: str, value: Any) -> float:
         ValueError: ``Expected {name} in [0, 1], got {value!r}``.
     """
     if not is_number(value) or not 0.0 <= value <= 1.0:  # NaN fails both comparisons
-        raise ValueError(f"Expected {name} in [0, 1], got {excerpt(value)}")
+        raise SetupError(f"Expected {name} in [0, 1], got {excerpt(value)}")
     return float(value)
 
 
@@ -184,9 +186,9 @@ def check_sampling(temperature: Any, top_p: Any) -> tuple[float, float]:
         or not math.isfinite(temperature)
         or temperature < 0
     ):
-        raise ValueError(f"Expected temperature >= 0, got {temperature!r}")
+        raise SetupError(f"Expected temperature >= 0, got {temperature!r}")
     if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
-        raise ValueError(f"Expected top_p in (0, 1], got {top_p!r}")
+        raise SetupError(f"Expected top_p in (0, 1], got {top_p!r}")
     return float(temperature), float(top_p)
 
 
@@ -201,7 +203,7 @@ def check_choice(name: str, value: _T, allowed: Sequence[_T]) -> _T:
     except TypeError:  # an unhashable value tested against a set or a dict
         ok = False
     if not ok:
-        raise ValueError(f"Expected {name} in {tuple(allowed)}, got {excerpt(value)}")
+        raise SetupError(f"Expected {name} in {tuple(allowed)}, got {excerpt(value)}")
     return value
 
 
@@ -219,7 +221,7 @@ def check_stop_strings(name: str, value: Any) -> tuple[str, ...]:
     else:
         ok = all(isinstance(s, str) and s for s in value)
     if not ok:
-        raise ValueError(
+        raise SetupError(
             f"Expected {name} to be a sequence of non-empty str (e.g. ('</answer>',)), "
             f"got {value!r}"
         )

@@ -32,6 +32,7 @@ import gymnasium as gym
 import numpy as np
 
 from textgym.core import TextEnv
+from textgym.errors import SetupError
 from textgym.spaces import UnicodeText
 
 __all__ = ["DEFAULT_MEMBERS", "MEMBER_SEPARATOR", "EnvMixture", "member_of", "members_from_ids"]
@@ -64,7 +65,7 @@ def members_from_ids(items: Sequence[str]) -> list[dict[str, Any]]:
         [{'env_id': 'textgym/TicTacToe-v0', 'weight': 2.0}, {'env_id': 'textgym/ReverseText-v0'}]
     """
     if not items:
-        raise ValueError("Expected one or more mixture members as ID or ID:WEIGHT")
+        raise SetupError("Expected one or more mixture members as ID or ID:WEIGHT")
     members = []
     for item in items:
         env_id, _, tail = item.rpartition(":")
@@ -75,7 +76,7 @@ def members_from_ids(items: Sequence[str]) -> list[dict[str, Any]]:
         if weight is None:
             env_id = item
         if not env_id:
-            raise ValueError(f"Expected a mixture member as ID or ID:WEIGHT, got {item!r}")
+            raise SetupError(f"Expected a mixture member as ID or ID:WEIGHT, got {item!r}")
         members.append(
             {"env_id": env_id} if weight is None else {"env_id": env_id, "weight": weight}
         )
@@ -99,21 +100,21 @@ def _member(spec: Any, index: int) -> tuple[str, float, gym.Env]:
     from textgym.builder import EnvRecipe
 
     if not isinstance(spec, Mapping):
-        raise ValueError(f"Expected envs[{index}] to be a JSON object, got {type(spec).__name__}")
+        raise SetupError(f"Expected envs[{index}] to be a JSON object, got {type(spec).__name__}")
     unknown = sorted(set(spec) - _SPEC_KEYS)
     if unknown:
-        raise ValueError(f"envs[{index}] has unknown keys {unknown}; expected {sorted(_SPEC_KEYS)}")
+        raise SetupError(f"envs[{index}] has unknown keys {unknown}; expected {sorted(_SPEC_KEYS)}")
     env_id = spec.get("env_id")
     if not isinstance(env_id, str) or not env_id:
-        raise ValueError(f"Expected envs[{index}].env_id to be an env id, got {env_id!r}")
+        raise SetupError(f"Expected envs[{index}].env_id to be an env id, got {env_id!r}")
     weight = spec.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-        raise ValueError(f"Expected envs[{index}].weight to be a number > 0, got {weight!r}")
+        raise SetupError(f"Expected envs[{index}].weight to be a number > 0, got {weight!r}")
     if not (math.isfinite(weight) and weight > 0):
-        raise ValueError(f"Expected envs[{index}].weight to be a finite number > 0, got {weight}")
+        raise SetupError(f"Expected envs[{index}].weight to be a finite number > 0, got {weight}")
     name = spec.get("name", env_id.rsplit("/", 1)[-1].rsplit(":", 1)[-1])
     if not isinstance(name, str) or not name or MEMBER_SEPARATOR in name or "/" in name:
-        raise ValueError(
+        raise SetupError(
             f"Expected envs[{index}].name to be a non-empty name without '/' or "
             f"'{MEMBER_SEPARATOR}', got {name!r}"
         )
@@ -127,7 +128,7 @@ def _member(spec: Any, index: int) -> tuple[str, float, gym.Env]:
     env = recipe.make()
     if isinstance(env.unwrapped, EnvMixture):
         env.close()
-        raise ValueError(f"envs[{index}] is a mixture itself; list its members instead")
+        raise SetupError(f"envs[{index}] is a mixture itself; list its members instead")
     return name, float(weight), env
 
 
@@ -158,7 +159,7 @@ class EnvMixture(TextEnv):
     ):
         self._init_render(render_mode)
         if isinstance(envs, (str, bytes, Mapping)) or not isinstance(envs, Sequence) or not envs:
-            raise ValueError("Expected envs to be a non-empty list of member specs (JSON objects)")
+            raise SetupError("Expected envs to be a non-empty list of member specs (JSON objects)")
         members = []
         try:
             for index, spec in enumerate(envs):
@@ -171,7 +172,7 @@ class EnvMixture(TextEnv):
         if len(set(self.names)) != len(self.names):
             for _, _, env in members:
                 env.close()
-            raise ValueError(f"Expected distinct member names, got {list(self.names)}; set name")
+            raise SetupError(f"Expected distinct member names, got {list(self.names)}; set name")
         weights = np.array([w for _, w, _ in members], dtype=np.float64)
         self.weights = tuple(float(w) for w in weights / weights.sum())
         self._envs = [env for _, _, env in members]
@@ -243,11 +244,11 @@ class EnvMixture(TextEnv):
                 env stays usable).
         """
         if options is not None and not isinstance(options, dict):
-            raise ValueError(f"Expected options to be a dict, got {type(options).__name__}")
+            raise SetupError(f"Expected options to be a dict, got {type(options).__name__}")
         rest = dict(options or {})
         chosen = rest.pop("member", None)
         if chosen is not None and chosen not in self.names:
-            raise ValueError(
+            raise SetupError(
                 f"Unknown mixture member {str(chosen)[:80]!r}; one of {list(self.names)}"
             )
         super().reset(seed=seed)

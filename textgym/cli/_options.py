@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from textgym.checks import check_seed
+from textgym.errors import SetupError
 
 __all__ = [
     "DEFAULT_EPISODES",
@@ -99,15 +100,15 @@ class ModelOptions:
             ValueError: naming the option.
         """
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise ValueError(
+            raise SetupError(
                 f"--temperature must be a finite number >= 0 (0: greedy), got {self.temperature}"
             )
         if not 0 < self.top_p <= 1:  # NaN fails too
-            raise ValueError(
+            raise SetupError(
                 f"--top-p must be in (0, 1] (1 turns nucleus sampling off), got {self.top_p}"
             )
         if self.max_new_tokens < 1:
-            raise ValueError(
+            raise SetupError(
                 f"--max-new-tokens must be >= 1 (tokens per completion), got {self.max_new_tokens}"
             )
 
@@ -172,19 +173,19 @@ class PolicyOptions(ModelOptions):
         given = [f"--{f.replace('_', '-')}" for f in flags if getattr(self, f) is not None]
         if given and self.policy != "openai":
             got = f"--policy {self.policy}" if self.policy else "no --policy"
-            raise ValueError(f"{', '.join(given)} only apply to --policy openai, got {got}")
+            raise SetupError(f"{', '.join(given)} only apply to --policy openai, got {got}")
         if self.concurrency is not None and self.concurrency < 1:
-            raise ValueError(
+            raise SetupError(
                 f"--concurrency must be >= 1 (requests in flight), got {self.concurrency}"
             )
         if self.timeout_s is not None and not (
             math.isfinite(self.timeout_s) and self.timeout_s > 0
         ):
-            raise ValueError(
+            raise SetupError(
                 f"--timeout-s must be a finite number > 0 (seconds per attempt), got {self.timeout_s}"
             )
         if self.max_retries is not None and self.max_retries < 0:
-            raise ValueError(f"--max-retries must be >= 0, got {self.max_retries}")
+            raise SetupError(f"--max-retries must be >= 0, got {self.max_retries}")
 
 
 @dataclass(kw_only=True)
@@ -231,33 +232,33 @@ class EpisodeOptions:
             ValueError: naming the option.
         """
         if self.episodes is not None and not 1 <= self.episodes <= sys.maxsize:
-            raise ValueError(f"--episodes must be in [1, {sys.maxsize}], got {self.episodes}")
+            raise SetupError(f"--episodes must be in [1, {sys.maxsize}], got {self.episodes}")
         for name, value, low in (
             ("rollout_batch_size", self.rollout_batch_size, 1),
             ("rollouts_per_task", self.rollouts_per_task, 1),
         ):
             if value < low:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+                raise SetupError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
         if self.group_size is not None:
-            raise ValueError(
+            raise SetupError(
                 f"--group-size is now --rollouts-per-task: use --rollouts-per-task "
                 f"{self.group_size} (each task, or each seed on an env without a task list, "
                 f"played {self.group_size} times with one seed), with --limit N for N tasks"
             )
         check_seed("--seed", self.seed)
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+            raise SetupError(f"--limit must be >= 1, got {self.limit}")
         if not math.isfinite(self.success_threshold):
-            raise ValueError(
+            raise SetupError(
                 f"--success-threshold must be a finite number, got {self.success_threshold}"
             )
         if self.sample_tasks and self.task_ids is not None:
-            raise ValueError(
+            raise SetupError(
                 "--sample-tasks draws each seed's task at random; it cannot be combined with "
                 "--task-ids, which walks the listed tasks in order"
             )
         if self.rollouts_per_task > 1 and self.episodes is not None:
-            raise ValueError(
+            raise SetupError(
                 f"--episodes and --rollouts-per-task {self.rollouts_per_task} both set "
                 "the number of episodes; give --rollouts-per-task (with --limit N for the "
                 "first N tasks, or N seeds on an env without a task list, or --task-ids)"
