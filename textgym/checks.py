@@ -13,7 +13,7 @@ Example:
     >>> check_probability("random_move_prob", 1.5)
     Traceback (most recent call last):
     ...
-    ValueError: Expected random_move_prob in [0, 1], got 1.5
+    textgym.errors.SetupError: Expected random_move_prob in [0, 1], got 1.5
 """
 
 from __future__ import annotations
