@@ -27,10 +27,12 @@ from textgym.algos.checkpoint_layout import (
     latest_checkpoint,
     set_rng_state,
 )
+from textgym.errors import SetupError
 
 __all__ = [
     "RESUME_MAY_CHANGE",
     "RUN_RECORD",
+    "check_epochs_left",
     "check_resumable",
     "check_weight_files",
     "checkpoint_to_resume",
@@ -111,6 +113,25 @@ def check_resumable(checkpoint: str | Path, config: Any) -> None:
 
 #: What a trainer writes into its output directory when a run starts (before any step).
 RUN_RECORD = "run.json"
+
+
+def check_epochs_left(checkpoint: Path | None, total_steps: int, config: Any) -> None:
+    """Refuse an SFT resume whose checkpoint is past the run's last step (fewer ``epochs``
+    than the run it continues; ``config`` an :class:`~textgym.algos.sft.SFTConfig`).
+
+    Raises:
+        SetupError: naming the checkpoint's step, the run's steps and the fix.
+    """
+    if checkpoint is None:
+        return
+    done = int(checkpoint.name.rsplit("-", 1)[1])
+    if done > total_steps:
+        per_epoch = total_steps // config.epochs
+        raise SetupError(
+            f"Cannot resume from {checkpoint} with epochs={config.epochs}: the run is already "
+            f"past it (step {done}; {config.epochs} epoch(s) of {per_epoch} steps are "
+            f"{total_steps}); pass --epochs >= {-(-done // per_epoch)}"
+        )
 
 
 def checkpoint_to_resume(output_dir: str | Path, config: Any) -> Path | None:

@@ -62,7 +62,7 @@ from textgym.algos.metric_rows import read_metrics
 from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, rank_logger, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model, saved_base
-from textgym.algos.resume import checkpoint_to_resume, load_checkpoint
+from textgym.algos.resume import check_epochs_left, checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import (
     conversation_tokens,
     covering_conversations,
@@ -76,7 +76,7 @@ from textgym.progress import EpisodeProgress
 from textgym.results import saving_into, write_json
 from textgym.tokens import ChatTokenizer
 
-__all__ = ["SFTConfig", "SFTRun", "check_epochs_left", "sft_step", "train"]
+__all__ = ["SFTConfig", "SFTRun", "sft_step", "train"]
 
 
 @dataclass(kw_only=True)
@@ -198,7 +198,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
             (:func:`~textgym.algos.sft_data.read_conversations`, with its record number),
             no conversation that fits ``max_length``, an ``output_dir`` that already holds
             an SFT run (without ``resume``), a resume with another config, or one whose
-            checkpoint is past the run's last step (fewer ``epochs``: :func:`check_epochs_left`).
+            checkpoint is past the run's last step (fewer ``epochs``: :func:`~textgym.algos.resume.check_epochs_left`).
         CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
             load (damaged files, missing keys, NaN/inf or wrongly shaped weights).
         InsufficientDiskSpace: too little free disk for a checkpoint or the model (checked
@@ -266,25 +266,6 @@ def _checkpoint_to_resume(config: SFTConfig, out: Path) -> Path | None:
             "to continue its newest checkpoint"
         )
     return checkpoint
-
-
-def check_epochs_left(checkpoint: Path | None, total_steps: int, config: SFTConfig) -> None:
-    """Refuse a resume whose checkpoint is past the run's last step (fewer ``epochs`` than the
-    run it continues).
-
-    Raises:
-        ValueError: naming the checkpoint's step, the run's steps and the fix.
-    """
-    if checkpoint is None:
-        return
-    done = int(checkpoint.name.rsplit("-", 1)[1])
-    if done > total_steps:
-        per_epoch = total_steps // config.epochs
-        raise SetupError(
-            f"Cannot resume from {checkpoint} with epochs={config.epochs}: the run is already "
-            f"past it (step {done}; {config.epochs} epoch(s) of {per_epoch} steps are "
-            f"{total_steps}); pass --epochs >= {-(-done // per_epoch)}"
-        )
 
 
 def _start_run(
