@@ -53,3 +53,21 @@ def test_the_random_action_of_an_env_is_in_its_action_space(env_id):
     obs, info = env.reset(seed=0)
     drawn = {sample(obs, info, np.random.default_rng(s)) for s in range(5)}
     assert len(drawn) > 1 and all(env.unwrapped.action_space.contains(a) for a in drawn)
+
+
+def test_the_gold_env_list_comes_from_the_envs_themselves():
+    """``--policy gold``'s error names the ids whose env class declares gold completions, and
+    exactly those envs put one in their reset info (no list kept by hand)."""
+    from textgym.builder import gold_env_ids
+    from textgym.registration import ENVS
+
+    gives_gold = set()
+    for entry in ENVS:
+        env = gym.make(entry.id)
+        try:
+            _, info = env.reset(seed=0)
+            if "gold_completion" in info:
+                gives_gold.add(entry.id)
+        finally:
+            env.close()
+    assert set(gold_env_ids()) == gives_gold and "textgym/TicTacToe-v0" not in gives_gold

@@ -62,6 +62,7 @@ from textgym.policies import GoldPolicy, Policy, RandomPolicy
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
 __all__ = [
+    "gold_env_ids",
     "ENTRY_POINT_GROUP",
     "POLICY_NAMES",
     "EnvRecipe",
@@ -365,6 +366,20 @@ def make_expert(name: str, env_kwargs: Mapping[str, Any] | None, seed: Any = Non
     """
     extra = {"env_kwargs": dict(env_kwargs or {})} if name in _TAKES_ENV_KWARGS else {}
     return make_policy(name, seed=seed, **extra)
+
+
+def gold_env_ids() -> list[str]:
+    """The registered textgym ids whose env gives gold completions (its class's
+    :attr:`~textgym.TextEnv.has_gold_completion`): what ``--policy gold`` can play, read from
+    the registry, so a new env with gold answers is listed without another file changing."""
+    from textgym.registration import ENVS
+
+    ids = []
+    for entry in ENVS:
+        module, _, name = entry.entry_point.partition(":")
+        if getattr(getattr(importlib.import_module(module), name), "has_gold_completion", False):
+            ids.append(entry.id)
+    return ids
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:

@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.builder import POLICY_NAMES
+from textgym.builder import POLICY_NAMES, gold_env_ids
 from textgym.checks import one_line
 from textgym.cli._options import (
     DEFAULT_EPISODES,
@@ -120,13 +120,7 @@ class Setup:
 
 #: The ``info`` key each scripted policy plays from, and which envs give it.
 _POLICY_NEEDS: dict[str, tuple[str, str]] = {
-    "gold": (
-        GOLD_INFO_KEY,
-        (
-            "only envs with a reference solution give (textgym/GSM8K-v0, "
-            "ReverseText-v0, Workplace-v1, EmailToolUse-v1)"
-        ),
-    ),
+    "gold": (GOLD_INFO_KEY, "only envs with a reference solution give ({gold_ids})"),
     "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
 }
 #: Scripted experts that play only the envs that name them (``TextEnv.expert_policy``).
@@ -167,6 +161,7 @@ def setup(config: BatchPlayConfig) -> Setup:
             )
         if config.policy in _POLICY_NEEDS and _POLICY_NEEDS[config.policy][0] not in info:
             key, who = _POLICY_NEEDS[config.policy]
+            who = who.format(gold_ids=", ".join(gold_env_ids()))
             fits = [
                 p
                 for p in POLICY_NAMES

@@ -48,8 +48,8 @@ class GoldPolicy:
             if not isinstance(gold, str):
                 raise KeyError(
                     f"The gold policy needs info[{GOLD_INFO_KEY!r}], the reference completion that "
-                    "envs with a reference solution (GSM8K-v0, ReverseText-v0, Workplace-v1, EmailToolUse-v1) "
-                    f"emit; got info "
+                    "envs with a reference solution emit (TextEnv.has_gold_completion); "
+                    f"got info "
                     f"keys {sorted(info)}. Use a policy made for this env instead (e.g. 'minimax' for "
                     "textgym/TicTacToe-v0)."
                 )
