@@ -62,6 +62,7 @@ from textgym.policies import GoldPolicy, Policy, RandomPolicy
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
 __all__ = [
+    "env_bound_expert_ids",
     "gold_env_ids",
     "ENTRY_POINT_GROUP",
     "POLICY_NAMES",
@@ -368,18 +369,32 @@ def make_expert(name: str, env_kwargs: Mapping[str, Any] | None, seed: Any = Non
     return make_policy(name, seed=seed, **extra)
 
 
+def _registered_classes() -> dict[str, type]:
+    """Each textgym id of the registry and its env class (imported, not instantiated)."""
+    from textgym.registration import ENVS
+
+    classes = {}
+    for entry in ENVS:
+        module, _, name = entry.entry_point.partition(":")
+        classes[entry.id] = getattr(importlib.import_module(module), name)
+    return classes
+
+
 def gold_env_ids() -> list[str]:
     """The registered textgym ids whose env gives gold completions (its class's
     :attr:`~textgym.TextEnv.has_gold_completion`): what ``--policy gold`` can play, read from
     the registry, so a new env with gold answers is listed without another file changing."""
-    from textgym.registration import ENVS
+    return [i for i, cls in _registered_classes().items() if cls.has_gold_completion]
 
-    ids = []
-    for entry in ENVS:
-        module, _, name = entry.entry_point.partition(":")
-        if getattr(getattr(importlib.import_module(module), name), "has_gold_completion", False):
-            ids.append(entry.id)
-    return ids
+
+def env_bound_expert_ids(name: str) -> list[str] | None:
+    """For an expert that plays only its own env (it regenerates the env's tasks:
+    ``lookup_expert``), the registered ids whose class names it as its ``expert_policy``;
+    ``None`` for any other policy name."""
+    if name not in _TAKES_ENV_KWARGS:
+        return None
+    classes = _registered_classes().items()
+    return [i for i, cls in classes if getattr(cls, "expert_policy", None) == name]
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:

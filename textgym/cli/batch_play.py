@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.builder import POLICY_NAMES, gold_env_ids
+from textgym.builder import POLICY_NAMES, env_bound_expert_ids, gold_env_ids
 from textgym.checks import one_line
 from textgym.cli._options import (
     DEFAULT_EPISODES,
@@ -123,8 +123,6 @@ _POLICY_NEEDS: dict[str, tuple[str, str]] = {
     "gold": (GOLD_INFO_KEY, "only envs with a reference solution give ({gold_ids})"),
     "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
 }
-#: Scripted experts that play only the envs that name them (``TextEnv.expert_policy``).
-_OWN_ENV_EXPERTS = {"lookup_expert": "textgym/EmailToolUse-v1"}
 
 
 def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
@@ -172,11 +170,12 @@ def setup(config: BatchPlayConfig) -> Setup:
                 f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
                 f"{fits[-1]}"
             )
-        own = _OWN_ENV_EXPERTS.get(config.policy or "")
+        own = env_bound_expert_ids(config.policy or "")
         if own is not None and base.expert_policy != config.policy:
             raise UsageError(
                 f"--policy {config.policy} cannot play {config.env_id}: it is the expert of "
-                f"{own} only; use --policy {base.expert_policy or 'random'}, hf or openai"
+                f"{', '.join(own)} only; use --policy {base.expert_policy or 'random'}, hf or "
+                "openai"
             )
         env_task_ids = base.task_ids
         walk = _task_walk(config, probe, env_task_ids)
