@@ -40,7 +40,7 @@ def _benchmark(name: str):
 @pytest.fixture
 def config_only_folder(tmp_path):
     """A saved model folder with its weights removed, and the saved model."""
-    from textgym.models import build_tiny_model
+    from textgym.tiny_model import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=7)
     folder = tmp_path / "model"

@@ -32,7 +32,8 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 from textgym.cli import main  # noqa: E402
 from textgym.model_files import ALLOW_PICKLE_ENV, ModelLoadError  # noqa: E402
-from textgym.models import build_tiny_model, load_model  # noqa: E402
+from textgym.models import load_model
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

@@ -22,7 +22,8 @@ from textgym.chat_templates import (  # noqa: E402
     ensure_chat_template,
     stop_token_ids,
 )
-from textgym.models import build_tiny_model, load_model  # noqa: E402
+from textgym.models import load_model
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -201,7 +202,7 @@ def test_gemma_without_its_package_explains_the_fix(monkeypatch, tmp_path):
 def test_missing_torch_explains_the_fix(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     with pytest.raises(ImportError, match=r"pip install \"textgym\[llm\]\""):
-        models.build_tiny_model()
+        build_tiny_model()
 
 
 def test_default_cache_dir_follows_env(monkeypatch, tmp_path):

@@ -15,9 +15,10 @@ import gymnasium as gym  # noqa: E402
 
 import textgym  # noqa: E402,F401
 from textgym.chat_templates import ensure_chat_template  # noqa: E402
-from textgym.models import build_tiny_model, load_model  # noqa: E402
+from textgym.models import load_model
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 from textgym.tokens import ChatTokenizer, TemplateError  # noqa: E402
 from textgym.types import Completion  # noqa: E402
 

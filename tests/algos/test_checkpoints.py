@@ -30,8 +30,8 @@ from textgym.algos import grpo, grpo_rollouts, sft  # noqa: E402
 from textgym.algos.checkpoint_layout import OPTIMIZER_STATE, CheckpointError  # noqa: E402
 from textgym.algos.resume import load_checkpoint  # noqa: E402
 from textgym.cli import main  # noqa: E402
-from textgym.models import build_tiny_model  # noqa: E402
 from textgym.results import default_file_mode, write_json  # noqa: E402
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 from .._runs import train_argv  # noqa: E402
 from .test_grpo import small  # noqa: E402

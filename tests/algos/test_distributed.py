@@ -52,9 +52,9 @@ from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
-from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402
 
 from .._runs import register_distinct_characters  # noqa: E402

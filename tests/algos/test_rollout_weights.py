@@ -20,8 +20,8 @@ from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.rollout_weights import BF16Snapshot, SnapshotPolicy  # noqa: E402
-from textgym.models import build_tiny_model  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

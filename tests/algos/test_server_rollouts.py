@@ -25,7 +25,7 @@ import textgym  # noqa: E402, F401  (registers the envs)
 from textgym.algos import grpo  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 from textgym.algos.server_rollouts import gguf_architecture, server_model_path  # noqa: E402
-from textgym.models import build_tiny_model, load_model  # noqa: E402
+from textgym.models import load_model
 from textgym.policies.llama_server import (  # noqa: E402
     LlamaServerPolicy,
     completion_request,
@@ -38,6 +38,7 @@ from textgym.serving.llama_cpp import (  # noqa: E402
     lora_tensors,
     write_lora_gguf,
 )
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

@@ -19,7 +19,8 @@ from textgym.algos.batches import (  # noqa: E402
 )
 from textgym.algos.sft import SFTConfig, train  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
-from textgym.models import build_tiny_model, load_model  # noqa: E402
+from textgym.models import load_model
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402
 
 pytestmark = pytest.mark.llm

@@ -26,7 +26,7 @@ from textgym.algos.grpo_update import update
 from textgym.algos.resume import load_checkpoint
 from textgym.algos.sft import SFTConfig
 from textgym.algos.sft_data import read_conversations
-from textgym.models import build_tiny_model
+from textgym.tiny_model import build_tiny_model
 
 from .test_grpo import batch_of_trajectories, learner_for, small  # noqa: F401
 

@@ -13,7 +13,7 @@ def sharp():
     make batched-vs-single comparisons vacuous.
     """
     torch = pytest.importorskip("torch")
-    from textgym.models import build_tiny_model
+    from textgym.tiny_model import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
     generator = torch.Generator().manual_seed(0)

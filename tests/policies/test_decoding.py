@@ -14,12 +14,12 @@ pytest.importorskip("transformers")
 import gymnasium as gym
 
 import textgym  # noqa: F401  (registers the envs)
-from textgym.models import build_tiny_model
 from textgym.policies.decoding import decode
 from textgym.policies.hf import HFPolicy
 from textgym.policies.prefix_cache import PrefixCache
 from textgym.policies.sampling import process_logits, sample_categorical
 from textgym.rollout import rollout
+from textgym.tiny_model import build_tiny_model
 
 pytestmark = pytest.mark.llm
 
@@ -268,8 +268,8 @@ def test_the_lm_head_sees_a_contiguous_input_in_prefill():
     """torch's linear on a strided 3-D input with a frozen weight copies the weight per row
     (63 s instead of 0.07 s for Gemma's head at 28 rows), so prefill must hand the head a
     contiguous last-position slice, also for frozen models (LoRA bases, merged adapters)."""
-    from textgym.models import build_tiny_model
     from textgym.policies.hf import HFPolicy
+    from textgym.tiny_model import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
     model.requires_grad_(False)

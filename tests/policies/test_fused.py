@@ -12,9 +12,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from textgym.models import build_tiny_model  # noqa: E402
 from textgym.policies.fused import count_kernels, fuse_for_decoding  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

@@ -82,7 +82,7 @@ def test_sampled_logprobs_on_the_bucketed_path_match_a_forward_pass():
     """Sampled on the bucketed path: each recorded log-prob is the token's log-probability
     under a plain forward pass of the whole episode (the default-initialised tiny model, whose
     small activations keep float32 rounding far below the tolerance)."""
-    from textgym.models import build_tiny_model
+    from textgym.tiny_model import build_tiny_model
 
     model, tokenizer = build_tiny_model(seed=0)
     policy = HFPolicy(
