@@ -25,7 +25,8 @@ from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.model_loading import autocast, prepare_model  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
-from textgym.models import build_tiny_model, cpu_has_fast_bf16  # noqa: E402
+from textgym.models import cpu_has_fast_bf16  # noqa: E402
+from textgym.tiny_model import build_tiny_model  # noqa: E402
 from textgym.tokens import ChatTokenizer  # noqa: E402
 
 from .test_grpo import batch_of_trajectories, small  # noqa: E402,F401
