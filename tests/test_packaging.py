@@ -12,6 +12,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
+import pytest
+
+pytest.importorskip("setuptools")  # setup.py's find_packages (not in every Python 3.12 venv)
+
 REPO = Path(__file__).resolve().parents[1]
 SETUP = runpy.run_path(str(REPO / "setup.py"), run_name="not_main")  # defines, does not build
 
