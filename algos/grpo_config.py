@@ -199,7 +199,7 @@ class GRPOConfig(OptimizationConfig):
 
 
 def check_world_size(config: GRPOConfig, ctx: DistributedContext) -> None:
-    """ValueError unless the step's groups split evenly over the ranks, and, with dynamic
+    """:class:`~textgym.errors.SetupError` unless the step's groups split evenly over the ranks, and, with dynamic
     sampling, there is one rank (the ranks would have to agree on which groups to keep)."""
     if ctx.distributed and config.dynamic_sampling_rounds:
         raise SetupError(
@@ -223,7 +223,8 @@ class _Rule(NamedTuple):
 
 
 def _check(config: GRPOConfig, rules: tuple[_Rule, ...]) -> None:
-    """Raise ``ValueError`` for the first of ``rules`` that ``config`` breaks."""
+    """Raise :class:`~textgym.errors.SetupError` for the first of ``rules`` that ``config``
+    breaks."""
     for rule in rules:
         if rule.broken(config):
             raise SetupError(f"{rule.name}: {rule.problem(config)}")

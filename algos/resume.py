@@ -115,21 +115,21 @@ def check_resumable(checkpoint: str | Path, config: Any) -> None:
 RUN_RECORD = "run.json"
 
 
-def check_epochs_left(checkpoint: Path | None, total_steps: int, config: Any) -> None:
-    """Refuse an SFT resume whose checkpoint is past the run's last step (fewer ``epochs``
-    than the run it continues; ``config`` an :class:`~textgym.algos.sft.SFTConfig`).
+def check_epochs_left(checkpoint: Path | None, total_steps: int, epochs: int) -> None:
+    """Refuse an SFT resume whose checkpoint is past the run's last step: ``epochs`` epochs of
+    ``total_steps // epochs`` optimizer steps are fewer than the run it continues made.
 
     Raises:
-        SetupError: naming the checkpoint's step, the run's steps and the fix.
+        SetupError: naming the checkpoint's step, the run's steps and the ``--epochs`` needed.
     """
     if checkpoint is None:
         return
     done = int(checkpoint.name.rsplit("-", 1)[1])
     if done > total_steps:
-        per_epoch = total_steps // config.epochs
+        per_epoch = total_steps // epochs
         raise SetupError(
-            f"Cannot resume from {checkpoint} with epochs={config.epochs}: the run is already "
-            f"past it (step {done}; {config.epochs} epoch(s) of {per_epoch} steps are "
+            f"Cannot resume from {checkpoint} with epochs={epochs}: the run is already "
+            f"past it (step {done}; {epochs} epoch(s) of {per_epoch} steps are "
             f"{total_steps}); pass --epochs >= {-(-done // per_epoch)}"
         )
 

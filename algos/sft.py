@@ -198,7 +198,8 @@ def train(config: SFTConfig) -> dict[str, Any]:
             (:func:`~textgym.algos.sft_data.read_conversations`, with its record number),
             no conversation that fits ``max_length``, an ``output_dir`` that already holds
             an SFT run (without ``resume``), a resume with another config, or one whose
-            checkpoint is past the run's last step (fewer ``epochs``: :func:`~textgym.algos.resume.check_epochs_left`).
+            checkpoint is past the run's last step (fewer ``epochs``:
+            :func:`~textgym.algos.resume.check_epochs_left`).
         CheckpointError: ``resume`` with no checkpoint in ``output_dir``, or one that does not
             load (damaged files, missing keys, NaN/inf or wrongly shaped weights).
         InsufficientDiskSpace: too little free disk for a checkpoint or the model (checked
@@ -219,7 +220,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     if ctx.is_main:
         write_run_record(out, config)
     run, sequences, dropped = _start_run(config, ctx, conversations)
-    check_epochs_left(checkpoint, run.total_steps, config)
+    check_epochs_left(checkpoint, run.total_steps, config.epochs)
     start = _restore(run, checkpoint)
     if ctx.is_main:
         check_disk_for_run(run, final_model=not config.save_every)

@@ -189,12 +189,11 @@ PARTS = [
 # Quick parts: (name, cap in seconds, needs CUDA, script, full options, smoke options), in the
 # order they run: what matters most first, the reference engines last (the budget may end
 # before them). The caps are those that fit the GPU kit's 530 s on an H100.
-_GRPO = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-size 32"
-_GRPO += " --steps 5 --warmup 1 --rounds 2"  # >= 5 timed steps each, alternating (issue 54)
+_GRPO_BATCH = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-size 32"
+_GRPO = f"{_GRPO_BATCH} --steps 5 --warmup 1 --rounds 2"  # >= 5 timed steps each, alternating
 _GRPO_SMOKE = "--groups-per-step 2 --group-size 2 --micro-batch-size 2 --max-new-tokens 8"
 _GRPO_SMOKE += " --steps 1 --warmup 0 --rounds 1 --threads 1"
-_GRPO_PROFILE = "--groups-per-step 32 --group-size 8 --max-new-tokens 32 --micro-batch-size 32"
-_GRPO_PROFILE += " --steps 1 --warmup 1 --rounds 1 --trainers ours --no-decode"
+_GRPO_PROFILE = f"{_GRPO_BATCH} --steps 1 --warmup 1 --rounds 1 --trainers ours --no-decode"
 _DECODE = "--turns 4 --new-tokens 64"
 _DECODE_SMOKE = "--turns 2 --new-tokens 4"
 _QUICK = (

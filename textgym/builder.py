@@ -62,13 +62,13 @@ from textgym.policies import GoldPolicy, Policy, RandomPolicy
 from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 
 __all__ = [
-    "env_bound_expert_ids",
-    "gold_env_ids",
     "ENTRY_POINT_GROUP",
-    "POLICY_NAMES",
     "EnvRecipe",
+    "POLICY_NAMES",
     "check_wrapper_names",
+    "env_bound_expert_ids",
     "env_factory",
+    "gold_env_ids",
     "load_entry_points",
     "make_expert",
     "make_policy",
@@ -373,11 +373,7 @@ def _registered_classes() -> dict[str, type]:
     """Each textgym id of the registry and its env class (imported, not instantiated)."""
     from textgym.registration import ENVS
 
-    classes = {}
-    for entry in ENVS:
-        module, _, name = entry.entry_point.partition(":")
-        classes[entry.id] = getattr(importlib.import_module(module), name)
-    return classes
+    return {entry.id: gym.envs.registration.load_env_creator(entry.entry_point) for entry in ENVS}
 
 
 def gold_env_ids() -> list[str]:

@@ -71,7 +71,11 @@ _CACHE_MARKER = "textgym-cache.json"  # written last: a cache without it is inco
 
 
 def require_llm() -> None:
-    """Raise an ImportError that names the fix when torch or transformers is missing."""
+    """Check that the LLM extra (torch, transformers) is installed.
+
+    Raises:
+        MissingExtraError: (an ``ImportError``) naming the ``pip install`` that adds it.
+    """
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401

@@ -81,13 +81,18 @@ def test_explore_samples_needs_a_model(exam_script, capsys):
     assert "--explore-samples samples a model" in capsys.readouterr().err
 
 
-def test_the_exam_script_writes_each_mark(exam_script, tmp_path, capsys):
+@pytest.mark.parametrize("policy", ["minimax", "random"])
+def test_the_exam_script_writes_each_mark(exam_script, tmp_path, capsys, policy):
     output = tmp_path / "exam.json"
-    argv = ["--policy", "random", "--exam-set", "games", "--games", "100", "--output", str(output)]
+    argv = ["--policy", policy, "--exam-set", "games", "--games", "100", "--output", str(output)]
     assert exam_script.main(argv) == 0
     result = json.loads(output.read_text())
     for mark in ("X", "O"):
-        assert result[mark]["positions"] == len(result[mark]["unsafe"]) + round(
-            result[mark]["safe"]["rate"] * result[mark]["positions"]
-        )
+        row = result[mark]
+        assert row["positions"] > 0 and row["invalid"]["rate"] == 0.0
+        if policy == "minimax":  # the optimal player keeps every position's value
+            assert row["safe"]["rate"] == 1.0 and row["unsafe"] == []
+        else:  # the unsafe moves listed are the ones the rate counts, each truly unsafe
+            assert 0 < len(row["unsafe"]) == round((1 - row["safe"]["rate"]) * row["positions"])
+            assert all(u["move"] not in value_preserving_moves(u["board"]) for u in row["unsafe"])
     assert capsys.readouterr().out.count("positions, safe") == 2
