@@ -86,7 +86,10 @@ def main() -> None:
     parser.add_argument("--max-chars", type=int, default=64)
     parser.add_argument("--test-fraction", type=float, default=0.2)
     args = parser.parse_args()
-    passages = load_passages(data_path=args.corpus) if args.corpus else load_passages()
+    try:
+        passages = load_passages(data_path=args.corpus) if args.corpus else load_passages()
+    except (OSError, ValueError) as exc:  # a missing or malformed corpus: one line, no traceback
+        raise SystemExit(f"reverse_text_split.py: {exc}") from None
     sides: dict[str, list[list[dict[str, str]]]] = {"train": [], "test": []}
     for p in passages:
         rows = [{"id": p.task_id, "text": p.text}]

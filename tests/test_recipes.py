@@ -45,6 +45,9 @@ def test_set_changes_an_option_and_names_a_stage(tmp_path):
     key = next(k for k, v in first.options.items() if isinstance(v, int))
     changed = load_recipe(recipe, tmp_path, overrides=[f"{first.name}.{key}=7"]).stages[0]
     assert changed.options[key] == 7
+    rt = RECIPES[[p.stem for p in RECIPES].index("reverse_text")]
+    named = load_recipe(rt, tmp_path, overrides=['data.args=["--corpus", "{recipe_dir}/c.jsonl"]'])
+    assert named.stages[0].options["args"][1] == f"{rt.parent.absolute()}/c.jsonl"
     with pytest.raises(RecipeError, match="no stage 'nope'"):
         load_recipe(recipe, tmp_path, overrides=["nope.x=1"])
     with pytest.raises(RecipeError, match="expected STAGE.OPTION=VALUE"):

@@ -27,8 +27,9 @@ are typed strictly as in ``--config`` files (:mod:`textgym.cli.config_file`). In
 ``{work_dir}``, ``{recipe_dir}`` (the folder of the recipe file) and ``{STAGE.OPTION}`` (a
 value of that stage, its ``output``/``output_dir`` as an absolute path) are replaced. A stage
 ``command = "script"`` runs ``python SCRIPT ARGS`` (``script`` relative to the recipe's folder,
-``args`` a list of strings) in the work dir, for the data preparation a study needs beyond
-the subcommands.
+``args`` a list of strings) in its ``output_dir`` (else the work dir), for the data
+preparation a study needs beyond the subcommands; a relative path in ``args`` is read from that
+folder, so name inputs through ``{recipe_dir}`` or ``{work_dir}``.
 
 A stage that finished writes ``WORK/.textgym-run/STAGE.json`` (its command, resolved options,
 seconds) and is skipped on the next run with the same options; with other options it is

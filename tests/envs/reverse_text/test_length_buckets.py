@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -116,3 +119,12 @@ def test_pass_at_k_left_out_when_a_passage_has_fewer_rollouts():
 def test_bad_edges_and_scores_are_refused(edges, episode, match):
     with pytest.raises(ValueError, match=match):
         length_bucket_summary([episode], edges)
+
+
+def test_split_script_refuses_a_missing_corpus_in_one_line(tmp_path):
+    script = Path(__file__).resolve().parents[3] / "recipes" / "reverse_text_split.py"
+    argv = [sys.executable, str(script), "--corpus", str(tmp_path / "nope.jsonl")]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "nope.jsonl" in done.stderr
+    assert not (tmp_path / "train.jsonl").exists()
