@@ -66,6 +66,7 @@ __all__ = [
     "shutdown_distributed",
     "broadcast_parameters",
     "init_distributed",
+    "rank_slice",
 ]
 
 
@@ -229,6 +230,15 @@ def any_rank(flags: Sequence[bool], ctx: DistributedContext) -> list[bool]:
     if not ctx.distributed:
         return list(flags)
     return [total > 0 for total in all_reduce_sum([float(f) for f in flags], ctx)]
+
+
+def rank_slice(count: int, ctx: DistributedContext) -> slice:
+    """This rank's contiguous share of ``count`` items (ranks in order, each ``ceil(count /
+    world_size)``, the last ones maybe short or empty); all of them on one process."""
+    if not ctx.distributed:
+        return slice(None)
+    share = -(-count // ctx.world_size)
+    return slice(ctx.rank * share, (ctx.rank + 1) * share)
 
 
 class NullLogger:

@@ -22,7 +22,12 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.algos.distributed import DistributedContext, all_gather_objects, all_reduce_sum
+from textgym.algos.distributed import (
+    DistributedContext,
+    all_gather_objects,
+    all_reduce_sum,
+    rank_slice,
+)
 from textgym.algos.dynamic_sampling import round_seed
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.learner import Learner, bf16_rollouts
@@ -121,10 +126,8 @@ def rollout_step(
         | ({"opponent": opponents[i // config.group_size]} if opponents else {})
         for i in range(config.batch_size)
     ]
-    mine = slice(None)
+    mine = rank_slice(config.batch_size, ctx)  # whole groups: batch_size % world_size == 0
     if ctx.distributed:
-        share = config.batch_size // ctx.world_size
-        mine = slice(ctx.rank * share, (ctx.rank + 1) * share)
         policy.set_sampling_state(random.Random(f"{config.seed}/{step}/{ctx.rank}").getstate())
     # A bar for the step's rollouts in a terminal only (transient): in a log, the step's own
     # progress line follows within the step, and a line per 10% of every step would bury it.

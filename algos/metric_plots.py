@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textgym.algos.metric_rows import metric_names, read_metrics, stage_rows
+from textgym.algos.metric_rows import HELDOUT_LOSS, metric_names, read_metrics, stage_rows
 from textgym.errors import MissingExtraError
 from textgym.results import write_atomic
 
@@ -72,10 +72,18 @@ def _invalid_rate_series(rows: list[dict[str, Any]]) -> list[_Series]:
     ]
 
 
+def _loss_series(rows: list[dict[str, Any]]) -> list[_Series]:
+    """Train ``loss`` and, for SFT with held-out data, the eval ``heldout/loss``."""
+    return [
+        _series(stage_rows(rows, "train"), "loss"),
+        _series(stage_rows(rows, "eval"), HELDOUT_LOSS, label="held-out loss"),
+    ]
+
+
 _PANELS = (
     _Panel("reward.png", "Reward (train)", "reward (env units)", _reward_series),
     _Panel("invalid_rate.png", "Invalid-action rate", "rate (0-1)", _invalid_rate_series),
-    _Panel("loss.png", "Training loss", "loss (per token, nats for SFT)", _train_keys("loss")),
+    _Panel("loss.png", "Training loss", "loss (per token, nats for SFT)", _loss_series),
     _Panel("kl.png", "KL divergence to reference (train)", "KL (nats)", _train_keys("kl")),
     _Panel("entropy.png", "Policy entropy (train)", "entropy (nats)", _train_keys("entropy")),
     _Panel(

@@ -13,13 +13,23 @@ from typing import Any
 
 from textgym.data import read_jsonl
 
-__all__ = ["METRICS_FILENAME", "RESERVED_KEYS", "metric_names", "read_metrics", "stage_rows"]
+__all__ = [
+    "HELDOUT_LOSS",
+    "METRICS_FILENAME",
+    "RESERVED_KEYS",
+    "metric_names",
+    "read_metrics",
+    "stage_rows",
+]
 
 #: Name of the JSON Lines file inside a run directory.
 METRICS_FILENAME = "metrics.jsonl"
 
 #: Keys every row carries; metric names may not reuse them.
 RESERVED_KEYS = ("step", "stage")
+
+#: The held-out loss of ``textgym sft --eval-data`` (``stage="eval"`` rows; nats per token).
+HELDOUT_LOSS = "heldout/loss"
 
 
 def read_metrics(path: str | os.PathLike[str]) -> list[dict[str, Any]]:

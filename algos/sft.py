@@ -55,10 +55,10 @@ from textgym.algos.distributed import (
     barrier,
     broadcast_parameters,
     init_distributed,
+    rank_slice,
 )
-from textgym.algos.grpo_rollouts import evaluate
 from textgym.algos.metric_plots import plot_metrics
-from textgym.algos.metric_rows import read_metrics
+from textgym.algos.metric_rows import HELDOUT_LOSS, read_metrics
 from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, rank_logger, write_run_record
 from textgym.algos.model_loading import autocast, load_trainable_model, saved_base
@@ -68,10 +68,15 @@ from textgym.algos.sft_data import (
     covering_conversations,
     read_conversations,
 )
-from textgym.builder import EnvRecipe, env_factory
+from textgym.algos.sft_eval import (
+    check_eval_env,
+    evaluate_in_env,
+    final_evaluation,
+    heldout_loss,
+    stops_early,
+)
 from textgym.checks import check_seed
 from textgym.errors import SetupError
-from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.results import saving_into, write_json
 from textgym.tokens import ChatTokenizer
@@ -130,6 +135,14 @@ class SFTConfig(OptimizationConfig):
     """Also evaluate every this many optimizer steps (0: only after the last)."""
     eval_max_new_tokens: int = 256
     """Most tokens the model generates per turn in an evaluation."""
+    eval_data: str | None = None
+    """JSONL of held-out chat records (the format of data), none of them trained on: their
+    mean NLL per assistant token, the training loss's definition, is computed after each epoch
+    (a stage="eval" row with heldout/loss, drawn on loss.png). None: no held-out loss."""
+    early_stopping_patience: int = 0
+    """With eval_data: stop after this many epochs in a row whose held-out loss is not below
+    the best before them (transformers' EarlyStoppingCallback rule); the model saved is the
+    last epoch's. 0: train every epoch."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -145,10 +158,20 @@ class SFTConfig(OptimizationConfig):
         if self.eval_env is not None:
             check_eval_env(self.eval_env, self.eval_env_kwargs)
         check_checkpoint_settings(self)
-        if not Path(self.data).is_file():
+        for key in ("data", "eval_data"):
+            path = getattr(self, key)
+            if path is not None and not Path(path).is_file():
+                raise SetupError(
+                    f"{key}: expected a JSONL file, got {path!r} (not found); make one with "
+                    "`textgym collect`"
+                )
+        if self.early_stopping_patience < 0 or (
+            self.early_stopping_patience and self.eval_data is None
+        ):
             raise SetupError(
-                f"data: expected a JSONL file, got {self.data!r} (not found); make one with "
-                "`textgym collect`"
+                "early_stopping_patience: expected 0, or >= 1 with eval_data (the held-out "
+                f"loss it watches), got {self.early_stopping_patience}"
+                + ("" if self.early_stopping_patience < 0 else " without eval_data")
             )
 
 
@@ -166,6 +189,8 @@ class SFTRun:
     tokenizer: Any = None  # saved with each checkpoint
     guard: NonFiniteGuard = field(default_factory=NonFiniteGuard)
     dist: DistributedContext = SINGLE_PROCESS  # this process's rank in a data-parallel run
+    heldout: list[tuple[list[int], list[int]]] | None = None  # eval_data, tokenized
+    heldout_losses: list[float] = field(default_factory=list)  # one per epoch ended
 
 
 def train(config: SFTConfig) -> dict[str, Any]:
@@ -229,9 +254,14 @@ def train(config: SFTConfig) -> dict[str, Any]:
     with logger, StopOnInterrupt() as stop:
         if config.resume:  # rows after the checkpoint (all rows: resumed from scratch) go
             logger.truncate_after(start)
+            run.heldout_losses = [
+                row[HELDOUT_LOSS]
+                for row in read_metrics(out / "metrics.jsonl")
+                if HELDOUT_LOSS in row
+            ]
         steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
         if ctx.is_main and config.eval_env is not None:
-            evaluation = _final_evaluation(run, steps, stop)
+            evaluation = final_evaluation(run, steps, stop, _save_checkpoint)
             logger.log(steps, evaluation, stage="eval")
     if not ctx.is_main:
         barrier(ctx)  # returns once rank 0 has written the model
@@ -246,6 +276,9 @@ def train(config: SFTConfig) -> dict[str, Any]:
     }
     if config.eval_env is not None:
         summary["eval"] = evaluation
+    if config.eval_data is not None:
+        summary["heldout_losses"] = run.heldout_losses
+        summary["stopped_early"] = steps < run.total_steps
     return _finish_run(run, summary, began)
 
 
@@ -276,7 +309,11 @@ def _start_run(
     how many were dropped, the optimizer and its schedule, as one :class:`SFTRun`."""
     model, tokenizer, _ = load_trainable_model(config, ctx.device)
     broadcast_parameters(model, ctx)
-    sequences, dropped = _tokenize(config, ChatTokenizer(tokenizer), conversations)
+    chat = ChatTokenizer(tokenizer)
+    sequences, dropped = _tokenize(config, chat, conversations, config.data)
+    heldout = None
+    if config.eval_data is not None:
+        heldout, _ = _tokenize(config, chat, read_conversations(config.eval_data), config.eval_data)
     optimizer, scheduler = make_optimizer(model, config)
     run = SFTRun(
         config=config,
@@ -288,6 +325,7 @@ def _start_run(
         total_steps=config.epochs * -(-len(sequences) // config.batch_size),
         tokenizer=tokenizer,
         dist=ctx,
+        heldout=heldout,
     )
     return run, sequences, dropped
 
@@ -346,7 +384,7 @@ def _epochs(
                 continue
             step_began = time.perf_counter()
             batch = [sequences[i] for i in indices[start_index : start_index + config.batch_size]]
-            loss, tokens = sft_step(run, _rank_share(batch, run.dist))
+            loss, tokens = sft_step(run, batch[rank_slice(len(batch), run.dist)])
             run.scheduler.step()
             _log_step(
                 run,
@@ -357,6 +395,7 @@ def _epochs(
                 loss=loss,
                 tokens=tokens,
                 step_began=step_began,
+                epoch_end=start_index + config.batch_size >= len(indices),
             )
             stopping = stop is not None and any_rank([stop.requested], run.dist)[0]
             if (
@@ -367,82 +406,27 @@ def _epochs(
                 and step < run.total_steps  # the last step's evaluation follows the loop
                 and run.dist.is_main
             ):
-                logger.log(step, _evaluate(run, step), stage="eval")
+                logger.log(step, evaluate_in_env(run, step), stage="eval")
             if stopping or (config.save_every and step % config.save_every == 0):
                 checkpoint = _save_checkpoint(run, step)
                 if stopping:
                     raise TrainingInterrupted(step, checkpoint)
+        if step >= start and _epoch_ends_training(run, logger, step, epoch):
+            break
     return step, losses.final_loss, losses.averaged
 
 
-def check_eval_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """Build ``env_id`` once, so a wrong id or kwargs fail before any training.
-
-    Raises:
-        ValueError: as :func:`textgym.builder.env_factory` (unknown id, kwargs the env rejects).
-    """
-    _, probe = env_factory(EnvRecipe(env_id, dict(env_kwargs), ()))
-    probe.close()
-
-
-def _final_evaluation(run: SFTRun, step: int, stop: StopOnInterrupt) -> dict[str, float]:
-    """The evaluation after the last step, which a Ctrl-C abandons at once; if it fails or is
-    abandoned, the last step is saved as a checkpoint first (then the error is re-raised, a
-    Ctrl-C as :class:`TrainingInterrupted`), so a resume only evaluates."""
-    try:
-        with stop.abandonable():
-            return _evaluate(run, step)
-    except BaseException as exc:
-        checkpoint = _save_checkpoint(run, step)
-        if isinstance(exc, KeyboardInterrupt):
-            raise TrainingInterrupted(step, checkpoint) from None
-        raise
-
-
-def _evaluate(run: SFTRun, step: int) -> dict[str, float]:
-    """Greedy evaluation of the model being trained in ``config.eval_env`` after ``step``
-    optimizer steps (:func:`textgym.algos.grpo_rollouts.evaluate`: the same settings, seeds and
-    metric names as ``textgym train``'s evaluations); the model is back in training mode after.
-    """
-    config = run.config
-    make, probe = env_factory(EnvRecipe(config.eval_env or "", dict(config.eval_env_kwargs), ()))
-    stop_strings = list(probe.unwrapped.stop_strings)
-    probe.close()
-    policy = HFPolicy(
-        run.model,
-        run.tokenizer,
-        max_new_tokens=config.eval_max_new_tokens,
-        temperature=0.0,
-        batch_size=config.batch_size,
-        stop=stop_strings,
-        seed=config.seed + 1,
-    )
-    run.model.eval()
-    try:
-        with EpisodeProgress(
-            f"evaluation after step {step} of {run.total_steps} ({config.eval_env})",
-            enabled=config.progress,
-            transient=False,
-        ) as progress:
-            return evaluate(
-                make,
-                policy,
-                episodes=config.eval_episodes,
-                seed=config.seed,
-                batch_size=config.batch_size,
-                progress=progress,
-            )
-    finally:
-        policy.clear_cache()
-        run.model.train()
-
-
-def _rank_share(batch: list[Any], ctx: DistributedContext) -> list[Any]:
-    """This rank's contiguous share of the step's conversations (all of them on one process)."""
-    if not ctx.distributed:
-        return batch
-    share = -(-len(batch) // ctx.world_size)
-    return batch[ctx.rank * share : (ctx.rank + 1) * share]
+def _epoch_ends_training(run: SFTRun, logger: MetricsLogger, step: int, epoch: int) -> bool:
+    """At the end of ``epoch`` (its last ``step``), the held-out loss of ``eval_data``, logged
+    (not again for an epoch a resumed run had already measured); return whether early stopping
+    ends the training here."""
+    if run.heldout is None:
+        return False
+    if len(run.heldout_losses) <= epoch:
+        loss = heldout_loss(run, run.heldout)
+        run.heldout_losses.append(loss)
+        logger.log(step, {HELDOUT_LOSS: loss, "epoch": epoch}, stage="eval")
+    return stops_early(run.heldout_losses[: epoch + 1], run.config.early_stopping_patience)
 
 
 @dataclass
@@ -465,12 +449,18 @@ def _log_step(
     loss: float,
     tokens: float,
     step_began: float,
+    epoch_end: bool = False,
 ) -> None:
-    """The step's progress line (rank 0, ``progress``); every ``log_every`` steps and at the
-    last, the mean loss of the window written to the log."""
+    """The step's progress line (rank 0, ``progress``); every ``log_every`` steps, at the last
+    and, with held-out data, at each epoch's end, the mean loss of the window written to the
+    log."""
     config, window = run.config, losses.window
     window.append(loss)
-    logs = step % config.log_every == 0 or step == run.total_steps
+    logs = (
+        step % config.log_every == 0
+        or step == run.total_steps
+        or (epoch_end and run.heldout is not None)
+    )
     if config.progress and run.dist.is_main:
         seconds = time.perf_counter() - step_began
         mean = (
@@ -536,13 +526,21 @@ def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
 
 
 def _tokenize(
-    config: SFTConfig, chat: ChatTokenizer, conversations: list[list[dict[str, Any]]]
+    config: SFTConfig,
+    chat: ChatTokenizer,
+    conversations: list[list[dict[str, Any]]],
+    source: str,
 ) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """Tokenized ``(ids, mask)`` of every conversation, and how many were too long to keep
-    (progress shown as for played episodes when it takes over a second: ``progress``)."""
+    """Tokenized ``(ids, mask)`` of every conversation (read from the file ``source``), and how
+    many were too long to keep (progress shown as for played episodes when it takes over a
+    second: ``progress``).
+
+    Raises:
+        SetupError: no conversation fits ``max_length``.
+    """
     sequences, dropped = [], 0
     with EpisodeProgress(
-        f"sft: tokenizing {config.data}", len(conversations), enabled=config.progress
+        f"sft: tokenizing {source}", len(conversations), enabled=config.progress
     ) as progress:
         for messages in conversations:
             ids, mask = conversation_tokens(chat, messages)
@@ -553,7 +551,7 @@ def _tokenize(
             sequences.append((ids, mask))
     if not sequences:
         raise SetupError(
-            f"No conversation of {config.data} fits max_length={config.max_length} ({dropped} dropped)"
+            f"No conversation of {source} fits max_length={config.max_length} ({dropped} dropped)"
         )
     return sequences, dropped
 

@@ -237,3 +237,84 @@ def test_sft_refuses_an_unknown_eval_env_before_training(tmp_path):
     data.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
     with pytest.raises(ValueError, match="textgym/NoSuchEnv-v0"):
         SFTConfig(data=str(data), eval_env="textgym/NoSuchEnv-v0")
+
+
+def _sft_rows(out):
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_heldout_loss_is_the_training_loss_on_held_out_records(tmp_path):
+    """``eval_data``: a held-out loss row after each epoch; on the training records themselves,
+    after one whole-batch step it equals the next step's loss (taken before that step's update),
+    the same weights and the same definition."""
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+    out = tmp_path / "sft"
+    summary = train(
+        SFTConfig(
+            data=str(data),
+            eval_data=str(data),
+            model="tiny",
+            output_dir=str(out),
+            epochs=3,
+            batch_size=4,
+            learning_rate=3e-3,
+            device="cpu",
+            tensorboard=False,
+            log_every=10,
+        )
+    )
+    rows = _sft_rows(out)
+    heldout = [r for r in rows if r.get("stage") == "eval"]
+    assert [r["step"] for r in heldout] == [1, 2, 3] and [r["epoch"] for r in heldout] == [0, 1, 2]
+    assert summary["heldout_losses"] == [r["heldout/loss"] for r in heldout]
+    train_losses = [r["loss"] for r in rows if r.get("stage") == "train"]
+    assert len(train_losses) == 3  # the window is logged at each epoch's end
+    assert heldout[0]["heldout/loss"] == pytest.approx(train_losses[1], rel=1e-4)
+    assert heldout[1]["heldout/loss"] == pytest.approx(train_losses[2], rel=1e-4)
+    assert summary["heldout_losses"][2] < summary["heldout_losses"][0]
+    assert summary["stopped_early"] is False
+
+
+def test_early_stopping_ends_after_patience_epochs_without_a_better_heldout_loss(
+    tmp_path, monkeypatch
+):
+    import textgym.algos.sft as sft
+
+    losses = iter([1.0, 0.5, 0.6, 0.7, 0.1, 0.1])
+    monkeypatch.setattr(sft, "heldout_loss", lambda run, sequences: next(losses))
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+    summary = train(
+        SFTConfig(
+            data=str(data),
+            eval_data=str(data),
+            early_stopping_patience=2,
+            model="tiny",
+            output_dir=str(tmp_path / "sft"),
+            epochs=6,
+            batch_size=2,
+            device="cpu",
+            tensorboard=False,
+        )
+    )
+    assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7]
+    assert summary["steps"] == 8 and summary["stopped_early"] is True
+    assert (tmp_path / "sft" / "sft_summary.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"early_stopping_patience": 1}, "^early_stopping_patience: .* without eval_data$"),
+        ({"early_stopping_patience": -1}, "^early_stopping_patience: expected 0, or >= 1"),
+        ({"eval_data": "nope.jsonl"}, "^eval_data: expected a JSONL file, got 'nope.jsonl'"),
+    ],
+)
+def test_heldout_settings_are_refused_in_one_line(tmp_path, kwargs, match):
+    from textgym.errors import SetupError
+
+    data = tmp_path / "d.jsonl"
+    data.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
+    with pytest.raises(SetupError, match=match):
+        SFTConfig(data=str(data), **kwargs)
