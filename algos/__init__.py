@@ -5,12 +5,14 @@ transformers, peft, tyro):
 
 - :mod:`textgym.algos.sft`: supervised fine-tuning on chat records (``textgym sft``):
   ``SFTConfig`` and ``train``; :mod:`textgym.algos.sft_data` reads and checks the records and
-  tokenizes a conversation with its loss mask.
+  tokenizes a conversation with its loss mask; :mod:`textgym.algos.sft_eval` the held-out loss,
+  early stopping and the evaluation in an env.
 - :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``), read top to bottom:
-  ``train`` (the loop), one step and ``make_learner``; :mod:`textgym.algos.grpo_update` the
+  ``train`` (the loop) and one step; :mod:`textgym.algos.grpo_run` the run around them
+  (set-up, save, evaluate, stop, restore); :mod:`textgym.algos.grpo_update` the
   ``update`` under a step (advantages, loss, optimizer step on padded or packed
   micro-batches); :mod:`textgym.algos.grpo_config` holds
-  ``GRPOConfig`` and its table of checks, :mod:`textgym.algos.learner` the ``Learner`` state,
+  ``GRPOConfig`` and its table of checks, :mod:`textgym.algos.learner` the ``Learner`` state and ``make_learner``,
   and :mod:`textgym.algos.grpo_rollouts` the training env, the sampling and evaluation
   policies, a step's rollouts and their metrics, ``evaluate``.
 - :mod:`textgym.algos.losses`: the maths as pure torch functions: the k3 KL and the table of

@@ -16,11 +16,12 @@ real tokens, so no real position can attend to one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
 
+from textgym.algos.model_loading import autocast
 from textgym.algos.token_log_probs import check_target_ids, selected_log_probs
 from textgym.policies.kv_slots import cache_kwarg
 
@@ -29,6 +30,7 @@ __all__ = [
     "TokenBatch",
     "batch_positions",
     "make_token_batch",
+    "micro_batch_log_probs",
     "micro_batch_rows",
     "pack_rows",
     "packed_hidden",
@@ -265,6 +267,28 @@ def micro_batch_rows(batch: TokenBatch | None, config: Any) -> list[list[int]]:
         return pack_rows(batch.attention_mask.sum(dim=1).tolist(), config.micro_batch_tokens)
     count, size = len(batch), config.micro_batch_size
     return [list(range(i, min(i + size, count))) for i in range(0, count, size)]
+
+
+def micro_batch_log_probs(
+    model: Any, batch: TokenBatch | None, config: Any, device: torch.device
+) -> Iterator[tuple[TokenBatch, torch.Tensor]]:
+    """Each micro-batch of ``batch`` (:func:`micro_batch_rows`) on ``device`` and its
+    :func:`sequence_log_probs` under the config's autocast, as SFT's step and held-out loss take
+    them: the caller weights ``logp * micro.loss_mask`` (and backpropagates, or not).
+
+    Yields:
+        ``(micro, logp)``: the micro-batch and its ``[b, L-1]`` float32 log-probs.
+    """
+    for row in micro_batch_rows(batch, config):  # padded, or packed rows of tokens
+        micro = batch.select(row).to(device)
+        with autocast(device, config.bf16, cpu_bf16=config.cpu_bf16):
+            logp, _ = sequence_log_probs(
+                model,
+                micro,
+                chunk_size=config.logprob_chunk_size,
+                packed=config.micro_batch_tokens is not None,
+            )
+        yield micro, logp
 
 
 def _decoder_and_head(model: Any) -> tuple[Any, Any]:

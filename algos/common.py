@@ -23,7 +23,7 @@ from typing import Any, Literal, NoReturn
 
 import torch
 
-from textgym.errors import NonFiniteError
+from textgym.errors import NonFiniteError, SetupError
 
 __all__ = [
     "NonFiniteGuard",
@@ -107,44 +107,44 @@ class OptimizationConfig:
         if self.micro_batch_tokens is not None:
             check_positive_ints(self, ("micro_batch_tokens",))
         if self.learning_rate <= 0:
-            raise ValueError(f"learning_rate: expected > 0, got {self.learning_rate}")
+            raise SetupError(f"learning_rate: expected > 0, got {self.learning_rate}")
         for name in ("weight_decay", "max_grad_norm", "warmup_steps", "lora_rank"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name}: expected >= 0, got {getattr(self, name)}")
+                raise SetupError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if self.lora_rank > 0 and self.lora_alpha <= 0:
-            raise ValueError(f"lora_alpha: expected > 0 with LoRA, got {self.lora_alpha}")
+            raise SetupError(f"lora_alpha: expected > 0 with LoRA, got {self.lora_alpha}")
         if self.continue_adapter and self.lora_rank <= 0:
-            raise ValueError("continue_adapter trains a LoRA adapter: set lora_rank to its rank")
+            raise SetupError("continue_adapter trains a LoRA adapter: set lora_rank to its rank")
 
 
 def check_finite_floats(config: Any) -> None:
-    """Raise ValueError naming the first float field of a config dataclass that is NaN or inf.
+    """Raise SetupError naming the first float field of a config dataclass that is NaN or inf.
 
     Checked before any range check: NaN fails no ``x < 0`` test (a NaN ``max_grad_norm`` or
     clipping epsilon would silently turn clipping off) and an infinite learning rate passes
     ``> 0``. Floats inside tuples and lists (``opponent_random_move_prob``) are checked too.
 
     Raises:
-        ValueError: ``"{field}: expected a finite number, got {value!r}"``.
+        SetupError: ``"{field}: expected a finite number, got {value!r}"``.
     """
     for field in fields(config):
         value = getattr(config, field.name, None)  # init=False fields may not be set yet
         values = value if isinstance(value, (tuple, list)) else (value,)
         for item in values:
             if isinstance(item, float) and not math.isfinite(item):
-                raise ValueError(f"{field.name}: expected a finite number, got {value!r}")
+                raise SetupError(f"{field.name}: expected a finite number, got {value!r}")
 
 
 def check_positive_ints(config: Any, names: Sequence[str]) -> None:
-    """Raise ValueError naming the first of ``config``'s fields ``names`` that is not an int >= 1.
+    """Raise SetupError naming the first of ``config``'s fields ``names`` that is not an int >= 1.
 
     Raises:
-        ValueError: ``"{field}: expected an int >= 1, got {value!r}"``.
+        SetupError: ``"{field}: expected an int >= 1, got {value!r}"``.
     """
     for name in names:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+            raise SetupError(f"{name}: expected an int >= 1, got {value!r}")
 
 
 def make_optimizer(model: Any, config: OptimizationConfig) -> tuple[torch.optim.Optimizer, Any]:
@@ -180,7 +180,7 @@ class NonFiniteGuard:
 
     def __init__(self, limit: int = 3):
         if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"Expected limit to be an int >= 1, got {limit!r}")
+            raise SetupError(f"Expected limit to be an int >= 1, got {limit!r}")
         self.limit = limit
         self.skipped = 0
         self._in_a_row = 0

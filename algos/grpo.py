@@ -18,9 +18,9 @@ advantage is its return measured against its group. One training step of :func:`
 3. **Log, evaluate, save**: metrics (JSONL + TensorBoard, one progress line per step), an
    evaluation and a checkpoint every few steps.
 
-This module reads in that order: the loop (:func:`train`) and one step, then the run's set-up,
-saving and evaluation around them (:func:`make_learner` builds the learner); the update and
-the optimizer step under it are :mod:`textgym.algos.grpo_update`. The arguments and their checks are
+This module reads in that order: the loop (:func:`train`) and one step; the run around them
+(set-up, saving, evaluation, the time limit and Ctrl-C) is :mod:`textgym.algos.grpo_run`, the
+update and the optimizer step under it are :mod:`textgym.algos.grpo_update`. The arguments and their checks are
 :mod:`textgym.algos.grpo_config`; the learner state (model, reference, optimizer, scheduler,
 device, non-finite guard) is one :class:`~textgym.algos.learner.Learner`. The maths lives in :mod:`textgym.algos.losses`.
 The same code runs on CPU (float32) and CUDA (bf16 autocast, optional gradient checkpointing and
@@ -30,68 +30,52 @@ LoRA).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
-import math
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import textgym  # noqa: F401  (registers the envs)
-from textgym.algos.checkpoint_layout import rng_state, set_rng_state
-from textgym.algos.checkpoints import check_disk_for_run, save_trainer_checkpoint
-from textgym.algos.common import (
-    StopOnInterrupt,
-    TrainingInterrupted,
-    make_optimizer,
-)
+from textgym.algos.checkpoints import check_disk_for_run
 from textgym.algos.distributed import (
-    SINGLE_PROCESS,
     DistributedContext,
     all_reduce_sum,
-    any_rank,
-    barrier,
-    broadcast_parameters,
     init_distributed,
 )
 from textgym.algos.dynamic_sampling import sample_groups
 from textgym.algos.grpo_config import GRPOConfig, check_world_size
 from textgym.algos.grpo_rollouts import (
-    TrainingEnv,
-    evaluate,
     rollout_metrics,
-    rollout_policies,
     rollout_step,
-    training_env,
+)
+from textgym.algos.grpo_run import (
+    GRPORun,
+    StepStart,
+    StepStopped,
+    after_step,
+    check_stop,
+    evaluate_first,
+    every,
+    finish_run,
+    finished,
+    give_up_step,
+    report_time_limit,
+    start_run,
 )
 from textgym.algos.grpo_update import update
 from textgym.algos.league import OpponentLeague
 from textgym.algos.learnability import hint_rule, member_hint_rules
 from textgym.algos.learner import Learner
-from textgym.algos.metric_plots import plot_metrics
-from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
 from textgym.algos.metric_summaries import progress_line, skipped_update_note
-from textgym.algos.metrics import rank_logger, write_run_record
-from textgym.algos.model_loading import (
-    adapter_start,
-    load_trainable_model,
-    resolve_device,
-)
 from textgym.algos.policy_drift import start_policy_drift
-from textgym.algos.resume import checkpoint_to_resume, evaluation_row, load_checkpoint
-from textgym.algos.server_rollouts import ServerRollouts
-from textgym.algos.train_episodes import TrainEpisodesLog, episode_records
-from textgym.policies.hf import HFPolicy
-from textgym.progress import EpisodeProgress
-from textgym.results import write_json
+from textgym.algos.resume import checkpoint_to_resume
+from textgym.algos.train_episodes import episode_records
 from textgym.rollout import Trajectory
 
-__all__ = ["make_learner", "train"]
+__all__ = ["train"]
 
 
 def train(config: GRPOConfig) -> dict[str, Any]:
@@ -108,7 +92,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     evaluation is abandoned; a step whose dynamic sampling rounds are still playing is given
     up before its next round), saves the last completed step and raises
     :class:`~textgym.algos.common.TrainingInterrupted` naming the checkpoint; a second Ctrl-C
-    ends the process at once (:class:`StopOnInterrupt`). The time limit is checked after every
+    ends the process at once (:class:`~textgym.algos.common.StopOnInterrupt`). The time limit is checked after every
     step, before every extra rollout round and after every turn of an evaluation (one process):
     what it cuts short is given up as a Ctrl-C's, and the run ends with its last step saved.
 
@@ -140,11 +124,12 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     torch.manual_seed(config.seed)
     ctx, out = init_distributed(config.device), Path(config.output_dir)
     check_world_size(config, ctx)
-    checkpoint = _checkpoint_to_resume(config, out)  # checked before any record is touched
-    if checkpoint is not None and _finished(checkpoint, config):
+    # Checked before any record is touched.
+    checkpoint = checkpoint_to_resume(out, config) if config.resume else None
+    if checkpoint is not None and finished(checkpoint, config):
         print(f"{out} already finished its {config.steps} steps; nothing to do")
         return json.loads((out / "final_eval.json").read_text())
-    run = _start_run(config, ctx, checkpoint)
+    run = start_run(config, ctx, checkpoint)
     with run.logger, run.server or contextlib.nullcontext(), run.stop:
         if ctx.is_main:
             check_disk_for_run(run.learner)  # before any step, not after the last
@@ -153,26 +138,26 @@ def train(config: GRPOConfig) -> dict[str, Any]:
             if ctx.is_main:
                 run.episodes.truncate_after(run.start)
         last = config.steps
-        if _evaluate_first(run) == "out of time":
-            _out_of_time(run, f"the evaluation after step {run.start}", run.start)
+        if evaluate_first(run) == "out of time":
+            report_time_limit(run, f"the evaluation after step {run.start}", run.start)
             last = run.start  # no step this time
         for step in range(run.start + 1, last + 1):
-            at_start = _StepStart.of(run)
+            at_start = StepStart.of(run)
             try:
                 metrics = _train_step(run, step)
-            except _StepStopped as stopped:  # in a loop of the step: it is given up
-                _give_up_step(run, step, stopped.reason, at_start)
+            except StepStopped as stopped:  # in a loop of the step: it is given up
+                give_up_step(run, step, stopped.reason, at_start)
                 break
             run.progressed = True
             run.logger.log(step, metrics)
             _report_progress(run, step, metrics)
-            if _after_step(run, step) == "out of time":
+            if after_step(run, step) == "out of time":
                 break
-    _finish_run(run)
+    finish_run(run)
     return run.eval_metrics
 
 
-def _train_step(run: _Run, step: int) -> dict[str, float]:
+def _train_step(run: GRPORun, step: int) -> dict[str, float]:
     """Step ``step``: its rollouts (or, with asynchronous server rollouts, the ones submitted
     a step before), the update, and the step's metrics with timings."""
     learner, env, policy, server = run.learner, run.env, run.policy, run.server
@@ -193,7 +178,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
                     config.groups_per_step,
                     config.group_size,
                     config.dynamic_sampling_rounds,
-                    check=lambda: _check_stop(run),
+                    check=lambda: check_stop(run),
                 )
                 trajectories, played, opponents = sampled.batch, sampled.played, sampled.opponents
             else:
@@ -213,7 +198,7 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     if run.league is not None and opponents is not None:
         metrics |= run.league.metrics()  # the draw this step's groups came from
         _record_league(run.league, opponents, played, config, ctx)
-    if _every(config.eval_every, step) or step == config.steps:
+    if every(config.eval_every, step) or step == config.steps:
         # An extra forward pass without gradients: on evaluation steps only, off the hot path,
         # and timed on its own (not in update_time_s).
         drift_began = time.perf_counter()
@@ -231,361 +216,10 @@ def _train_step(run: _Run, step: int) -> dict[str, float]:
     return metrics | timing
 
 
-# ----------------------------------------------------------------------------- the run
+# ----------------------------------------------------------------------------- the step's parts
 
 
-def make_learner(
-    config: GRPOConfig,
-    *,
-    max_turns: int = 1,
-    device: torch.device | None = None,
-    dist: DistributedContext = SINGLE_PROCESS,
-) -> Learner:
-    """Load and prepare ``config.model`` (:func:`~textgym.algos.model_loading.load_trainable_model`),
-    a reference copy when ``beta > 0``, AdamW and its warm-up schedule.
-
-    Args:
-        config: The run's arguments.
-        max_turns: Most agent turns per episode (the env's step limit), for ``max_loss_tokens``.
-        device: Where to train; default ``resolve_device(config.device)``.
-        dist: The rank context; with more than one rank, rank 0's trainable weights are
-            broadcast to the others.
-
-    Raises:
-        ValueError: CUDA asked for and not available; a model that cannot be loaded.
-    """
-    device = resolve_device(config.device) if device is None else device
-    model, tokenizer, reference = load_trainable_model(config, device, reference=config.beta > 0)
-    broadcast_parameters(model, dist)
-    start_adapter = adapter_start(model) if config.continue_adapter else None
-    optimizer, scheduler = make_optimizer(model, config)
-    return Learner(
-        config=config,
-        model=model,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        max_loss_tokens=config.max_new_tokens * max_turns,
-        device=device,
-        reference=reference,
-        start_adapter=start_adapter,
-        tokenizer=tokenizer,
-        pad_token_id=tokenizer.pad_token_id or 0,
-        dist=dist,
-    )
-
-
-@dataclass(kw_only=True)
-class _Run:
-    """What the loop of :func:`train` reads and keeps between steps."""
-
-    config: GRPOConfig
-    ctx: DistributedContext
-    env: TrainingEnv
-    learner: Learner
-    policy: HFPolicy  # samples the training rollouts (the server's client with llama-server)
-    evaluator: HFPolicy
-    server: ServerRollouts | None  # rollout_engine llama-server
-    start: int  # the step the run starts after (the resumed checkpoint's; 0)
-    deadline: float  # time.perf_counter() at the time limit (inf without one)
-    logger: Any  # MetricsLogger on rank 0, NullLogger on the others
-    stop: StopOnInterrupt
-    episodes: TrainEpisodesLog  # a sample of each step's rollouts (train_episodes.jsonl)
-    league: OpponentLeague | None = None  # opponent_priority "loss"
-    eval_metrics: dict[str, Any] = field(default_factory=dict)  # the last evaluation's
-    # The learnability rule of the last hint printed, by scope ("": the step, else a member).
-    hint_rules: dict[str, str] = field(default_factory=dict)
-    saved: int = 0  # the last step with a checkpoint (the resumed one's; 0: none)
-    final_eval_owed: bool = False  # the last step is done, its evaluation was given up
-    progressed: bool = False  # a step of this invocation is done: the time limit may cut now
-
-    @property
-    def out(self) -> Path:
-        return Path(self.config.output_dir)
-
-
-def _start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | None) -> _Run:
-    """The run record (rank 0), the training env, the learner and its policies (on a
-    llama-server, with ``rollout_engine`` llama-server), the checkpoint's state restored, the
-    time limit's deadline, the logger and the Ctrl-C handler (not entered yet)."""
-    out = Path(config.output_dir)
-    if ctx.is_main:
-        write_run_record(out, config)
-    env = training_env(config)
-    learner = make_learner(config, max_turns=env.max_turns, device=ctx.device, dist=ctx)
-    policy, evaluator = rollout_policies(learner, env)
-    server = None
-    if config.rollout_engine == "llama-server":
-        server = ServerRollouts(
-            config, learner, list(env.stop), out / "llama-server" / f"rank{ctx.rank}"
-        )
-        policy = server.policy
-    league = None
-    if config.opponent_priority == "loss":
-        league = OpponentLeague(tuple(config.env_kwargs["opponent"]))
-    start = _restore(checkpoint, learner, policy, league)
-    deadline = time.perf_counter() + 60 * (config.time_limit_minutes or math.inf)
-    logger, stop = rank_logger(out, config, ctx, resume=config.resume), StopOnInterrupt()
-    return _Run(
-        config=config,
-        ctx=ctx,
-        env=env,
-        learner=learner,
-        policy=policy,
-        evaluator=evaluator,
-        server=server,
-        start=start,
-        deadline=deadline,
-        logger=logger,
-        stop=stop,
-        episodes=TrainEpisodesLog(out, config.log_completions),
-        league=league,
-        saved=start,
-    )
-
-
-def _after_step(run: _Run, step: int) -> str | None:
-    """After step ``step``: save (at the last step, the time limit, a Ctrl-C or every
-    ``save_every`` steps), stop on a Ctrl-C, evaluate (rank 0, at the last step and every
-    ``eval_every``); ``"out of time"`` when the time limit ends the run here, else ``None``.
-
-    Raises:
-        TrainingInterrupted: a Ctrl-C on any rank, once the step is saved.
-    """
-    config, ctx = run.config, run.ctx
-    done = step == config.steps
-    out_of_time, stopping = any_rank([time.perf_counter() > run.deadline, run.stop.requested], ctx)
-    saved = done or out_of_time or stopping or _every(config.save_every, step)
-    if saved:  # save first: an evaluation that fails or is interrupted costs no work
-        _save(run.learner, run.policy, step, final=done, league=run.league)
-        run.saved = step
-        # A signal during the save: the evaluation is owed, and a resume plays it first.
-        (stopping,) = any_rank([run.stop.requested], ctx)
-    if stopping:
-        raise TrainingInterrupted(step, run.out / f"checkpoint-{step}")
-    if ctx.is_main and _evaluates(config, step):
-        evaluation = _evaluate_saved(run, step)
-        if evaluation is None:  # the time limit cut it short: a resume plays it again
-            run.final_eval_owed = done
-            _out_of_time(run, f"the evaluation after step {step}", step)
-            return "out of time"
-        run.eval_metrics = evaluation
-        run.logger.log(step, evaluation, stage="eval")
-    if out_of_time and not done:
-        _out_of_time(run, f"step {step}", step)
-        return "out of time"
-    return None
-
-
-def _finish_run(run: _Run) -> None:
-    """Rank 0 plots the metrics and writes ``final_eval.json``; every rank waits for it, so
-    the run's files are complete when :func:`train` returns."""
-    if run.ctx.is_main:
-        if read_metrics(run.out / "metrics.jsonl"):
-            plot_metrics(run.out / "metrics.jsonl", run.out / "plots")
-        if not run.final_eval_owed:  # else the run is not finished: --resume evaluates
-            write_json(run.out / "final_eval.json", run.eval_metrics)  # in one step, atomic
-    barrier(run.ctx)
-
-
-def _evaluate_saved(run: _Run, step: int) -> dict[str, float] | None:
-    """Evaluate after ``step``; ``None`` when the time limit cut the evaluation short. If it
-    fails, is cut short or a Ctrl-C abandons it, save the step first when it was not saved yet
-    (then re-raise; a Ctrl-C as :class:`TrainingInterrupted`)."""
-    try:
-        return _evaluate_stoppable(run, step)
-    except BaseException as exc:
-        if run.saved < step:
-            _save(run.learner, run.policy, step, league=run.league)
-            run.saved = step
-        if isinstance(exc, KeyboardInterrupt | _StepStopped) and _interrupted(exc):
-            raise TrainingInterrupted(step, run.out / f"checkpoint-{step}") from None
-        if isinstance(exc, _StepStopped):
-            return None
-        raise
-
-
-def _evaluate_stoppable(run: _Run, step: int) -> dict[str, float]:
-    """:func:`_evaluate` that a Ctrl-C abandons at once and the time limit after a turn (with
-    one process: a rank that stopped alone would leave the others waiting).
-
-    Raises:
-        KeyboardInterrupt: a Ctrl-C.
-        _StepStopped: the time limit.
-    """
-    check = None if run.ctx.distributed else functools.partial(_check_stop, run)
-    with run.stop.abandonable():
-        return _evaluate(run.evaluator, run.env, run.config, step, check=check)
-
-
-def _interrupted(exc: BaseException) -> bool:
-    return not isinstance(exc, _StepStopped) or exc.reason == "interrupted"
-
-
-def _evaluates(config: GRPOConfig, step: int) -> bool:
-    """Whether an evaluation follows step ``step`` (0: the one before training)."""
-    return step in (0, config.steps) or _every(config.eval_every, step)
-
-
-def _evaluate_first(run: _Run) -> str | None:
-    """Rank 0, before the first step of this session: the evaluation owed by the step the run
-    starts after (step 0's before training; a resumed checkpoint's at an evaluation step,
-    when ``metrics.jsonl`` has no row of it: a Ctrl-C or the time limit came before it ended);
-    an evaluation the file has already is read back instead (a resume after the final
-    evaluation's row was written and before ``final_eval.json`` was). ``"out of time"`` when
-    the time limit cut it short."""
-    config, step = run.config, run.start
-    if not (run.ctx.is_main and _evaluates(config, step)):
-        return None
-    logged = evaluation_row(run.out / METRICS_FILENAME, step) if config.resume else None
-    if logged is not None:
-        run.eval_metrics = logged
-        return None
-    try:
-        run.eval_metrics = _evaluate_stoppable(run, step)
-    except _StepStopped as stopped:
-        if stopped.reason == "interrupted":
-            raise KeyboardInterrupt from None  # no step of this session is done
-        run.final_eval_owed = step == config.steps
-        return "out of time"
-    run.logger.log(step, run.eval_metrics, stage="eval")
-    return None
-
-
-class _StepStopped(Exception):
-    """A loop inside a step (dynamic sampling's rounds, an evaluation's turns) met a Ctrl-C or
-    the time limit: the step, or its evaluation, is given up.
-
-    Attributes:
-        reason: ``"interrupted"`` or ``"out of time"``.
-    """
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-def _check_stop(run: _Run) -> None:
-    """Raise :class:`_StepStopped` once a Ctrl-C (or SIGTERM) came, or the time limit passed
-    after a step of this invocation was done (the first step always completes, so a resumed
-    run with the same limit still makes progress)."""
-    if run.stop.requested:
-        raise _StepStopped("interrupted")
-    if run.progressed and time.perf_counter() > run.deadline:
-        raise _StepStopped("out of time")
-
-
-@dataclass(frozen=True)
-class _StepStart:
-    """What a step's rollouts change before its update: the sampling policy's RNG and the
-    global RNGs, as the step began (a step given up is saved as it was before it)."""
-
-    sampling: object
-    rng: dict[str, Any] | None
-
-    @classmethod
-    def of(cls, run: _Run) -> _StepStart | None:
-        """The state now, when the run has loops a step can be given up in (dynamic sampling)."""
-        if not run.config.dynamic_sampling_rounds:
-            return None
-        return cls(run.policy.sampling_state(), rng_state())
-
-
-def _give_up_step(run: _Run, step: int, reason: str, at_start: _StepStart | None) -> None:
-    """Step ``step`` stopped inside its rollouts: save the step before it as it was (unless it
-    is saved), then stop the run.
-
-    Raises:
-        TrainingInterrupted: ``reason`` ``"interrupted"``, after a completed step;
-            ``KeyboardInterrupt`` when no step of the run is done.
-    """
-    last = step - 1
-    if last > run.saved and at_start is not None:
-        run.policy.set_sampling_state(at_start.sampling)
-        if at_start.rng is not None:
-            set_rng_state(at_start.rng)
-        _save(run.learner, run.policy, last, league=run.league)
-        run.saved = last
-    if reason == "interrupted":
-        if last == 0:
-            raise KeyboardInterrupt
-        raise TrainingInterrupted(last, run.out / f"checkpoint-{last}")
-    _out_of_time(run, f"step {step}'s rollout rounds (given up)", last)
-
-
-def _out_of_time(run: _Run, during: str, saved: int) -> None:
-    """Say that the time limit ended the run during ``during``; ``saved``: the last step done."""
-    kept = f"{run.out / f'checkpoint-{saved}'} is the last step" if saved else "no step is done"
-    minutes = run.config.time_limit_minutes
-    print(f"time limit of {minutes} min reached in {during}; {kept}; resume to go on")
-
-
-def _checkpoint_to_resume(config: GRPOConfig, out: Path) -> Path | None:
-    """The checkpoint ``resume`` continues, checked against ``config`` and read
-    (:func:`~textgym.algos.resume.checkpoint_to_resume`), else ``None``.
-
-    Raises:
-        CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.
-        ValueError: the resume is refused (a changed config, a checkpoint past ``steps``).
-    """
-    return checkpoint_to_resume(out, config) if config.resume else None
-
-
-def _finished(checkpoint: Path, config: GRPOConfig) -> bool:
-    """Whether ``checkpoint`` ends a run that already wrote its final evaluation."""
-    final_eval = Path(config.output_dir) / "final_eval.json"
-    return checkpoint.name == f"checkpoint-{config.steps}" and final_eval.exists()
-
-
-def _restore(
-    checkpoint: Path | None,
-    learner: Learner,
-    policy: HFPolicy,
-    league: OpponentLeague | None = None,
-) -> int:
-    """Load ``checkpoint`` into the learner, the sampling policy and the opponent league;
-    return its step (0 if there is none)."""
-    if checkpoint is None:
-        return 0
-    state = load_checkpoint(
-        checkpoint,
-        model=learner.model,
-        optimizer=learner.optimizer,
-        scheduler=learner.scheduler,
-        # The last step's checkpoint may lack it (saved light on a full disk): no step is left.
-        optimizer_needed=checkpoint.name != f"checkpoint-{learner.config.steps}",
-    )
-    policy.set_sampling_state(state["extra"].get("sampling_state"))
-    if league is not None and "league" in state["extra"]:
-        league.load_state_dict(state["extra"]["league"])
-    return int(state["step"])
-
-
-def _save(
-    learner: Learner,
-    policy: HFPolicy,
-    step: int,
-    *,
-    final: bool = False,
-    league: OpponentLeague | None = None,
-) -> Path | None:
-    """Checkpoint the learner and the sampling policy's RNG state after ``step`` (rank 0 only:
-    the other ranks hold the same weights and optimizer state); return its path (``None`` on
-    other ranks). Older checkpoints beyond ``save_total_limit`` go once it is complete. The
-    ``final`` step's checkpoint is saved without its optimizer state when the disk has room
-    only for that (:func:`~textgym.algos.checkpoints.save_trainer_checkpoint`).
-
-    Raises:
-        InsufficientDiskSpace: too little free disk; nothing was written or deleted.
-    """
-    if not learner.dist.is_main:
-        return None
-    extra: dict[str, Any] = {"sampling_state": policy.sampling_state()}
-    if league is not None:
-        extra["league"] = league.state_dict()
-    return save_trainer_checkpoint(learner, step, extra=extra, final=final)
-
-
-def play_round(run: _Run, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:
+def play_round(run: GRPORun, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:
     """Rollout round ``round_`` of step ``step`` (0: the step's own groups; more with dynamic
     sampling), with the league's draw of one style per group (the same on every rank)."""
     config = run.learner.config
@@ -615,11 +249,6 @@ def _record_league(
     league.add(all_reduce_sum(counts, ctx) if ctx.distributed else counts)
 
 
-def _every(interval: int, step: int) -> bool:
-    """Whether ``step`` is a multiple of ``interval`` (0: never)."""
-    return bool(interval) and step % interval == 0
-
-
 def _timing(learner: Learner, began: float, rolled: float) -> dict[str, float]:
     """Wall times of the step (seconds), the learning rate, and CUDA peak memory (GiB)."""
     now = time.perf_counter()
@@ -634,7 +263,7 @@ def _timing(learner: Learner, began: float, rolled: float) -> dict[str, float]:
     return metrics
 
 
-def _report_progress(run: _Run, step: int, metrics: dict[str, float]) -> None:
+def _report_progress(run: GRPORun, step: int, metrics: dict[str, float]) -> None:
     """One line on stderr (``progress``, rank 0): loss, reward, step time, sampled tokens per
     second, and why no update ran when none did (every group had equal rewards; a non-finite
     loss or gradient norm). When the step barely learns, a second line, ``hint: ...``, names
@@ -675,36 +304,3 @@ def _episode_records(
         group_size=config.group_size,
         scale_rewards=config.scale_rewards,
     )
-
-
-def _evaluate(
-    evaluator: HFPolicy,
-    env: TrainingEnv,
-    config: GRPOConfig,
-    step: int,
-    *,
-    check: Callable[[], None] | None = None,
-) -> dict[str, float]:
-    """:func:`~textgym.algos.grpo_rollouts.evaluate` with the run's settings, after ``step``
-    optimizer steps (0: before training), its progress shown (``progress``: a bar in a terminal,
-    else plain lines on stderr, :class:`~textgym.progress.EpisodeProgress`) and kept on the
-    screen; frees the evaluator's cache afterwards. ``check`` runs after every turn (what it
-    raises ends the evaluation)."""
-    when = f"after step {step} of {config.steps}" if step else "before training"
-    with EpisodeProgress(
-        f"evaluation {when} ({config.env_id})",
-        enabled=config.progress,
-        transient=False,
-    ) as progress:
-        metrics = evaluate(
-            env.make,
-            evaluator,
-            episodes=config.eval_episodes,
-            seed=config.seed,
-            batch_size=config.rollout_batch_size,
-            progress=progress,
-            settings=env.evaluation_settings,
-            check=check,
-        )
-    evaluator.clear_cache()
-    return metrics

@@ -14,7 +14,6 @@ import torch
 
 from textgym.algos.advantages import group_advantages, zero_variance_groups
 from textgym.algos.distributed import init_distributed
-from textgym.algos.grpo import make_learner
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_rollouts import (
     rollout_metrics,
@@ -24,6 +23,7 @@ from textgym.algos.grpo_rollouts import (
 )
 from textgym.algos.grpo_update import finite_returns
 from textgym.algos.learnability import hint_rule, member_hint_rules
+from textgym.algos.learner import make_learner
 
 __all__ = ["dry_run"]
 

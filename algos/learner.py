@@ -14,18 +14,19 @@ from typing import Any
 
 import torch
 
-from textgym.algos.common import NonFiniteGuard
-from textgym.algos.distributed import SINGLE_PROCESS, DistributedContext
+from textgym.algos.common import NonFiniteGuard, make_optimizer
+from textgym.algos.distributed import SINGLE_PROCESS, DistributedContext, broadcast_parameters
 from textgym.algos.grpo_config import GRPOConfig
+from textgym.algos.model_loading import adapter_start, load_trainable_model, resolve_device
 
-__all__ = ["Learner", "bf16_rollouts", "sampled_elsewhere"]
+__all__ = ["Learner", "bf16_rollouts", "make_learner", "sampled_elsewhere"]
 
 
 @dataclass(kw_only=True)
 class Learner:
     """The learner state of a GRPO run: everything :func:`textgym.algos.grpo_update.update` reads or changes.
 
-    Build one with :func:`textgym.algos.grpo.make_learner`, or directly (tests pass their own optimizer).
+    Build one with :func:`make_learner`, or directly (tests pass their own optimizer).
 
     Attributes:
         config: The run's arguments (never changed).
@@ -114,3 +115,43 @@ def bf16_rollouts(learner: Learner) -> bool:
     if config.rollout_dtype == "bfloat16":
         return learner_dtype != torch.bfloat16
     return learner.device.type == "cuda" and config.bf16 and learner_dtype != torch.bfloat16
+
+
+def make_learner(
+    config: GRPOConfig,
+    *,
+    max_turns: int = 1,
+    device: torch.device | None = None,
+    dist: DistributedContext = SINGLE_PROCESS,
+) -> Learner:
+    """Load and prepare ``config.model`` (:func:`~textgym.algos.model_loading.load_trainable_model`),
+    a reference copy when ``beta > 0``, AdamW and its warm-up schedule.
+
+    Args:
+        config: The run's arguments.
+        max_turns: Most agent turns per episode (the env's step limit), for ``max_loss_tokens``.
+        device: Where to train; default ``resolve_device(config.device)``.
+        dist: The rank context; with more than one rank, rank 0's trainable weights are
+            broadcast to the others.
+
+    Raises:
+        ValueError: CUDA asked for and not available; a model that cannot be loaded.
+    """
+    device = resolve_device(config.device) if device is None else device
+    model, tokenizer, reference = load_trainable_model(config, device, reference=config.beta > 0)
+    broadcast_parameters(model, dist)
+    start_adapter = adapter_start(model) if config.continue_adapter else None
+    optimizer, scheduler = make_optimizer(model, config)
+    return Learner(
+        config=config,
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        max_loss_tokens=config.max_new_tokens * max_turns,
+        device=device,
+        reference=reference,
+        start_adapter=start_adapter,
+        tokenizer=tokenizer,
+        pad_token_id=tokenizer.pad_token_id or 0,
+        dist=dist,
+    )

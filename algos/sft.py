@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from textgym.algos.batches import make_token_batch, micro_batch_rows, sequence_log_probs
+from textgym.algos.batches import make_token_batch, micro_batch_log_probs
 from textgym.algos.checkpoints import (
     check_checkpoint_settings,
     check_disk_for_run,
@@ -61,7 +61,7 @@ from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import HELDOUT_LOSS, read_metrics
 from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, rank_logger, write_run_record
-from textgym.algos.model_loading import autocast, load_trainable_model, saved_base
+from textgym.algos.model_loading import load_trainable_model, saved_base
 from textgym.algos.resume import check_epochs_left, checkpoint_to_resume, load_checkpoint
 from textgym.algos.sft_data import (
     conversation_tokens,
@@ -575,15 +575,7 @@ def sft_step(run: SFTRun, batch: list[tuple[list[int], list[int]]]) -> tuple[flo
         normalizer = max(all_reduce_sum([local], ctx)[0], 1.0)  # the whole step's, every rank
     run.optimizer.zero_grad(set_to_none=True)
     total = 0.0
-    for row in micro_batch_rows(tokens, config):  # padded, or packed rows of tokens
-        micro = tokens.select(row).to(run.device)
-        with autocast(run.device, config.bf16, cpu_bf16=config.cpu_bf16):
-            logp, _ = sequence_log_probs(
-                run.model,
-                micro,
-                chunk_size=config.logprob_chunk_size,
-                packed=config.micro_batch_tokens is not None,
-            )  # [b, L-1]
+    for micro, logp in micro_batch_log_probs(run.model, tokens, config, run.device):
         loss = -(logp * micro.loss_mask).sum() / normalizer
         loss.backward()
         total += float(loss.detach())

@@ -17,10 +17,9 @@ from typing import Any
 
 import torch
 
-from textgym.algos.batches import make_token_batch, micro_batch_rows, sequence_log_probs
+from textgym.algos.batches import make_token_batch, micro_batch_log_probs
 from textgym.algos.common import StopOnInterrupt, TrainingInterrupted
 from textgym.algos.grpo_rollouts import evaluate
-from textgym.algos.model_loading import autocast
 from textgym.builder import EnvRecipe, env_factory
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
@@ -56,15 +55,7 @@ def heldout_loss(run: Any, sequences: Sequence[tuple[list[int], list[int]]]) -> 
                 [ids for ids, _ in part], [mask for _, mask in part], pad_token_id=run.pad_token_id
             )
             count += float(tokens.loss_mask.sum())
-            for row in micro_batch_rows(tokens, config):
-                micro = tokens.select(row).to(run.device)
-                with autocast(run.device, config.bf16, cpu_bf16=config.cpu_bf16):
-                    logp, _ = sequence_log_probs(
-                        run.model,
-                        micro,
-                        chunk_size=config.logprob_chunk_size,
-                        packed=config.micro_batch_tokens is not None,
-                    )
+            for micro, logp in micro_batch_log_probs(run.model, tokens, config, run.device):
                 total -= float((logp * micro.loss_mask).sum())
     finally:
         run.model.train()

@@ -66,9 +66,9 @@ from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, w
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.algos.batches import make_token_batch, micro_batch_rows
-from textgym.algos.grpo import make_learner
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_update import update
+from textgym.algos.learner import make_learner
 from textgym.algos.sft_data import conversation_tokens
 from textgym.models import random_weights_loading
 from textgym.policies.scripted import RandomPolicy

@@ -1,5 +1,6 @@
 """Split a ReverseText corpus into train.jsonl and test.jsonl in the current folder (the data
-stage of recipes/reverse_text.toml).
+stage of recipes/reverse_text.toml), and with ``--valid-fraction`` a valid.jsonl carved from
+the training side (held-out texts for ``textgym sft --eval-data``, never the test ones).
 
 Each passage goes wholly to one side by a hash of its id
 (:func:`passage_split`: SHA-256, stable when passages are added or reordered), with up to ``--windows`` word-aligned
@@ -23,19 +24,28 @@ from pathlib import Path
 from textgym.envs.reverse_text.env import load_passages
 
 
-def passage_split(task_id: str, test_fraction: float = 0.2) -> str:
-    """``"test"`` for about ``test_fraction`` of task ids, ``"train"`` for the others.
+def passage_split(task_id: str, test_fraction: float = 0.2, valid_fraction: float = 0.0) -> str:
+    """``"test"`` for about ``test_fraction`` of task ids, ``"valid"`` for about
+    ``valid_fraction`` more, ``"train"`` for the others.
 
     The first 8 bytes of ``sha256(task_id)`` read as an integer, over ``2**64``, is compared
-    with ``test_fraction``: deterministic, independent of the other passages.
+    with ``test_fraction`` (then with ``test_fraction + valid_fraction``): deterministic,
+    independent of the other passages, and the test side is the same whatever
+    ``valid_fraction`` is (the valid side only takes training passages).
 
     Raises:
-        ValueError: ``test_fraction`` outside ``[0, 1]``.
+        ValueError: a fraction outside ``[0, 1]``, or the two summing past 1.
     """
-    if not 0.0 <= test_fraction <= 1.0:
-        raise ValueError(f"Expected test_fraction in [0, 1], got {test_fraction}")
+    if not (0.0 <= test_fraction <= 1.0 and 0.0 <= valid_fraction <= 1.0 - test_fraction):
+        raise ValueError(
+            f"Expected test_fraction in [0, 1] and valid_fraction in [0, 1 - test_fraction], "
+            f"got {test_fraction} and {valid_fraction}"
+        )
     digest = hashlib.sha256(task_id.encode("utf-8")).digest()
-    return "test" if int.from_bytes(digest[:8], "big") / 2**64 < test_fraction else "train"
+    u = int.from_bytes(digest[:8], "big") / 2**64
+    return (
+        "test" if u < test_fraction else "valid" if u < test_fraction + valid_fraction else "train"
+    )
 
 
 def passage_windows(
@@ -85,12 +95,17 @@ def main() -> None:
     parser.add_argument("--min-chars", type=int, default=16)
     parser.add_argument("--max-chars", type=int, default=64)
     parser.add_argument("--test-fraction", type=float, default=0.2)
+    parser.add_argument("--valid-fraction", type=float, default=0.0, help="0: no valid.jsonl")
     args = parser.parse_args()
+    try:
+        passage_split("", args.test_fraction, args.valid_fraction)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         passages = load_passages(data_path=args.corpus) if args.corpus else load_passages()
     except (OSError, ValueError) as exc:  # a missing or malformed corpus: one line, no traceback
         raise SystemExit(f"reverse_text_split.py: {exc}") from None
-    sides: dict[str, list[list[dict[str, str]]]] = {"train": [], "test": []}
+    sides: dict[str, list[list[dict[str, str]]]] = {"train": [], "test": [], "valid": []}
     for p in passages:
         rows = [{"id": p.task_id, "text": p.text}]
         if args.windows:
@@ -98,9 +113,9 @@ def main() -> None:
                 p.text, args.windows, args.min_chars, args.max_chars, seed=p.task_id
             )
             rows += [{"id": f"{p.task_id}~w{k}", "text": w} for k, w in enumerate(pieces)]
-        sides[passage_split(p.task_id, args.test_fraction)].append(rows)
+        sides[passage_split(p.task_id, args.test_fraction, args.valid_fraction)].append(rows)
     seen: set[str] = set()
-    for side in ("test", "train"):
+    for side in ("test", "valid", "train") if args.valid_fraction else ("test", "train"):
         ordered = [
             rows[k] for k in range(1 + args.windows) for rows in sides[side] if k < len(rows)
         ]

@@ -126,7 +126,7 @@ def _continued(tmp_path, **overrides):
 def test_a_continued_adapter_is_trained_itself_and_its_start_swaps_in(tmp_path):
     from safetensors.torch import load_file
 
-    from textgym.algos.grpo import make_learner
+    from textgym.algos.learner import make_learner
 
     config = _continued(tmp_path, beta=0.05)
     learner = make_learner(config)
@@ -174,14 +174,14 @@ def test_a_continued_run_saves_one_adapter_on_the_original_base(tmp_path):
     ],
 )
 def test_continue_adapter_refuses_a_rank_it_cannot_continue(tmp_path, overrides, error, match):
-    from textgym.algos.grpo import make_learner
+    from textgym.algos.learner import make_learner
 
     with pytest.raises(error, match=match):
         make_learner(_continued(tmp_path, **overrides))
 
 
 def test_continue_adapter_needs_an_adapter_folder(tmp_path):
-    from textgym.algos.grpo import make_learner
+    from textgym.algos.learner import make_learner
     from textgym.model_files import ModelLoadError
 
     config = _continued(tmp_path)
@@ -190,7 +190,7 @@ def test_continue_adapter_needs_an_adapter_folder(tmp_path):
 
 
 def test_a_continued_adapter_can_recompute_its_activations(tmp_path):
-    from textgym.algos.grpo import make_learner
+    from textgym.algos.learner import make_learner
 
     learner = make_learner(_continued(tmp_path, gradient_checkpointing=True))
     assert learner.model.is_gradient_checkpointing and not learner.model.config.use_cache

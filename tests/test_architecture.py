@@ -355,8 +355,12 @@ TYPED_ERROR_MODULES = (
     "textgym/builder.py",
     "textgym/mixture.py",
     "textgym/cli/_options.py",
+    "algos/common.py",
     "algos/grpo_config.py",
     "algos/sft.py",
+    "algos/sft_eval.py",
+    "envs/reverse_text/env.py",
+    "envs/workplace/dataset.py",
 )
 
 
@@ -379,7 +383,6 @@ def test_config_checks_raise_typed_errors(path):
 #: module here may shrink, not grow, and leaves the table once under the bar.
 MODULE_LINES, FUNCTION_LINES = 600, 60
 OVER_THE_BAR = {
-    "algos/grpo.py": 710,
     "textgym/integrations/verifiers.py:_classes": 122,  # a class built on import of verifiers
     "textgym/serving/openenv_server.py:environment_class": 108,  # likewise, of openenv
     "envs/tictactoe/pettingzoo_env.py:step": 71,

@@ -35,6 +35,7 @@ __all__ = [
     "check_seed",
     "check_stop_strings",
     "excerpt",
+    "is_finite_number",
     "is_number",
     "one_line",
     "MAX_SEED",
@@ -107,6 +108,11 @@ def is_number(value: Any) -> bool:
         (True, True, False, False)
     """
     return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+
+
+def is_finite_number(value: Any) -> bool:
+    """:func:`is_number` and neither NaN nor infinite: what a table or a curve can show."""
+    return is_number(value) and math.isfinite(value)
 
 
 def check_int(

@@ -22,6 +22,7 @@ from textgym.envs.reverse_text.parsing import (
 )
 from textgym.envs.reverse_text.rewards import format_reward, lcs_similarity, reverse
 from textgym.envs.single_turn import Grade, SingleTurnEnv
+from textgym.errors import SetupError
 
 __all__ = ["CORPUS_PATH", "Passage", "ReverseTextEnv", "load_passages"]
 
@@ -50,7 +51,7 @@ def _clean(ids_and_texts: Sequence[tuple[str, Any]], where: str) -> list[Passage
     passages = []
     for i, (task_id, text) in enumerate(ids_and_texts):
         if not isinstance(text, str):
-            raise ValueError(f"{where}, item {i}: expected a str text, got {type(text).__name__}")
+            raise SetupError(f"{where}, item {i}: expected a str text, got {type(text).__name__}")
         passages.append(Passage(task_id, text.strip()))
     return passages
 
@@ -61,7 +62,7 @@ def _from_rows(
     pairs = []
     for i, row in enumerate(rows):
         if text_field not in row:
-            raise ValueError(
+            raise SetupError(
                 f"{where}, row {i}: expected a {text_field!r} field (text_field=...), "
                 f"got keys {sorted(row)}"
             )
@@ -107,7 +108,7 @@ def load_passages(
     File and hub loads are cached per process (a file is re-read when it changes).
 
     Raises:
-        ValueError: for more than one source, bad length bounds, a malformed row, or when no
+        SetupError: for more than one source, bad length bounds, a malformed row, or when no
             text is left after filtering.
         FileNotFoundError: if ``data_path`` does not exist.
         ImportError: if ``dataset`` is given and ``datasets`` is not installed.
@@ -115,18 +116,18 @@ def load_passages(
     sources = (("texts", texts), ("data_path", data_path), ("dataset", dataset))
     given = [name for name, value in sources if value is not None]
     if len(given) > 1:
-        raise ValueError(
+        raise SetupError(
             f"Expected at most one text source, got {' and '.join(given)}; pass only one"
         )
     check_int("min_chars", min_chars, low=1)
     if max_chars is not None:
         check_int("max_chars", max_chars, low=1)
     if max_chars is not None and max_chars < min_chars:
-        raise ValueError(f"Expected min_chars <= max_chars, got {min_chars} > {max_chars}")
+        raise SetupError(f"Expected min_chars <= max_chars, got {min_chars} > {max_chars}")
 
     if texts is not None:
         if isinstance(texts, str):
-            raise ValueError(
+            raise SetupError(
                 "Expected texts to be a list of strings, got one str; wrap it in a list"
             )
         numbered = [(f"text-{i:05d}", t) for i, t in enumerate(texts)]
@@ -144,7 +145,7 @@ def load_passages(
     upper = math.inf if max_chars is None else max_chars
     kept = tuple(p for p in passages if min_chars <= len(p.text) <= upper)
     if not kept:
-        raise ValueError(
+        raise SetupError(
             f"No text from {source} ({len(passages)} before filtering) has between {min_chars} and "
             f"{max_chars} characters; widen min_chars/max_chars"
         )
@@ -244,7 +245,7 @@ class ReverseTextEnv(SingleTurnEnv):
         Example: ``gym.make("textgym/ReverseText-v0", data_path="paras.jsonl", max_chars=300)``.
 
     Raises:
-        ValueError: from ``__init__`` for an argument outside the values above, or when no text
+        SetupError: from ``__init__`` for an argument outside the values above, or when no text
             is left; from ``reset`` for unknown options or an unknown task.
         FileNotFoundError: from ``__init__`` if ``data_path`` does not exist.
         ImportError: from ``__init__`` if ``dataset`` is given and ``datasets`` is missing.

@@ -23,6 +23,7 @@ from typing import Any
 from textgym.data import read_jsonl
 from textgym.envs.workplace.sandbox import TABLE_COLUMNS, SandboxTemplate
 from textgym.envs.workplace.tools import TOOL_SCHEMAS, TOOLS
+from textgym.errors import SetupError
 
 __all__ = [
     "DOMAINS",
@@ -89,7 +90,7 @@ def _read_table(path: Path, table: str) -> list[tuple[str, ...]]:
         reader = csv.reader(fh)
         header = tuple(next(reader))
         if header != TABLE_COLUMNS[table]:
-            raise ValueError(f"{path}: expected the columns {TABLE_COLUMNS[table]}, got {header}")
+            raise SetupError(f"{path}: expected the columns {TABLE_COLUMNS[table]}, got {header}")
         return [tuple(row) for row in reader if row]
 
 
@@ -100,16 +101,16 @@ def _task(row: dict[str, Any], where: str) -> WorkplaceTask:
             args = call["arguments"]
             args = json.loads(args) if isinstance(args, str) else dict(args)
             if call["name"] not in TOOLS or not isinstance(args, dict):
-                raise ValueError(f"unknown tool {call['name']!r} or arguments not an object")
+                raise SetupError(f"unknown tool {call['name']!r} or arguments not an object")
             calls.append({"name": call["name"], "arguments": args})
         domain = row["category"].removeprefix("workplace_assistant_")
         if domain not in DOMAINS:
-            raise ValueError(
+            raise SetupError(
                 f"category {row['category']!r} is not workplace_assistant_<one of {DOMAINS}>"
             )
         return WorkplaceTask(row["id"], domain, row["system_prompt"], row["query"], tuple(calls))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(
+        raise SetupError(
             f"{where}: expected a WorkBench task row (id, category, system_prompt, query, "
             f"ground_truth of {{name, arguments}}), got an error: {exc}"
         ) from None
@@ -140,19 +141,19 @@ def _load(root: str, _fingerprint: Any) -> WorkplaceData:
         schemas = json.loads(schema_path.read_text(encoding="utf-8"))
         names = sorted(s.get("name", "?") for s in schemas)
         if names != sorted(TOOLS):
-            raise ValueError(
+            raise SetupError(
                 f"{schema_path}: expected schemas for the 27 tools {sorted(TOOLS)}, got {names}"
             )
         for s in schemas:
             accepted = set(inspect.signature(TOOLS[s["name"]][0]).parameters) - {"sb"}
             extra = set(s["parameters"].get("properties", {})) - accepted
             if extra or s["parameters"].get("additionalProperties", True) is not False:
-                raise ValueError(
+                raise SetupError(
                     f"{schema_path}: the schema of {s['name']} must declare only {sorted(accepted)} "
                     "with additionalProperties false"
                 )
     if not tasks:
-        raise ValueError(f"{tasks_path} holds no tasks")
+        raise SetupError(f"{tasks_path} holds no tasks")
     return WorkplaceData(str(base), SandboxTemplate(tables, directory), tasks, tuple(schemas))
 
 
@@ -163,7 +164,7 @@ def load_workplace(data_dir: str | os.PathLike[str] | None = None) -> WorkplaceD
 
     Raises:
         FileNotFoundError: if the folder or one of its files does not exist.
-        ValueError: for a malformed table, task row or schema file.
+        SetupError: for a malformed table, task row or schema file.
     """
     if data_dir is None:
         data_dir = os.environ.get(PATH_ENV_VAR) or SAMPLE_DIR

@@ -26,7 +26,7 @@ pytest.importorskip("transformers")
 
 from safetensors.torch import load_file, save_file  # noqa: E402
 
-from textgym.algos import grpo, grpo_rollouts, sft  # noqa: E402
+from textgym.algos import grpo, grpo_rollouts, grpo_run, sft  # noqa: E402
 from textgym.algos.checkpoint_layout import OPTIMIZER_STATE, CheckpointError  # noqa: E402
 from textgym.algos.resume import load_checkpoint  # noqa: E402
 from textgym.cli import main  # noqa: E402
@@ -130,7 +130,7 @@ def test_a_failing_evaluation_never_costs_the_save(tmp_path, monkeypatch):
             raise RuntimeError("evaluation broke")
         return evaluate(*args, **kwargs)
 
-    monkeypatch.setattr(grpo, "evaluate", failing)
+    monkeypatch.setattr(grpo_run, "evaluate", failing)
     with pytest.raises(RuntimeError, match="evaluation broke"):
         grpo.train(small(tmp_path, steps=3, eval_every=1, save_every=0))
     assert checkpoints(tmp_path / "run") == ["checkpoint-1"]  # saved though save_every is 0

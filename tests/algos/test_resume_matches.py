@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import textgym.algos.grpo as grpo  # noqa: E402
+import textgym.algos.grpo_run as grpo_run  # noqa: E402
 from textgym.cli import main  # noqa: E402
 from textgym.cli.outputs import DIR_LOCK  # noqa: E402
 
@@ -74,8 +76,10 @@ def reference(uninterrupted, tmp_path_factory, env_id: str, extra: tuple[str, ..
 
 
 def sigterm_in(monkeypatch, name: str, call: int) -> list[int]:
-    """Send SIGTERM to this process inside the ``call``-th call of ``grpo.<name>``."""
-    real, calls = getattr(grpo, name), []
+    """Send SIGTERM to this process inside the ``call``-th call of ``<name>`` (a name of
+    ``grpo``, else of ``grpo_run``)."""
+    module = grpo if hasattr(grpo, name) else grpo_run
+    real, calls = getattr(module, name), []
 
     def wrapped(*args, **kwargs):
         calls.append(1)
@@ -83,11 +87,11 @@ def sigterm_in(monkeypatch, name: str, call: int) -> list[int]:
             os.kill(os.getpid(), signal.SIGTERM)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(grpo, name, wrapped)
+    monkeypatch.setattr(module, name, wrapped)
     return calls
 
 
-#: (phase, the function of grpo the signal lands in, which call of it, extra arguments). The
+#: (phase, the function of grpo or grpo_run the signal lands in, which call of it, extra arguments). The
 #: evaluations are calls of ``evaluate``: 1 before training, 2 after step 1, ...; the final one
 #: is call 4. ``play_round`` is called once per rollout round (dynamic sampling's included).
 PHASES = [
@@ -145,12 +149,12 @@ FLAT = [
 
 def test_the_time_limit_ends_a_step_of_flat_groups_within_one_round(tmp_path, monkeypatch, capsys):
     rounds = []
-    play, real = grpo.play_round, grpo.time.perf_counter
+    play, real = grpo.play_round, time.perf_counter
     monkeypatch.setattr(grpo, "play_round", lambda *a: rounds.append(a[2]) or play(*a))
     # An hour later once step 2 has played two rounds: the check before its third one stops the
     # step. Step 1 plays all its rounds: the first step of an invocation always completes, so a
     # resumed run with the same limit still makes progress.
-    monkeypatch.setattr(grpo.time, "perf_counter", lambda: real() + 3600 * (len(rounds) >= 6))
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + 3600 * (len(rounds) >= 6))
     run = tmp_path / "run"
     argv_ = [*FLAT[:-1], "3", "--steps", "3", "--output-dir", str(run)]
     assert main([*argv_, "--time-limit-minutes", "1"]) == 0
@@ -176,7 +180,7 @@ def test_the_time_limit_cuts_an_evaluation_short_and_the_resume_plays_it(
     """The evaluation after the last step, cut short after its first turn: no final_eval.json
     (the run is not finished), and --resume plays it once."""
     saves, turns = [], []
-    save, evaluate, real = grpo.save_trainer_checkpoint, grpo.evaluate, grpo.time.perf_counter
+    save, evaluate, real = grpo_run.save_trainer_checkpoint, grpo_run.evaluate, time.perf_counter
 
     def counted_evaluate(*args, check=None, **kwargs):
         def counted():
@@ -185,12 +189,12 @@ def test_the_time_limit_cuts_an_evaluation_short_and_the_resume_plays_it(
 
         return evaluate(*args, check=counted, **kwargs)
 
-    monkeypatch.setattr(grpo, "evaluate", counted_evaluate)
+    monkeypatch.setattr(grpo_run, "evaluate", counted_evaluate)
     monkeypatch.setattr(
-        grpo, "save_trainer_checkpoint", lambda *a, **k: saves.append(1) or save(*a, **k)
+        grpo_run, "save_trainer_checkpoint", lambda *a, **k: saves.append(1) or save(*a, **k)
     )
     # An hour later once step 1 is saved: the final evaluation begins past the limit.
-    monkeypatch.setattr(grpo.time, "perf_counter", lambda: real() + 3600 * bool(saves))
+    monkeypatch.setattr(time, "perf_counter", lambda: real() + 3600 * bool(saves))
     run = tmp_path / "run"
     argv_ = [*FLAT[:-2], "--steps", "1", "--output-dir", str(run), "--eval-episodes", "4"]
     argv_ += ["--rollout-batch-size", "2", "--time-limit-minutes", "1"]

@@ -318,3 +318,38 @@ def test_heldout_settings_are_refused_in_one_line(tmp_path, kwargs, match):
     data.write_text(json.dumps({"messages": CONVERSATION}) + "\n")
     with pytest.raises(SetupError, match=match):
         SFTConfig(data=str(data), **kwargs)
+
+
+def test_a_resumed_run_keeps_the_heldout_losses_it_had_and_stops_where_it_would_have(
+    tmp_path, monkeypatch
+):
+    """Killed after epoch 3's checkpoint, before its held-out loss: the resume reads epochs 1-2's
+    back from metrics.jsonl, measures epoch 3, and stops early at the same step as an
+    uninterrupted run."""
+    import textgym.algos.sft as sft
+
+    def stub(values):
+        values = iter(values)
+
+        def heldout(run, sequences):
+            value = next(values)
+            if isinstance(value, BaseException):
+                raise value
+            return value
+
+        return heldout
+
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+    settings = dict(data=str(data), eval_data=str(data), early_stopping_patience=2, epochs=6)
+    settings |= dict(model="tiny", batch_size=2, save_every=2, device="cpu", tensorboard=False)
+    out = tmp_path / "sft"
+    monkeypatch.setattr(sft, "heldout_loss", stub([1.0, 0.5, KeyboardInterrupt()]))
+    with pytest.raises(KeyboardInterrupt):
+        train(SFTConfig(**settings, output_dir=str(out)))
+    assert (out / "checkpoint-6").is_dir() and not (out / "sft_summary.json").exists()
+    monkeypatch.setattr(sft, "heldout_loss", stub([0.6, 0.7]))
+    summary = train(SFTConfig(**settings, output_dir=str(out), resume=True))
+    assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7] and summary["steps"] == 8
+    heldout = [(r["step"], r["heldout/loss"]) for r in _sft_rows(out) if r.get("stage") == "eval"]
+    assert heldout == [(2, 1.0), (4, 0.5), (6, 0.6), (8, 0.7)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import filelock
 import tyro
 
+from textgym.cli.training_tables import number_cell
 from textgym.recipes import Recipe, RecipeError, Stage, load_recipe, script_argv, stage_argv
 from textgym.results import write_atomic
 
@@ -127,12 +127,6 @@ def _run_stage(recipe: Recipe, stage: Stage, marks: Path, dry_run: bool) -> int:
         return exc.code if isinstance(exc.code, int) else 1
 
 
-def _number(value: Any, digits: int = 3) -> str:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "-"
-    return f"{value:.{digits}f}"
-
-
 def eval_table(recipe: Recipe) -> list[dict[str, Any]]:
     """One row per evaluation stage whose ``summary.json`` exists: env, policy or model,
     temperature, episodes, mean return and its standard error, outcome and invalid rates."""
@@ -167,9 +161,9 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
     for column in ("stage", "episodes", "return", *outcomes, "invalid"):
         table.add_column(column, justify="left" if column == "stage" else "right", overflow="fold")
     for row in rows:
-        ret = f"{_number(row['return_mean'])} ± {_number(row['return_stderr'])}"
-        rates = [_number(row["outcomes"].get(o)) for o in outcomes]
-        invalid = _number(row["invalid_action_rate"])
+        ret = f"{number_cell(row['return_mean'], 3)} ± {number_cell(row['return_stderr'], 3)}"
+        rates = [number_cell(row["outcomes"].get(o), 3) for o in outcomes]
+        invalid = number_cell(row["invalid_action_rate"], 3)
         table.add_row(row["stage"], str(row["episodes"]), ret, *rates, invalid)
     Console(width=max(Console().width, 120)).print(table)
 

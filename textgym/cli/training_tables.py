@@ -9,9 +9,10 @@ import math
 from pathlib import Path
 from typing import Any
 
+from textgym.checks import is_finite_number
 from textgym.evaluation import OUTCOMES
 
-__all__ = ["eval_table_rows", "print_sft_summary", "print_train_summary"]
+__all__ = ["eval_table_rows", "number_cell", "print_sft_summary", "print_train_summary"]
 
 
 def _table(title: str, columns: list[str]) -> Any:
@@ -32,11 +33,10 @@ def _print(*tables: Any) -> None:
         console.print(table)
 
 
-def _num(value: Any, digits: int = 4) -> str:
-    """A number for the table (``-`` for a missing or non-finite one)."""
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        return "-"
-    return f"{value:.{digits}f}"
+def number_cell(value: Any, digits: int = 4) -> str:
+    """A number for a table, ``digits`` after the point (``-`` for a missing, non-finite or
+    boolean one)."""
+    return f"{value:.{digits}f}" if is_finite_number(value) else "-"
 
 
 def eval_table_rows(metrics: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -60,7 +60,7 @@ def eval_table_rows(metrics: dict[str, Any]) -> tuple[list[str], list[tuple[str,
         value = metrics.get(f"{setting}/{metric}")
         if percent and isinstance(value, (int, float)) and math.isfinite(value):
             return f"{value:.1%}"
-        return _num(value)
+        return number_cell(value)
 
     names = [("mean return", "return_mean", False)]
     names += [(o, f"{o}_rate", True) for o in OUTCOMES]
@@ -96,8 +96,8 @@ def print_train_summary(config: Any, result: dict[str, Any], elapsed: float) -> 
     )
     if done["nonfinite_skipped"]:
         run.add_row("updates skipped (non-finite loss or gradient)", str(done["nonfinite_skipped"]))
-    run.add_row("reward (last step)", _num(done["last_reward"]))
-    run.add_row("loss (last step)", _num(done["last_loss"]))
+    run.add_row("reward (last step)", number_cell(done["last_reward"]))
+    run.add_row("loss (last step)", number_cell(done["last_loss"]))
     run.add_row("elapsed", f"{elapsed:.1f} s")
     run.add_row("output", str(out))
     tables = [run]
@@ -132,7 +132,7 @@ def print_sft_summary(config: Any, result: dict[str, Any], elapsed: float) -> No
         if span
         else "loss (nats per token)"
     )
-    run.add_row(label, _num(result.get("final_loss")))
+    run.add_row(label, number_cell(result.get("final_loss")))
     run.add_row("elapsed", f"{elapsed:.1f} s")
     run.add_row("output", str(config.output_dir))
     tables = [run]

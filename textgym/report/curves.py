@@ -18,7 +18,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from textgym.checks import is_number
+from textgym.checks import is_finite_number
 from textgym.report.runs import Run
 
 __all__ = ["RUN_COLORS", "chart_specs", "skipped_updates", "step_axes", "task_tables"]
@@ -39,10 +39,6 @@ RUN_COLORS = (
 
 #: Stage names shown when a report holds both kinds of training run.
 _KIND_NAMES = {"train": "GRPO", "sft": "SFT"}
-
-
-def _finite(value: Any) -> bool:
-    return is_number(value) and math.isfinite(value)
 
 
 _Select = Callable[[list[dict[str, Any]]], list[tuple[str, str, str]]]  # (stage, key, label)
@@ -132,7 +128,7 @@ def _stderr(row: dict[str, Any], key: str, value: float, episodes: int | None) -
         key[: -len("_mean")] + "_stderr" if key.endswith("_mean") else "",
         key + "_stderr",
     ):
-        if name and _finite(row.get(name)):
+        if name and is_finite_number(row.get(name)):
             return float(row[name])
     outcome = key.rsplit("/", 1)[-1]
     if episodes and outcome in ("win_rate", "draw_rate", "loss_rate") and 0 <= value <= 1:
@@ -146,7 +142,7 @@ def _points(run: Run, stage: str, key: str) -> list[list[Any]]:
     points = []
     for row in run.metrics:
         value, step = row.get(key), row.get("step")
-        if row.get("stage") == stage and isinstance(step, int) and _finite(value):
+        if row.get("stage") == stage and isinstance(step, int) and is_finite_number(value):
             se = _stderr(row, key, float(value), episodes) if stage == "eval" else None
             points.append([step, float(value), se])
     return sorted(points, key=lambda p: p[0])
@@ -175,15 +171,15 @@ def step_axes(run: Run) -> dict[str, dict[int, float]]:
     previous = 0
     for step in sorted(train):
         row = train[step]
-        if _finite(row.get("elapsed_s")):
+        if is_finite_number(row.get("elapsed_s")):
             clock = float(row["elapsed_s"])
-        elif _finite(row.get("step_time_s")):
+        elif is_finite_number(row.get("step_time_s")):
             clock += float(row["step_time_s"])
         else:
             have_wall = False
-        if _finite(row.get("completion_tokens_mean")) and _finite(batch):
+        if is_finite_number(row.get("completion_tokens_mean")) and is_finite_number(batch):
             count += float(row["completion_tokens_mean"]) * float(batch)
-        elif _finite(row.get("tokens")):
+        elif is_finite_number(row.get("tokens")):
             count += float(row["tokens"]) * (step - previous)
         else:
             have_tokens = False

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from importlib import resources
 from typing import Any
 
-from textgym.checks import is_number
+from textgym.checks import is_finite_number
 from textgym.report.alignment import shared_eval
 from textgym.report.curves import (
     RUN_COLORS,
@@ -40,18 +40,14 @@ _MISSING = "–"
 # --- the summary table -------------------------------------------------------------------------
 
 
-def _finite(value: Any) -> bool:
-    return is_number(value) and math.isfinite(value)
-
-
 def _num(value: Any, digits: int = 3) -> str:
-    if not _finite(value):
+    if not is_finite_number(value):
         return _MISSING
     return f"{value:.{digits}f}"
 
 
 def _pct(value: Any) -> str:
-    if not _finite(value):
+    if not is_finite_number(value):
         return _MISSING
     return f"{100 * value:.1f}%"
 

@@ -35,6 +35,16 @@ def test_split_is_deterministic_disjoint_and_near_its_fraction():
     assert set(test) <= {i for i in ids if passage_split(i, 0.5) == "test"}
 
 
+def test_valid_side_takes_only_training_passages():
+    ids = [p.task_id for p in load_passages()]
+    sides = {i: passage_split(i, 0.2, 0.15) for i in ids}
+    assert {i for i in ids if sides[i] == "test"} == {i for i in ids if passage_split(i) == "test"}
+    valid = [i for i in ids if sides[i] == "valid"]
+    assert 0.05 < len(valid) / len(ids) < 0.25 and set(sides.values()) == {"train", "test", "valid"}
+    with pytest.raises(ValueError, match=r"valid_fraction in \[0, 1 - test_fraction\]"):
+        passage_split("x", 0.5, 0.6)
+
+
 def test_split_refuses_a_fraction_outside_0_1():
     with pytest.raises(ValueError, match=r"test_fraction in \[0, 1\]"):
         passage_split("corpus-00000", 1.5)
