@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from textgym.errors import OutputWriteError
+from textgym.errors import OutputWriteError, SetupError
 
 __all__ = [
     "JsonlWriter",
@@ -96,22 +96,22 @@ def check_dir(path: Path, flag: str) -> None:
         flag: The option that named it (``"--output"``), for the message.
 
     Raises:
-        ValueError: ``path`` is an existing file, a symbolic link to nothing (or under one),
+        SetupError: ``path`` is an existing file, a symbolic link to nothing (or under one),
             cannot be created, or is not writable; the message names ``flag``, the path and the
             operating system's reason.
     """
     if path.exists() and not path.is_dir():
-        raise ValueError(f"{flag} {path} is a file; expected a directory (or a path to create one)")
+        raise SetupError(f"{flag} {path} is a file; expected a directory (or a path to create one)")
     if (blocker := _file_above(path)) is not None:
-        raise ValueError(f"cannot write to {flag} {path}: {blocker} is a file, not a directory")
+        raise SetupError(f"cannot write to {flag} {path}: {blocker} is a file, not a directory")
     if (link := _dangling(path)) is not None:
-        raise ValueError(_dangling_message(link, flag, path))
+        raise SetupError(_dangling_message(link, flag, path))
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as exc:
-        raise ValueError(f"cannot write to {flag} {path}: {_reason(exc)}") from None
+        raise SetupError(f"cannot write to {flag} {path}: {_reason(exc)}") from None
 
 
 def check_file(path: Path, flag: str) -> None:
@@ -126,24 +126,24 @@ def check_file(path: Path, flag: str) -> None:
         flag: The option that named it, for the message.
 
     Raises:
-        ValueError: ``path`` is a directory or not a regular file, its folder cannot be created
+        SetupError: ``path`` is a directory or not a regular file, its folder cannot be created
             (e.g. it lies under a file), or the file cannot be opened for writing.
     """
     if path.is_dir():
-        raise ValueError(
+        raise SetupError(
             f"{flag} {path} is a directory; expected a file, e.g. {path / 'sft.jsonl'}"
         )
     with contextlib.suppress(OSError):
         mode = path.stat().st_mode
         if not stat.S_ISREG(mode):
-            raise ValueError(
+            raise SetupError(
                 f"{flag} {path} is {_kind(mode)}, not a regular file; expected a file to write "
                 f"JSONL records into, e.g. sft.jsonl"
             )
     if (blocker := _file_above(path)) is not None:
-        raise ValueError(f"cannot write {flag} {path}: {blocker} is a file, not a directory")
+        raise SetupError(f"cannot write {flag} {path}: {blocker} is a file, not a directory")
     if (link := _dangling(path.parent)) is not None:
-        raise ValueError(_dangling_message(link, flag, path))
+        raise SetupError(_dangling_message(link, flag, path))
     real = path.resolve()  # a dangling symlink: the file it names
     existed = real.exists()
     try:
@@ -151,7 +151,7 @@ def check_file(path: Path, flag: str) -> None:
         with open(real, "ab"):  # append mode: an existing file keeps its bytes
             pass
     except OSError as exc:
-        raise ValueError(f"cannot write {flag} {path}: {_reason(exc)}") from None
+        raise SetupError(f"cannot write {flag} {path}: {_reason(exc)}") from None
     if not existed:
         real.unlink()
 

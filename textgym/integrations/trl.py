@@ -54,6 +54,7 @@ import gymnasium as gym
 import textgym  # noqa: F401  (registers the textgym/* ids)
 from textgym.checks import check_int
 from textgym.core import TextEnv
+from textgym.errors import SetupError
 from textgym.policies.base import conversation_start
 
 __all__ = ["EPISODE_KEY", "grpo_dataset", "reward_components", "reward_funcs", "rollout_func"]
@@ -101,11 +102,11 @@ def _components(env: gym.Env, reward: float, info: Mapping[str, Any]) -> dict[st
     """The step's reward components; an env without any is one component ``"env"``.
 
     Raises:
-        ValueError: the components do not sum to the step reward (the env contract).
+        SetupError: the components do not sum to the step reward (the env contract).
     """
     components = {k: float(v) for k, v in info.get("reward_components", {"env": reward}).items()}
     if not math.isclose(sum(components.values()), float(reward), rel_tol=1e-6, abs_tol=1e-6):
-        raise ValueError(
+        raise SetupError(
             f"{_name(env)}: reward components {components} sum to "
             f"{sum(components.values())}, not to the step reward {reward}; the env breaks the "
             "contract that the components sum to the reward"
@@ -163,20 +164,20 @@ def grpo_dataset(
         ``task_id`` (``info["task_id"]``, or ``None``).
 
     Raises:
-        ValueError: no seeds, or ``options`` is a sequence of another length than ``seeds``.
+        SetupError: no seeds, or ``options`` is a sequence of another length than ``seeds``.
         TypeError: an option is not JSON-serializable.
     """
     from datasets import Dataset
 
     seeds = [int(s) for s in seeds]
     if not seeds:
-        raise ValueError("Expected at least one seed, got none")
+        raise SetupError("Expected at least one seed, got none")
     if options is None or isinstance(options, Mapping):
         per_row = [options] * len(seeds)
     else:
         per_row = list(options)
         if len(per_row) != len(seeds):
-            raise ValueError(
+            raise SetupError(
                 f"Expected one options mapping per seed ({len(seeds)}), got {len(per_row)}"
             )
     instance = _env_factory(env, env_kwargs)()
@@ -210,7 +211,7 @@ def _completion_text(completion: Any) -> str:
         and completion[0].get("role") == "assistant"
     ):
         return str(completion[0].get("content") or "")
-    raise ValueError(
+    raise SetupError(
         "Expected a single-turn completion (a string or one assistant message), got "
         f"{str(completion)[:200]!r}; for a multi-turn env pass rollout_func=rollout_func(...) "
         "to GRPOTrainer"
@@ -246,13 +247,13 @@ class _Scorer:
         env = self._env
         obs, _ = env.reset(seed=int(seed), options=json.loads(options) or None)
         if isinstance(prompt, list) and prompt and prompt[-1].get("content") != obs:
-            raise ValueError(
+            raise SetupError(
                 f"{_name(env)}: reset(seed={seed}, options={options}) no longer gives this row's "
                 "prompt; rebuild the dataset with the same env and env_kwargs as the rewards"
             )
         _, reward, terminated, truncated, info = env.step(text)
         if not (terminated or truncated):
-            raise ValueError(
+            raise SetupError(
                 f"{_name(env)}: the episode did not end after one step (seed {seed}); it is a "
                 "multi-turn env: pass rollout_func=rollout_func(...) to GRPOTrainer"
             )
@@ -262,7 +263,7 @@ class _Scorer:
 def _check_known(components: Mapping[str, float], known: Sequence[str]) -> dict[str, float]:
     unknown = sorted(set(components) - set(known))
     if unknown:
-        raise ValueError(
+        raise SetupError(
             f"Reward components {unknown} have no reward function (known: {list(known)}); "
             "pass components=None to reward_funcs to read them from the env"
         )
@@ -296,14 +297,14 @@ def reward_funcs(
         default weights (all 1): TRL's reward is then the env's reward.
 
     Raises:
-        ValueError: when called, for a completion that is not single-turn without a rollout, an
+        SetupError: when called, for a completion that is not single-turn without a rollout, an
             episode that does not end after one step, a component without a function, or a row
             whose prompt the env no longer gives.
     """
     make_env = _env_factory(env, env_kwargs)
     names = list(components) if components is not None else reward_components(make_env)
     if not names or len(set(names)) != len(names):
-        raise ValueError(f"Expected distinct component names, got {names}")
+        raise SetupError(f"Expected distinct component names, got {names}")
     scorer = _Scorer(make_env, names)
 
     def make(name: str) -> Callable[..., list[float]]:
@@ -318,7 +319,7 @@ def reward_funcs(
             if returns is not None:  # multi-turn: the rollout summed the components
                 return [_check_known(r, names).get(name, 0.0) for r in returns]
             if seed is None or options is None:
-                raise ValueError(
+                raise SetupError(
                     "Expected the dataset columns 'seed' and 'options' (build the dataset with "
                     "textgym.integrations.trl.grpo_dataset)"
                 )
@@ -335,7 +336,7 @@ def _episode_args(prompt: Any) -> tuple[int | None, dict[str, Any]]:
     """The reset seed and options carried by a prompt from :func:`grpo_dataset`."""
     raw = prompt[-1].get(EPISODE_KEY) if isinstance(prompt, list) and prompt else None
     if raw is None:
-        raise ValueError(
+        raise SetupError(
             f"Expected each prompt's last message to carry {EPISODE_KEY!r} (build the dataset "
             "with textgym.integrations.trl.grpo_dataset); got a prompt without it"
         )
@@ -378,7 +379,7 @@ def rollout_func(
         (the completion text of each turn), which TRL passes to the reward functions.
 
     Raises:
-        ValueError: ``max_new_tokens`` or ``batch_size`` < 1; when called, a prompt without the
+        SetupError: ``max_new_tokens`` or ``batch_size`` < 1; when called, a prompt without the
             episode key (:data:`EPISODE_KEY`).
     """
     from textgym.policies.hf import HFPolicy

@@ -14,7 +14,7 @@ ids.
 tool calling.
 
 The endpoints are checked once, when the policy is built: an unreachable URL raises
-:class:`ConnectionError` and a model the server does not list raises :class:`ValueError`, each
+:class:`ConnectionError` and a model the server does not list raises :class:`~textgym.errors.SetupError`, each
 in one line that names the URL and the fix.
 
 A server is untrusted too. Every attempt, connection and all reads together, is bounded by
@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from textgym.checks import check_int, check_sampling
+from textgym.errors import SetupError
 from textgym.policies.openai_http import (
     DEFAULT_MAX_RESPONSE_BYTES,
     MODELS_ERRORS,
@@ -201,7 +202,7 @@ class OpenAIPolicy:
                 the env, the history of later requests and the trajectory see it.
 
         Raises:
-            ValueError: for an argument out of range, a malformed URL, or a model that an
+            SetupError: for an argument out of range, a malformed URL, or a model that an
                 endpoint does not serve.
             ConnectionError: an endpoint cannot be reached or does not answer like an
                 OpenAI-compatible API.
@@ -211,19 +212,19 @@ class OpenAIPolicy:
         check_sampling(temperature, top_p)
         check_int("max_concurrency", max_concurrency, low=1)
         if not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
-            raise ValueError(f"Expected timeout_s > 0, got {timeout_s!r}")
+            raise SetupError(f"Expected timeout_s > 0, got {timeout_s!r}")
         check_int("max_retries", max_retries, low=0)
         check_int("max_response_bytes", max_response_bytes, low=1024)
         check_int("max_reply_chars", max_reply_chars, low=256)
         if not isinstance(backoff_s, (int, float)) or backoff_s < 0:
-            raise ValueError(f"Expected backoff_s >= 0, got {backoff_s!r}")
+            raise SetupError(f"Expected backoff_s >= 0, got {backoff_s!r}")
         stop = [stop] if isinstance(stop, str) else list(stop or [])
         if not all(isinstance(s, str) and s for s in stop):
-            raise ValueError(f"Expected stop to be non-empty strings, got {stop!r}")
+            raise SetupError(f"Expected stop to be non-empty strings, got {stop!r}")
         if tool_format not in ("native", "text"):
-            raise ValueError(f"Expected tool_format 'native' or 'text', got {tool_format!r}")
+            raise SetupError(f"Expected tool_format 'native' or 'text', got {tool_format!r}")
         if model is not None and (not isinstance(model, str) or not model):
-            raise ValueError(f"Expected model to be a non-empty string or None, got {model!r}")
+            raise SetupError(f"Expected model to be a non-empty string or None, got {model!r}")
 
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "EMPTY")
         self.max_tokens = max_tokens
@@ -246,7 +247,7 @@ class OpenAIPolicy:
         if check:
             self.check()
         elif model is None:
-            raise ValueError(
+            raise SetupError(
                 "Pass a model name, or check=True to use the first one the server lists"
             )
 
@@ -285,16 +286,16 @@ class OpenAIPolicy:
 
         Raises:
             ConnectionError: an endpoint is unreachable or not OpenAI-compatible.
-            ValueError: an endpoint does not list the model.
+            SetupError: an endpoint does not list the model.
         """
         for url in self.base_urls:
             served = self._list_models(url)
             if self.model is None:
                 if not served:
-                    raise ValueError(f"{url} lists no models; load one in the server or pass model")
+                    raise SetupError(f"{url} lists no models; load one in the server or pass model")
                 self.model = served[0]
             elif self.model not in served:
-                raise ValueError(
+                raise SetupError(
                     f"Model {self.model!r} is not served at {url}; it serves "
                     f"{', '.join(map(repr, served)) or 'no models'}: pass one of them as model "
                     f"(--model)"
@@ -345,7 +346,7 @@ class OpenAIPolicy:
     ) -> list[Completion]:
         """Async :meth:`act`: the same requests, for callers that already run an event loop."""
         if len(conversations) != len(infos):
-            raise ValueError(
+            raise SetupError(
                 f"Expected one info per conversation, got {len(conversations)} conversations "
                 f"and {len(infos)} infos"
             )
