@@ -363,6 +363,12 @@ TYPED_ERROR_MODULES = (
     "algos/sft.py",
     "algos/sft_eval.py",
     "envs/reverse_text/env.py",
+    "envs/gsm8k/env.py",
+    "wrappers/_components.py",
+    "wrappers/format_reward.py",
+    "wrappers/give_up.py",
+    "wrappers/invalid_action.py",
+    "wrappers/win_speed_bonus.py",
     "envs/workplace/dataset.py",
 )
 

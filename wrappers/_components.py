@@ -8,6 +8,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.errors import SetupError
+
 __all__ = ["add_component", "require_info_keys"]
 
 
@@ -18,11 +20,11 @@ def add_component(info: dict[str, Any], reward: float, name: str, value: float) 
     components always sum to the wrapped reward.
 
     Raises:
-        ValueError: if ``name`` is already a component (two wrappers would overwrite each other).
+        SetupError: if ``name`` is already a component (two wrappers would overwrite each other).
     """
     components = dict(info.get("reward_components", {"env": float(reward)}))
     if name in components:
-        raise ValueError(
+        raise SetupError(
             f"Reward component {name!r} is already present ({sorted(components)}); "
             "give this wrapper another name=..."
         )
@@ -43,7 +45,7 @@ def require_info_keys(wrapper: str, env: gym.Env, keys: Sequence[str], example: 
         example: An env id that reports them, for the message (``"textgym/TicTacToe-v0"``).
 
     Raises:
-        ValueError: one line naming the keys the env does not declare.
+        SetupError: one line naming the keys the env does not declare.
     """
     base = env.unwrapped
     declared = getattr(base, "info_keys", frozenset())
@@ -52,7 +54,7 @@ def require_info_keys(wrapper: str, env: gym.Env, keys: Sequence[str], example: 
         name = env.spec.id if env.spec is not None else type(base).__name__
         needs = " and ".join(f"info[{key!r}]" for key in keys)
         lacks = ", ".join(repr(key) for key in missing)
-        raise ValueError(
+        raise SetupError(
             f"{wrapper} needs an env that reports {needs} on every step (as {example} does); "
             f"{name} does not ({type(base).__name__}.info_keys lacks {lacks}); leave this "
             "wrapper out for this env"

@@ -9,6 +9,7 @@ from typing import Any
 import gymnasium as gym
 
 from textgym.core import TextEnv
+from textgym.errors import SetupError
 from textgym.spaces import TOO_LONG
 from textgym.wrappers._components import add_component
 
@@ -32,7 +33,7 @@ class FormatReward(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorA
         name: Name of the component in ``info["reward_components"]``. Default ``"format"``.
 
     Raises:
-        ValueError: if ``weight`` is negative or not finite, or if the env already pays a component of this
+        SetupError: if ``weight`` is negative or not finite, or if the env already pays a component of this
             ``name``: ``textgym/GSM8K-v0`` and ``textgym/ReverseText-v0`` pay their own
             ``format`` component (their ``format_weight`` argument sets it), so a second one
             would pay the format twice. Raised here rather than at the first step.
@@ -60,12 +61,12 @@ class FormatReward(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructorA
         )
         gym.Wrapper.__init__(self, env)
         if not math.isfinite(weight) or weight < 0:  # NaN passes `< 0`: check it first
-            raise ValueError(f"Expected a finite weight >= 0, got {weight}")
+            raise SetupError(f"Expected a finite weight >= 0, got {weight}")
         base = env.unwrapped
         text_env = isinstance(base, TextEnv)  # the env contract; other envs declare none of it
         own_weight = base.format_weight if text_env else None
         if name == "format" and own_weight is not None:
-            raise ValueError(
+            raise SetupError(
                 f"{type(base).__name__} already pays a 'format' reward component "
                 f"(format_weight={own_weight}), so FormatReward would pay the format twice; set "
                 "the env's format_weight instead (e.g. gymnasium.make(..., format_weight=0.2), "

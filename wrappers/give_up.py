@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
+from textgym.errors import SetupError
 from textgym.wrappers._components import add_component, require_info_keys
 
 __all__ = ["GiveUpPenalty"]
@@ -37,7 +38,7 @@ class GiveUpPenalty(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         name: Component name. Default ``"give_up"``.
 
     Raises:
-        ValueError: for a negative or non-finite penalty, or an env whose ``info_keys`` lack
+        SetupError: for a negative or non-finite penalty, or an env whose ``info_keys`` lack
             one of the keys above.
 
     Example:
@@ -59,7 +60,7 @@ class GiveUpPenalty(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
             type(self).__name__, env, self.required_info_keys, "textgym/EmailToolUse-v1"
         )
         if not math.isfinite(penalty) or penalty < 0:  # NaN passes `< 0`: check it first
-            raise ValueError(f"Expected a finite penalty >= 0, got {penalty}")
+            raise SetupError(f"Expected a finite penalty >= 0, got {penalty}")
         self.penalty = float(penalty)
         self.name = name
 

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from textgym.errors import SetupError
 from textgym.wrappers._components import add_component
 
 __all__ = ["InvalidActionPenalty"]
@@ -29,7 +30,7 @@ class InvalidActionPenalty(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
         name: Component name. Default ``"invalid_action"``.
 
     Raises:
-        ValueError: for a negative or non-finite penalty or cap, or an unknown mode.
+        SetupError: for a negative or non-finite penalty or cap, or an unknown mode.
         KeyError: from ``step`` if the env's info has no ``invalid_action`` key.
 
     Example:
@@ -53,11 +54,11 @@ class InvalidActionPenalty(gym.Wrapper[str, str, str, str], gym.utils.RecordCons
         )
         gym.Wrapper.__init__(self, env)
         if not math.isfinite(penalty) or penalty < 0:  # NaN passes `< 0`: check it first
-            raise ValueError(f"Expected a finite penalty >= 0, got {penalty}")
+            raise SetupError(f"Expected a finite penalty >= 0, got {penalty}")
         if mode not in ("episode", "action"):
-            raise ValueError(f'Expected mode "episode" or "action", got {mode!r}')
+            raise SetupError(f'Expected mode "episode" or "action", got {mode!r}')
         if cap is not None and (not math.isfinite(cap) or cap < 0):
-            raise ValueError(f"Expected a finite cap >= 0 or None, got {cap}")
+            raise SetupError(f"Expected a finite cap >= 0 or None, got {cap}")
         self.penalty = float(penalty)
         self.mode = mode
         self.cap = cap

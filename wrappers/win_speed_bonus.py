@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
+from textgym.errors import SetupError
 from textgym.wrappers._components import add_component, require_info_keys
 
 __all__ = ["WinSpeedBonus"]
@@ -38,7 +39,7 @@ class WinSpeedBonus(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         name: Component name. Default ``"win_speed"``.
 
     Raises:
-        ValueError: for a negative or non-finite ``per_empty_cell``, an ``empty`` that is not
+        SetupError: for a negative or non-finite ``per_empty_cell``, an ``empty`` that is not
             one character, or an env whose ``info_keys`` lack ``"outcome"`` or ``"board"``
             (every textgym env but TicTacToe-v0).
 
@@ -53,7 +54,7 @@ class WinSpeedBonus(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         >>> WinSpeedBonus(gym.make("textgym/GSM8K-v0"))
         Traceback (most recent call last):
         ...
-        ValueError: WinSpeedBonus needs an env that reports info['outcome'] and info['board'] ...
+        textgym.errors.SetupError: WinSpeedBonus needs an env that reports info['outcome'] and info['board'] ...
     """
 
     #: The step info keys this wrapper reads, which the env must declare in its ``info_keys``.
@@ -72,9 +73,9 @@ class WinSpeedBonus(gym.Wrapper[str, str, str, str], gym.utils.RecordConstructor
         gym.Wrapper.__init__(self, env)
         require_info_keys(type(self).__name__, env, self.required_info_keys, "textgym/TicTacToe-v0")
         if not math.isfinite(per_empty_cell) or per_empty_cell < 0:
-            raise ValueError(f"Expected a finite per_empty_cell >= 0, got {per_empty_cell}")
+            raise SetupError(f"Expected a finite per_empty_cell >= 0, got {per_empty_cell}")
         if not (isinstance(empty, str) and len(empty) == 1):
-            raise ValueError(f"Expected empty to be one character, got {empty!r}")
+            raise SetupError(f"Expected empty to be one character, got {empty!r}")
         self.per_empty_cell = float(per_empty_cell)
         self.empty = empty
         self.name = name

@@ -22,6 +22,7 @@ from textgym.envs.gsm8k.parsing import (
 )
 from textgym.envs.gsm8k.rewards import correct_reward, format_reward
 from textgym.envs.single_turn import Grade, SingleTurnEnv
+from textgym.errors import SetupError
 
 __all__ = [
     "HUB_DATASET",
@@ -66,7 +67,7 @@ def _problems_from_rows(
     for i, row in enumerate(rows):
         question, solution = row.get("question"), row.get("answer")
         if not isinstance(question, str) or not isinstance(solution, str):
-            raise ValueError(
+            raise SetupError(
                 f"{where}, row {i}: expected string fields 'question' and 'answer' "
                 "(GSM8K's format), "
                 f"got keys {sorted(row)}"
@@ -74,13 +75,13 @@ def _problems_from_rows(
         answer_text = extract_final_answer(solution)
         answer = None if answer_text is None else parse_number(answer_text)
         if answer is None:
-            raise ValueError(
+            raise SetupError(
                 f"{where}, row {i}: expected the 'answer' field to end in '#### N' with a number N, "
                 f"got {solution[-_EXCERPT_CHARS:]!r}"
             )
         problems.append(GSM8KProblem(f"{prefix}-{i:05d}", question, solution, answer))
     if not problems:
-        raise ValueError(f"{where} holds no problems")
+        raise SetupError(f"{where} holds no problems")
     return tuple(problems)
 
 
@@ -111,7 +112,7 @@ def load_problems(
     Loads are cached per process (a file is re-read when its size or mtime changes).
 
     Raises:
-        ValueError: for a split other than ``"train"``/``"test"`` or a malformed row.
+        SetupError: for a split other than ``"train"``/``"test"`` or a malformed row.
         FileNotFoundError: if a local path does not exist.
         ImportError: if a hub dataset is needed and ``datasets`` is not installed.
     """
@@ -123,7 +124,7 @@ def load_problems(
     if dataset == "sample":
         return _load_local(*file_fingerprint(SAMPLE_PATH), "gsm8k-sample")
     if not isinstance(dataset, str) or not dataset:
-        raise ValueError(
+        raise SetupError(
             f"Expected dataset to be 'sample' or a Hugging Face dataset name, got {dataset!r}"
         )
     return _load_hub(dataset, dataset_config, split)
@@ -218,7 +219,7 @@ class GSM8KEnv(SingleTurnEnv):
         ``gym.make("textgym/GSM8K-v0", dataset="openai/gsm8k")``.
 
     Raises:
-        ValueError: from ``__init__`` for an argument outside the values above or a malformed
+        SetupError: from ``__init__`` for an argument outside the values above or a malformed
             row; from ``reset`` for unknown options or an unknown task.
         FileNotFoundError: from ``__init__`` if the local data file does not exist.
         ImportError: from ``__init__`` if a hub dataset is needed and ``datasets`` is missing.
