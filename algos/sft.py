@@ -165,13 +165,12 @@ class SFTConfig(OptimizationConfig):
                     f"{key}: expected a JSONL file, got {path!r} (not found); make one with "
                     "`textgym collect`"
                 )
-        if self.early_stopping_patience < 0 or (
-            self.early_stopping_patience and self.eval_data is None
-        ):
+        patience = self.early_stopping_patience
+        if patience < 0 or (patience and self.eval_data is None):
+            why = "" if patience < 0 else " without eval_data"
             raise SetupError(
                 "early_stopping_patience: expected 0, or >= 1 with eval_data (the held-out "
-                f"loss it watches), got {self.early_stopping_patience}"
-                + ("" if self.early_stopping_patience < 0 else " without eval_data")
+                f"loss it watches), got {patience}{why}"
             )
 
 
