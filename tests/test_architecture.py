@@ -395,7 +395,6 @@ OVER_THE_BAR = {
     "textgym/integrations/verifiers.py:_classes": 122,  # a class built on import of verifiers
     "textgym/serving/openenv_server.py:environment_class": 108,  # likewise, of openenv
     "envs/tictactoe/pettingzoo_env.py:step": 71,
-    "textgym/env_checker.py:_check_contract": 66,
 }
 
 

@@ -64,7 +64,7 @@ from textgym.wrappers import REWARD_WRAPPERS, StratifiedOpponent
 __all__ = [
     "ENTRY_POINT_GROUP",
     "EnvRecipe",
-    "POLICY_NAMES",
+    "GENERAL_POLICIES",
     "check_wrapper_names",
     "env_bound_expert_ids",
     "env_factory",
@@ -72,6 +72,7 @@ __all__ = [
     "load_entry_points",
     "make_expert",
     "make_policy",
+    "policy_names",
     "resolve_env_id",
 ]
 
@@ -318,55 +319,22 @@ def _openai(**kwargs: Any) -> Policy:
     return OpenAIPolicy(**kwargs)
 
 
-def _minimax(**kwargs: Any) -> Policy:
-    # Imported on use: building a GSM8K run must not load the tic-tac-toe env.
-    from textgym.envs.tictactoe.expert import MinimaxPolicy
-
-    return MinimaxPolicy(**kwargs)
-
-
 def _human(**kwargs: Any) -> Policy:
     from textgym.policies.human import HumanPolicy
 
     return HumanPolicy(**kwargs)
 
 
-def _lookup_expert(seed: Any = None, env_kwargs: Mapping[str, Any] | None = None) -> Policy:
-    # EmailToolUse-v1's expert regenerates each task from its id under the env's own knobs.
-    from textgym.envs.email_tool_use.expert import LookupExpertPolicy
-
-    knobs = ("inbox_size", "distractors", "num_steps")
-    return LookupExpertPolicy(
-        seed=seed, **{k: v for k, v in (env_kwargs or {}).items() if k in knobs}
-    )
-
-
+#: The policies of any env they can play; an env's own expert is built by its class.
 _FACTORIES: dict[str, Callable[..., Policy]] = {
     "random": RandomPolicy,
-    "minimax": _minimax,
-    "lookup_expert": _lookup_expert,
     "gold": GoldPolicy,
     "hf": _hf,
     "openai": _openai,
     "human": _human,
 }
-#: The policy names :func:`make_policy` builds (an env's ``expert_policy`` is one of them).
-POLICY_NAMES = tuple(_FACTORIES)
-
-
-#: Experts built from the env's own keyword arguments (they regenerate its tasks).
-_TAKES_ENV_KWARGS = frozenset({"lookup_expert"})
-
-
-def make_expert(name: str, env_kwargs: Mapping[str, Any] | None, seed: Any = None) -> Policy:
-    """An env's expert (:attr:`textgym.TextEnv.expert_policy`) for the env built with
-    ``env_kwargs``: ``make_policy(name, seed=seed)``, given the kwargs where it needs them.
-
-    Raises:
-        ValueError: for an unknown name.
-    """
-    extra = {"env_kwargs": dict(env_kwargs or {})} if name in _TAKES_ENV_KWARGS else {}
-    return make_policy(name, seed=seed, **extra)
+#: The names of the policies that play any env they can (each env's own expert aside).
+GENERAL_POLICIES = tuple(_FACTORIES)
 
 
 def _registered_classes() -> dict[str, type]:
@@ -374,6 +342,20 @@ def _registered_classes() -> dict[str, type]:
     from textgym.registration import ENVS
 
     return {entry.id: gym.envs.registration.load_env_creator(entry.entry_point) for entry in ENVS}
+
+
+def _own_expert(cls: type) -> str | None:
+    """The expert a registered env class builds itself (:meth:`textgym.TextEnv.make_expert`),
+    by name; ``None`` when it has none of its own (none, or ``gold``)."""
+    name = getattr(cls, "expert_policy", None)  # a class attribute, or TextEnv's property
+    return name if isinstance(name, str) and name not in _FACTORIES else None
+
+
+def policy_names() -> tuple[str, ...]:
+    """The names :func:`make_policy` builds: ``random``, ``gold``, ``hf``, ``openai``,
+    ``human``, then the experts the registered envs build (``minimax``, ``lookup_expert``)."""
+    experts = (_own_expert(cls) for cls in _registered_classes().values())
+    return (*_FACTORIES, *dict.fromkeys(e for e in experts if e is not None))
 
 
 def gold_env_ids() -> list[str]:
@@ -384,27 +366,43 @@ def gold_env_ids() -> list[str]:
 
 
 def env_bound_expert_ids(name: str) -> list[str] | None:
-    """For an expert that plays only its own env (it regenerates the env's tasks:
-    ``lookup_expert``), the registered ids whose class names it as its ``expert_policy``;
-    ``None`` for any other policy name."""
-    if name not in _TAKES_ENV_KWARGS:
+    """For an env's own expert (one its class builds: ``minimax``, ``lookup_expert``), the
+    registered ids whose class names it as its ``expert_policy``; ``None`` for any other
+    policy name."""
+    if name in _FACTORIES:
         return None
-    classes = _registered_classes().items()
-    return [i for i, cls in classes if getattr(cls, "expert_policy", None) == name]
+    ids = [i for i, cls in _registered_classes().items() if _own_expert(cls) == name]
+    return ids or None
+
+
+def make_expert(env: Any, env_kwargs: Mapping[str, Any] | None, seed: Any = None) -> Policy:
+    """The expert of ``env`` (a :class:`textgym.TextEnv`, e.g. ``probe.unwrapped``) made with
+    ``env_kwargs``: its :attr:`~textgym.TextEnv.expert_policy` (``gold``) through
+    :func:`make_policy`, or the expert its class builds (:meth:`~textgym.TextEnv.make_expert`),
+    which an env outside textgym's registry brings too.
+
+    Raises:
+        SetupError: the env names no expert policy.
+    """
+    name = env.expert_policy
+    if name is None:
+        raise SetupError(f"{type(env).__name__} names no expert policy")
+    if name in _FACTORIES:
+        return make_policy(name, seed=seed)
+    return type(env).make_expert(seed=seed, env_kwargs=dict(env_kwargs or {}))
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:
-    """Build a policy by name: ``random``, ``minimax``, ``lookup_expert``, ``gold``, ``hf``,
-    ``openai`` or ``human``.
-
-    The name table lives here, in the assembly layer, because ``minimax`` is tic-tac-toe's
-    expert (:class:`textgym.envs.tictactoe.MinimaxPolicy`) and ``lookup_expert`` EmailToolUse's
-    (:class:`textgym.envs.email_tool_use.expert.LookupExpertPolicy`, given the env's
-    ``env_kwargs``), and core may not import an env.
+    """Build a policy by name: ``random``, ``gold``, ``hf``, ``openai``, ``human``, or the
+    expert of a registered env (``minimax``, ``lookup_expert``: the env class's
+    :meth:`~textgym.TextEnv.make_expert`, given ``seed``, ``env_kwargs`` and its own options).
 
     Raises:
-        ValueError: for an unknown name.
+        SetupError: for an unknown name.
     """
-    if name not in _FACTORIES:
-        raise SetupError(f"Unknown policy {name!r}; expected one of {', '.join(POLICY_NAMES)}")
-    return _FACTORIES[name](**kwargs)
+    if name in _FACTORIES:
+        return _FACTORIES[name](**kwargs)
+    for cls in _registered_classes().values():
+        if _own_expert(cls) == name:
+            return cls.make_expert(**kwargs)
+    raise SetupError(f"Unknown policy {name!r}; expected one of {', '.join(policy_names())}")

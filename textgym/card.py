@@ -261,7 +261,7 @@ def _oracle(
         detail = "the env names no expert_policy (TextEnv.expert_policy is None)"
         return {"status": "skip", "detail": detail, "maximum": maximum}, []
     try:
-        episodes = _play(make_env, make_expert(expert, env_kwargs, seed), seeds, options)
+        episodes = _play(make_env, make_expert(base, env_kwargs, seed), seeds, options)
     except Exception as exc:  # the expert cannot play its own env: that is the finding
         return {**_failure(exc), "policy": expert, "maximum": maximum}, []
     stats = _stats(episodes, maximum)

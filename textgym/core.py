@@ -130,14 +130,34 @@ class TextEnv(gym.Env[str, str]):
 
     @property
     def expert_policy(self) -> str | None:
-        """The scripted policy (a :func:`textgym.builder.make_policy` name) that plays this env
-        well, whose episodes make SFT data (``textgym collect --policy NAME``), or ``None``.
+        """The name of the scripted policy that plays this env well, whose episodes make SFT
+        data (``textgym collect --policy expert``, or ``--policy NAME``), or ``None``.
 
-        The default is ``"gold"`` for an env with gold completions
-        (:attr:`has_gold_completion`), else ``None``; TicTacToe-v0 names ``"minimax"``. The
-        command line's hints name it, never a policy that cannot play the env.
+        The default is ``"gold"`` (:class:`textgym.policies.GoldPolicy`, a policy of every env
+        with gold completions: :attr:`has_gold_completion`), else ``None``. An env with an
+        expert of its own names it here and builds it in :meth:`make_expert` (TicTacToe-v0:
+        ``"minimax"``; EmailToolUse-v1: ``"lookup_expert"``), so the command line, the card
+        and :func:`textgym.builder.make_policy` find it through the env alone.
         """
         return "gold" if self.has_gold_completion else None
+
+    @classmethod
+    def make_expert(
+        cls, *, seed: Any = None, env_kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> Any:
+        """This env's own expert (the policy :attr:`expert_policy` names), for the env made
+        with ``env_kwargs`` (an expert that regenerates tasks from their ids needs them),
+        seeded with ``seed``; ``options`` are the expert's own (tic-tac-toe's minimax: its
+        style, tie-break and reasoning).
+
+        Returns:
+            A :class:`textgym.policies.Policy` whose ``name`` is :attr:`expert_policy`.
+
+        Raises:
+            NotImplementedError: the env has no expert of its own (the default; ``"gold"``
+                is built by :func:`textgym.builder.make_policy`).
+        """
+        raise NotImplementedError(f"{cls.__name__} has no expert policy of its own")
 
     def _init_render(self, render_mode: str | None) -> None:
         """Validate and store ``render_mode``.

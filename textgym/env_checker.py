@@ -269,8 +269,6 @@ def _check_step(base: TextEnv, record: tuple[Any, ...], strict: bool, where: str
 
 
 def _check_contract(env: gym.Env, base: TextEnv, strict: bool) -> None:
-    from textgym.builder import POLICY_NAMES
-
     name = type(base).__name__
     _, info = env.reset(seed=0)
     if strict:
@@ -330,10 +328,31 @@ def _check_contract(env: gym.Env, base: TextEnv, strict: bool) -> None:
             f"{name}.random_action drew {drawn[0]!r} and {drawn[1]!r} from generators of one "
             "seed; draw every random choice from the rng it is given",
         )
-    expert = base.expert_policy
+    _check_expert(base)
+
+
+def _check_expert(base: TextEnv) -> None:
+    """``expert_policy`` is ``None``, a policy of any env (``gold``), or one the env's class
+    builds (:meth:`~textgym.TextEnv.make_expert`, a policy of that name)."""
+    from textgym.builder import GENERAL_POLICIES, make_expert
+
+    name, expert = type(base).__name__, base.expert_policy
+    if expert is None or expert in GENERAL_POLICIES:
+        _require(
+            expert != "gold" or base.has_gold_completion,
+            f"{name}.expert_policy is 'gold', but has_gold_completion is False",
+        )
+        return
+    try:
+        policy = make_expert(base, {})
+    except NotImplementedError:
+        raise TextEnvCheckError(
+            f"{name}.expert_policy is {expert!r}, but {name} does not override make_expert "
+            f"to build it; override it, or name one of {GENERAL_POLICIES} or None"
+        ) from None
     _require(
-        expert is None or expert in POLICY_NAMES,
-        f"{name}.expert_policy is {expert!r}; expected None or one of {POLICY_NAMES}",
+        getattr(policy, "name", None) == expert and callable(getattr(policy, "act", None)),
+        f"{name}.make_expert() built {policy!r}, not a policy named {expert!r} with act()",
     )
 
 

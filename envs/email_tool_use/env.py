@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from textgym.envs.email_tool_use.expert import LookupExpertPolicy
 from textgym.envs.email_tool_use.generator import EmailTask, generate_task
 from textgym.envs.workplace.env import ToolUseEnv, tool_instructions
 from textgym.envs.workplace.sandbox import SandboxTemplate
@@ -20,6 +22,8 @@ EMAIL_TOOL_NAMES = tuple(
     if s["name"].startswith("email_") or s["name"].startswith("company_directory_")
 )
 _PREFIX = "email-"
+#: The env arguments that make a task (what the expert needs to regenerate one from its id).
+_EXPERT_KNOBS = ("inbox_size", "distractors", "num_steps")
 
 SYSTEM_PROMPT = (
     "Today's date is Thursday, 2023-11-30 and the current time is 23:59:00. You are the email "
@@ -131,6 +135,16 @@ class EmailToolUseEnv(ToolUseEnv):
     #: Looks ids and addresses up before it writes, as a model must (the gold completion
     #: writes ids the request never states): :mod:`textgym.envs.email_tool_use.expert`.
     expert_policy = "lookup_expert"
+
+    @classmethod
+    def make_expert(
+        cls, *, seed: Any = None, env_kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> LookupExpertPolicy:
+        """:class:`~textgym.envs.email_tool_use.expert.LookupExpertPolicy` under the env's
+        task knobs of ``env_kwargs`` (``inbox_size``, ``distractors``, ``num_steps``): it
+        regenerates each task from its id, so they must be the env's own."""
+        knobs = {k: v for k, v in (env_kwargs or {}).items() if k in _EXPERT_KNOBS}
+        return LookupExpertPolicy(seed=seed, **knobs, **options)
 
     def __init__(
         self,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
 from textgym.checks import check_choice, check_probability, excerpt
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
+from textgym.envs.tictactoe.expert import MinimaxPolicy
 from textgym.envs.tictactoe.opponent import (
     OPPONENT_STYLES,
     OPTIMAL_STYLES,
@@ -193,6 +194,15 @@ class TicTacToeEnv(TextEnv):
     )
     #: The optimal player (``textgym collect --policy minimax`` makes SFT data).
     expert_policy = "minimax"
+
+    @classmethod
+    def make_expert(
+        cls, *, seed: Any = None, env_kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> MinimaxPolicy:
+        """:class:`~textgym.envs.tictactoe.expert.MinimaxPolicy` with ``options`` (``reasoning``,
+        ``style``, ``tie_break``); it plays from the board, so ``env_kwargs`` do not matter."""
+        return MinimaxPolicy(seed=seed, **options)
+
     #: The two ends of the opponent's strength: a uniformly random player and a perfect one
     #: (styles named, so an env made with a list of styles is still evaluated against these).
     evaluation_settings = MappingProxyType(

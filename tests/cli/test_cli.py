@@ -112,7 +112,10 @@ def test_eval_with_wrappers_reports_components(capsys):
         ),
         (["eval", "textgym/TicTacToe-v0", "--env-kwargs", '{"colour": "red"}'], "colour"),
         (["eval", "textgym/TicTacToe-v0", "--episodes", "0"], "--episodes"),
-        (["eval", "textgym/TicTacToe-v0", "--policy", "alphago"], "expected one of {minimax,"),
+        (
+            ["eval", "textgym/TicTacToe-v0", "--policy", "alphago"],
+            "expected one of {expert,minimax,",
+        ),
         (["eval", "textgym/TicTacToe-v0", "--wrappers", "shiny"], "unknown wrapper"),
     ],
 )

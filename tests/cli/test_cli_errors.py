@@ -467,7 +467,7 @@ def test_train_takes_list_valued_env_kwargs(capsys, tmp_path, monkeypatch):
         (["eval", TTT, "--episode", "3"], "--episode 3 (perhaps you meant --episodes)"),
         (
             ["eval", TTT, "--policy", "nope"],
-            "--policy: expected one of {minimax,lookup_expert,random,",
+            "--policy: expected one of {expert,minimax,lookup_expert,random,",
         ),
         (["eval", TTT, "--progress", "maybe"], "--progress takes no value, got 'maybe'"),
         (["eval", TTT, "--seed"], "--seed: expected a value"),

@@ -41,8 +41,8 @@ def ctrl_c_at_turn(monkeypatch):
     def arm(turn):
         build = textgym.cli.building.build_policy
 
-        def build_and_arm(name, kwargs):
-            policy, calls = build(name, kwargs), []
+        def build_and_arm(name, kwargs, make=None):
+            policy, calls = build(name, kwargs, make), []
 
             class Interrupting:
                 name = policy.name
@@ -183,7 +183,7 @@ def test_eval_without_output_says_nothing_was_saved(capsys, ctrl_c_at_turn):
 
 
 def test_ctrl_c_before_playing_is_one_line(capsys, monkeypatch):
-    def interrupted(name, kwargs):
+    def interrupted(name, kwargs, make=None):
         raise KeyboardInterrupt  # e.g. while a model loads
 
     monkeypatch.setattr(textgym.cli.building, "build_policy", interrupted)

@@ -158,9 +158,9 @@ def test_the_flags_reach_the_policy_and_the_key_the_server(server, tmp_path, mon
     seen = {}
     build = textgym.cli.building.build_policy
 
-    def spy(name, kwargs):
+    def spy(name, kwargs, make=None):
         seen.update(kwargs)
-        return build(name, kwargs)
+        return build(name, kwargs, make)
 
     monkeypatch.setattr(textgym.cli.building, "build_policy", spy)
     server.failure = "none"  # never reached: two episodes only

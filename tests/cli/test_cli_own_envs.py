@@ -18,7 +18,7 @@ def mypkg(monkeypatch):
     """``tests/fixtures`` on the path; the ids it registers removed afterwards."""
     monkeypatch.syspath_prepend(str(FIXTURES))
     yield
-    for env_id in ("Capital-v0", "mypkg/Capital-v0"):
+    for env_id in ("Capital-v0", "mypkg/Capital-v0", "Atlas-v0"):
         gym.registry.pop(env_id, None)
     for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
         del sys.modules[name]  # the next test imports (and registers) afresh
@@ -84,3 +84,32 @@ def test_unknown_ids_and_modules_are_one_line(mypkg, capsys):
 def test_an_env_whose_actions_are_not_text_is_refused(capsys):
     err = one_error_line(capsys, ["eval", "CartPole-v1", "--policy", "hf"])
     assert "CartPole-v1 builds CartPoleEnv, whose spaces are not text" in err
+
+
+def test_an_env_brings_its_own_expert_through_the_contract(mypkg, tmp_path, capsys):
+    from mypkg.capital import CAPITALS
+
+    # Nothing in textgym names "atlas": collect finds it through the env class alone.
+    # (By name, --policy takes textgym's own experts; "expert" takes any env's.)
+    for policy in ([], ["--policy", "expert"]):
+        out = tmp_path / f"sft{len(policy)}.jsonl"
+        argv = ["collect", "mypkg.capital:Atlas-v0", *policy, "--no-progress"]
+        assert main([*argv, "--output", str(out)]) == 0
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [r["task_id"] for r in records] == ["France", "Japan", "Kenya", "Peru"]
+        for r in records:
+            assert r["messages"][-1]["content"] == f"<answer>{CAPITALS[r['task_id']]}</answer>"
+    err = one_error_line(capsys, ["eval", "mypkg.capital:Atlas-v0", "--policy", "minimax"])
+    assert "expert of textgym/TicTacToe-v0 only" in err and "--policy expert (its atlas)" in err
+    err = one_error_line(capsys, ["eval", "mypkg.capital:Capital-v0", "--policy", "expert"])
+    assert "declares no expert policy" in err
+
+
+def test_the_checker_holds_an_expert_to_its_class(mypkg):
+    from mypkg.capital import AtlasCapitalEnv, NamedOnlyEnv
+
+    from textgym.env_checker import TextEnvCheckError, check_text_env
+
+    check_text_env(AtlasCapitalEnv(), ["<answer>Paris</answer>", "Paris"])
+    with pytest.raises(TextEnvCheckError, match="does not override make_expert"):
+        check_text_env(NamedOnlyEnv(), ["<answer>Paris</answer>"])

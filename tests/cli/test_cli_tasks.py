@@ -207,7 +207,7 @@ class EveryFourthRight:
 
 def test_rollouts_per_task_reports_pass_at_k_and_mean_at_k(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(
-        textgym.cli.building, "build_policy", lambda name, kwargs: EveryFourthRight()
+        textgym.cli.building, "build_policy", lambda name, kwargs, make=None: EveryFourthRight()
     )
     summary, ids, rows = eval_run(
         tmp_path,

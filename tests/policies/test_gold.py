@@ -6,14 +6,14 @@ import gymnasium as gym
 import pytest
 
 import textgym  # noqa: F401  (registers the ids)
-from textgym.builder import POLICY_NAMES, make_policy
+from textgym.builder import make_policy, policy_names
 from textgym.cli import main
 from textgym.policies import GoldPolicy, Policy
 from textgym.rollout import rollout
 
 
 def test_gold_is_a_registered_policy():
-    assert "gold" in POLICY_NAMES
+    assert "gold" in policy_names()
     policy = make_policy("gold", seed=3)
     assert isinstance(policy, GoldPolicy) and isinstance(policy, Policy) and policy.name == "gold"
 

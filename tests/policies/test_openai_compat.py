@@ -21,7 +21,7 @@ import pytest
 openai = pytest.importorskip("openai")
 
 import textgym  # noqa: F401  (registers the envs)
-from textgym.builder import POLICY_NAMES, make_policy
+from textgym.builder import make_policy, policy_names
 from textgym.cli import main
 from textgym.policies import Policy
 from textgym.policies.openai_compat import OpenAIPolicy
@@ -53,7 +53,7 @@ def _offline(url: str) -> OpenAIPolicy:
 
 
 def test_registered_and_satisfies_protocol():
-    assert "openai" in POLICY_NAMES
+    assert "openai" in policy_names()
     policy = _offline("http://127.0.0.1:9/v1")
     assert isinstance(policy, Policy) and policy.name == "openai"
     assert policy.act([], []) == []

@@ -33,9 +33,9 @@ DEFAULT_MODEL = "gemma-3-270m"
 DEFAULT_EPISODES = 100
 
 DType = Literal["auto", "float32", "bfloat16", "float16"]  # textgym.models.DTYPE_NAMES
-PolicyName = Literal[
-    "minimax", "lookup_expert", "random", "gold", "hf", "openai"
-]  # POLICY_NAMES but human
+#: textgym.builder.policy_names() but human, and "expert": the env's own, whatever its name
+#: (an env outside textgym brings its expert through TextEnv.make_expert, not this list).
+PolicyName = Literal["expert", "minimax", "lookup_expert", "random", "gold", "hf", "openai"]
 
 
 def split_list(values: tuple[str, ...] | None) -> list[str] | None:
@@ -122,12 +122,12 @@ class PolicyOptions(ModelOptions):
     """The policy that plays: a scripted expert, the gold answers, a local or served LLM."""
 
     policy: PolicyName | None = None
-    """random: a random action of the env's grammar (a floor on every env); minimax plays
-    tic-tac-toe; lookup_expert plays EmailToolUse, looking ids and addresses up before it
-    writes; gold plays an env's reference solutions (GSM8K, ReverseText, Workplace,
-    EmailToolUse); hf a local model; openai an OpenAI-compatible endpoint (None: the env's
-    expert: minimax on TicTacToe, lookup_expert on EmailToolUse, gold on another env with
-    reference solutions, else random)."""
+    """expert: the env's expert (textgym.TextEnv.expert_policy): minimax on TicTacToe,
+    lookup_expert on EmailToolUse (it looks ids and addresses up before it writes), gold on
+    another env with reference solutions; random: a random action of the env's grammar (a
+    floor on every env); minimax, lookup_expert: those experts by name; gold: an env's
+    reference solutions (GSM8K, ReverseText, Workplace, EmailToolUse); hf a local model;
+    openai an OpenAI-compatible endpoint (None: the env's expert, else random)."""
     reasoning: bool = True
     """random/minimax: write a <think> block before <move>N</move>."""
     minimax_style: str = "minimax"

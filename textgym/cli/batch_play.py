@@ -18,7 +18,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.builder import POLICY_NAMES, env_bound_expert_ids, gold_env_ids
+from textgym.builder import GENERAL_POLICIES, env_bound_expert_ids, gold_env_ids
 from textgym.checks import one_line
 from textgym.cli._options import (
     DEFAULT_EPISODES,
@@ -108,6 +108,8 @@ class Setup:
     tasks_available: int | None  # len(env.task_ids), None for an env without a task list
     random_action: Any = None  # the env's TextEnv.random_action, for --policy random
     expert_policy: str | None = None  # the env's TextEnv.expert_policy, for hints
+    # The env class's TextEnv.make_expert when the policy that plays is the env's own expert.
+    make_expert: Callable[..., Policy] | None = None
 
     def task_results(self, config: BatchPlayConfig) -> TaskResults | None:
         """A fresh per-task tally of the walk (``None`` without one)."""
@@ -118,13 +120,6 @@ class Setup:
         )
 
 
-#: The ``info`` key each scripted policy plays from, and which envs give it.
-_POLICY_NEEDS: dict[str, tuple[str, str]] = {
-    "gold": (GOLD_INFO_KEY, "only envs with a reference solution give ({gold_ids})"),
-    "minimax": ("board", "only textgym/TicTacToe-v0 gives"),
-}
-
-
 def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
     """Whether ``--policy random`` has an action grammar to draw from (RandomPolicy's order)."""
     return base.random_action is not None or "legal_moves" in info or bool(info.get("tools"))
@@ -132,51 +127,24 @@ def _random_can_play(base: Any, info: dict[str, Any]) -> bool:
 
 def setup(config: BatchPlayConfig) -> Setup:
     """Check the env and that the policy can play it; plan the episodes. Without ``--policy``
-    the env's expert plays (:attr:`textgym.TextEnv.expert_policy`), else ``random``; the
-    choice is written into ``config.policy``.
+    (or with ``--policy expert``) the env's expert plays (:attr:`textgym.TextEnv.expert_policy`),
+    without one ``random``; the choice is written into ``config.policy``.
 
     Raises:
-        UsageError: an env that cannot be made, a scripted policy that needs an ``info`` key
-            the env does not give, or tasks that cannot be walked.
+        UsageError: an env that cannot be made, a policy that cannot play it (``gold`` without
+            gold answers, ``random`` without an action grammar, another env's expert), or
+            tasks that cannot be walked.
     """
     make_env, probe = build_env(
         config.env_id, config.env_kwargs, config.wrappers, config.opponent_random_move_prob
     )
     try:
         base = probe.unwrapped
-        stop = base.stop_strings
         _, info = probe.reset(seed=config.seed)
-        defaulted = config.policy is None
-        if defaulted:  # the env's expert, else the floor every env with a grammar has
-            config.policy = base.expert_policy or "random"
-        if config.policy == "random" and not _random_can_play(base, info):
-            default = " (the default on an env without an expert policy)" if defaulted else ""
-            raise UsageError(
-                f"--policy random{default} cannot play {config.env_id}: it draws from the env's action "
-                f"grammar, and {type(base).__name__} declares no random_action "
-                "(textgym.TextEnv.random_action) while its reset info lists neither "
-                "legal_moves nor tools; declare one, or use --policy gold, hf or openai"
-            )
-        if config.policy in _POLICY_NEEDS and _POLICY_NEEDS[config.policy][0] not in info:
-            key, who = _POLICY_NEEDS[config.policy]
-            who = who.format(gold_ids=", ".join(gold_env_ids()))
-            fits = [
-                p
-                for p in POLICY_NAMES
-                if p != "human" and (p not in _POLICY_NEEDS or _POLICY_NEEDS[p][0] in info)
-            ]
-            raise UsageError(
-                f"--policy {config.policy} cannot play {config.env_id}: it plays from "
-                f"info[{key!r}], which {who}; use --policy {', '.join(fits[:-1])} or "
-                f"{fits[-1]}"
-            )
-        own = env_bound_expert_ids(config.policy or "")
-        if own is not None and base.expert_policy != config.policy:
-            raise UsageError(
-                f"--policy {config.policy} cannot play {config.env_id}: it is the expert of "
-                f"{', '.join(own)} only; use --policy {base.expert_policy or 'random'}, hf or "
-                "openai"
-            )
+        _choose_policy(config, base, info)
+        make_expert = None
+        if config.policy == base.expert_policy and config.policy not in GENERAL_POLICIES:
+            make_expert = type(base).make_expert
         env_task_ids = base.task_ids
         walk = _task_walk(config, probe, env_task_ids)
         random_action, expert = base.random_action, base.expert_policy
@@ -184,7 +152,51 @@ def setup(config: BatchPlayConfig) -> Setup:
         probe.close()
     episodes = len(walk) if walk is not None else config.episodes or DEFAULT_EPISODES
     available = None if env_task_ids is None or config.sample_tasks else len(env_task_ids)
-    return Setup(make_env, stop, episodes, walk, available, random_action, expert)
+    stop = base.stop_strings
+    return Setup(make_env, stop, episodes, walk, available, random_action, expert, make_expert)
+
+
+def _choose_policy(config: BatchPlayConfig, base: Any, info: dict[str, Any]) -> None:
+    """Resolve ``--policy`` (none, or ``expert``: the env's expert, else ``random``) into
+    ``config.policy`` and check that it can play the env ``base`` whose reset gave ``info``.
+
+    Raises:
+        UsageError: ``--policy expert`` on an env without one, ``random`` without an action
+            grammar, ``gold`` without gold answers, or the expert of another env.
+    """
+    name = config.env_id
+    if config.policy == "expert" and base.expert_policy is None:
+        raise UsageError(
+            f"--policy expert: {name} declares no expert policy (textgym.TextEnv."
+            "expert_policy); use --policy random, hf or openai"
+        )
+    defaulted = config.policy is None
+    if config.policy in (None, "expert"):  # the env's expert, else the floor of a grammar
+        config.policy = base.expert_policy or "random"
+    fallback = (
+        "use --policy "
+        + (f"expert (its {base.expert_policy})" if base.expert_policy else "random")
+        + ", hf or openai"
+    )
+    if config.policy == "random" and not _random_can_play(base, info):
+        default = " (the default on an env without an expert policy)" if defaulted else ""
+        raise UsageError(
+            f"--policy random{default} cannot play {name}: it draws from the env's action "
+            f"grammar, and {type(base).__name__} declares no random_action "
+            "(textgym.TextEnv.random_action) while its reset info lists neither "
+            "legal_moves nor tools; declare one, or use --policy gold, hf or openai"
+        )
+    if config.policy == "gold" and GOLD_INFO_KEY not in info:
+        raise UsageError(
+            f"--policy gold cannot play {name}: it plays from info[{GOLD_INFO_KEY!r}], which "
+            f"only envs with a reference solution give ({', '.join(gold_env_ids())}); " + fallback
+        )
+    if config.policy not in GENERAL_POLICIES and config.policy != base.expert_policy:
+        own = env_bound_expert_ids(config.policy) or []
+        raise UsageError(
+            f"--policy {config.policy} cannot play {name}: it is the expert of "
+            f"{', '.join(own) or 'another env'} only; " + fallback
+        )
 
 
 def _task_walk(

@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.builder import GENERAL_POLICIES
 from textgym.checks import one_line
 from textgym.cli._options import ModelOptions, PolicyOptions, split_list
 from textgym.cli.usage import UsageError, fail
@@ -44,8 +45,8 @@ def build_env(
         raise UsageError(one_line(exc) + hint) from None
 
 
-def build_policy(name: str, kwargs: dict[str, Any]) -> Any:
-    """``textgym.builder.make_policy(name, **kwargs)``.
+def build_policy(name: str, kwargs: dict[str, Any], make: Callable[..., Any] | None = None) -> Any:
+    """``make(**kwargs)``, by default ``textgym.builder.make_policy(name, **kwargs)``.
 
     Raises:
         UsageError: the policy cannot be built from these arguments.
@@ -54,17 +55,23 @@ def build_policy(name: str, kwargs: dict[str, Any]) -> Any:
     from textgym.builder import make_policy
 
     try:
-        return make_policy(name, **kwargs)
+        return make(**kwargs) if make is not None else make_policy(name, **kwargs)
     except ImportError as exc:
         fail(f"policy {name!r} needs optional dependencies: {exc}")
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise UsageError(f"cannot build policy {name!r}: {exc}") from None
 
 
-def episode_policy(config: Any, stop: Sequence[str], random_action: Any = None) -> Any:
+def episode_policy(
+    config: Any,
+    stop: Sequence[str],
+    random_action: Any = None,
+    make_expert: Callable[..., Any] | None = None,
+) -> Any:
     """The policy that ``eval`` and ``collect`` play with, built from their shared options;
     ``random_action`` is the env's action grammar (:attr:`textgym.TextEnv.random_action`),
-    which ``--policy random`` draws from.
+    which ``--policy random`` draws from; ``make_expert`` the env class's
+    :meth:`~textgym.TextEnv.make_expert` when ``config.policy`` is the env's own expert.
 
     Raises:
         UsageError: the policy cannot be built (see :func:`build_policy`).
@@ -74,7 +81,7 @@ def episode_policy(config: Any, stop: Sequence[str], random_action: Any = None) 
     )
     if config.policy == "random" and random_action is not None:
         kwargs["sample_action"] = random_action
-    return build_policy(config.policy, kwargs)
+    return build_policy(config.policy, kwargs, make_expert)
 
 
 def policy_kwargs(
@@ -109,11 +116,13 @@ def policy_kwargs(
             "stop": list(stop),
             **openai_options,
         }
-    if name == "minimax" and isinstance(config, PolicyOptions):
-        style = {"style": config.minimax_style, "tie_break": config.minimax_tie_break}
-        return {"seed": seed, "reasoning": reasoning, **style}
-    if name == "lookup_expert":  # regenerates the env's tasks (textgym.builder.make_expert)
-        return {"seed": seed, "env_kwargs": dict(getattr(config, "env_kwargs", {}))}
-    if name in ("random", "minimax"):
+    if name not in GENERAL_POLICIES:  # an env's own expert (textgym.TextEnv.make_expert)
+        own = {"seed": seed, "env_kwargs": dict(getattr(config, "env_kwargs", {}))}
+        if name == "minimax" and isinstance(config, PolicyOptions):  # its own options
+            own.update(
+                reasoning=reasoning, style=config.minimax_style, tie_break=config.minimax_tie_break
+            )
+        return own
+    if name == "random":
         return {"seed": seed, "reasoning": reasoning}
     return {"seed": seed}

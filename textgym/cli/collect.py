@@ -104,7 +104,7 @@ def _run(
     """:func:`run` once the output file is claimed (checked and locked)."""
     from textgym.collect import sft_record
 
-    policy = building.episode_policy(config, plan.stop, plan.random_action)
+    policy = building.episode_policy(config, plan.stop, plan.random_action, plan.make_expert)
     running, tasks = RunningSummary(), plan.task_results(config)
     # --overwrite never writes into a hard link: a file with other names gets a new inode (the
     # lock on the old one, held by claim_file, still refuses a run through those names).

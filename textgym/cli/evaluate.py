@@ -79,7 +79,7 @@ def run(config: EvalConfig) -> int:
 
 def _run(config: EvalConfig, plan: batch_play.Setup, out_dir: Path | None) -> int:
     """:func:`run` once the output directory (if any) is claimed."""
-    policy = building.episode_policy(config, plan.stop, plan.random_action)
+    policy = building.episode_policy(config, plan.stop, plan.random_action, plan.make_expert)
     running, tasks = RunningSummary(), plan.task_results(config)
     with contextlib.ExitStack() as stack:
         sink = None
