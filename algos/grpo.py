@@ -71,7 +71,7 @@ from textgym.algos.learnability import hint_rule, member_hint_rules
 from textgym.algos.learner import Learner
 from textgym.algos.metric_summaries import progress_line, skipped_update_note
 from textgym.algos.policy_drift import start_policy_drift
-from textgym.algos.resume import checkpoint_to_resume
+from textgym.algos.resume import run_to_continue
 from textgym.algos.train_episodes import episode_records
 from textgym.rollout import Trajectory
 
@@ -125,7 +125,7 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     ctx, out = init_distributed(config.device), Path(config.output_dir)
     check_world_size(config, ctx)
     # Checked before any record is touched.
-    checkpoint = checkpoint_to_resume(out, config) if config.resume else None
+    checkpoint = run_to_continue(out, config, "final_eval.json")
     if checkpoint is not None and finished(checkpoint, config):
         print(f"{out} already finished its {config.steps} steps; nothing to do")
         return json.loads((out / "final_eval.json").read_text())

@@ -39,6 +39,7 @@ __all__ = [
     "evaluation_row",
     "load_checkpoint",
     "read_trainer_state",
+    "run_to_continue",
 ]
 
 
@@ -132,6 +133,29 @@ def check_epochs_left(checkpoint: Path | None, total_steps: int, epochs: int) ->
             f"past it (step {done}; {epochs} epoch(s) of {per_epoch} steps are "
             f"{total_steps}); pass --epochs >= {-(-done // per_epoch)}"
         )
+
+
+def run_to_continue(output_dir: str | Path, config: Any, finished_marker: str) -> Path | None:
+    """What a trainer (SFT, GRPO) checks of ``output_dir`` before it writes anything there:
+    with ``config.resume``, the checkpoint to continue (:func:`checkpoint_to_resume`); without,
+    ``None`` once it is sure no earlier run is there to be overwritten.
+
+    Raises:
+        SetupError: without ``resume``, ``output_dir`` already holds a run (a non-empty
+            ``metrics.jsonl``, or ``finished_marker``, the file a finished run writes last).
+        CheckpointError, ValueError: as :func:`checkpoint_to_resume`.
+    """
+    if config.resume:
+        return checkpoint_to_resume(output_dir, config)
+    out = Path(output_dir)
+    metrics = out / "metrics.jsonl"
+    if (out / finished_marker).exists() or (metrics.is_file() and metrics.stat().st_size > 0):
+        raise SetupError(
+            f"output_dir: expected {out} to hold no training run yet, got one (metrics.jsonl "
+            f"or {finished_marker}); choose a new --output-dir, delete that one, or pass "
+            "--resume to continue its newest checkpoint"
+        )
+    return None
 
 
 def checkpoint_to_resume(output_dir: str | Path, config: Any) -> Path | None:

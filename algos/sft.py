@@ -62,7 +62,7 @@ from textgym.algos.metric_rows import HELDOUT_LOSS, read_metrics
 from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, rank_logger, write_run_record
 from textgym.algos.model_loading import load_trainable_model, saved_base
-from textgym.algos.resume import check_epochs_left, checkpoint_to_resume, load_checkpoint
+from textgym.algos.resume import check_epochs_left, load_checkpoint, run_to_continue
 from textgym.algos.sft_data import (
     conversation_tokens,
     covering_conversations,
@@ -235,7 +235,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
     if config.resume and (out / "sft_summary.json").exists():
         print(f"{out} already finished its SFT run; nothing to do")
         return json.loads((out / "sft_summary.json").read_text())
-    checkpoint = _checkpoint_to_resume(config, out)
+    checkpoint = run_to_continue(out, config, "sft_summary.json")
     barrier(ctx)  # every rank has checked before rank 0 writes anything
     conversations = read_conversations(config.data)
     read = len(conversations)
@@ -279,26 +279,6 @@ def train(config: SFTConfig) -> dict[str, Any]:
         summary["heldout_losses"] = run.heldout_losses
         summary["stopped_early"] = steps < run.total_steps
     return _finish_run(run, summary, began)
-
-
-def _checkpoint_to_resume(config: SFTConfig, out: Path) -> Path | None:
-    """The checkpoint ``resume`` continues (checked against ``config``), else ``None``.
-
-    Raises:
-        ValueError: without ``resume``, ``out`` already holds an SFT run; a resume with
-            another config.
-        CheckpointError: ``resume`` and ``out`` holds no checkpoint, or a damaged one.
-    """
-    checkpoint = checkpoint_to_resume(out, config) if config.resume else None
-    if not config.resume and (
-        (out / "sft_summary.json").exists() or (out / "metrics.jsonl").exists()
-    ):
-        raise SetupError(
-            f"output_dir: expected {out} to hold no SFT run yet, got one (metrics.jsonl or "
-            "sft_summary.json); choose a new --output-dir, delete that one, or pass --resume "
-            "to continue its newest checkpoint"
-        )
-    return checkpoint
 
 
 def _start_run(

@@ -19,6 +19,7 @@ from textgym.algos import grpo  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
+from textgym.errors import SetupError  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
 from textgym.tiny_model import build_tiny_model  # noqa: E402
@@ -236,3 +237,15 @@ def test_env_workers_train_the_same_as_in_process(tmp_path):
         for x in rows
     ]
     assert train[0] == train[1] and len(train[0]) == 1
+
+
+def test_a_new_run_into_a_finished_one_is_refused_before_it_writes(tmp_path):
+    config = small(tmp_path, steps=1)
+    grpo.train(config)
+    out = tmp_path / "run"
+    record, metrics = (out / "run.json").read_text(), (out / "metrics.jsonl").read_text()
+    with pytest.raises(SetupError, match="hold no training run yet.*--resume"):
+        grpo.train(small(tmp_path, steps=1, learning_rate=5e-4))
+    # The earlier run's record and metrics are as it left them (no model was loaded either).
+    assert (out / "run.json").read_text() == record
+    assert (out / "metrics.jsonl").read_text() == metrics

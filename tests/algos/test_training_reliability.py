@@ -221,5 +221,5 @@ def test_sft_checks_data_before_loading_a_model_and_refuses_an_existing_run(tmp_
     out = tmp_path / "out"
     assert (out / "sft_summary.json").exists() and (out / "model.safetensors").exists()
     assert not (out / ".model.tmp").exists()
-    with pytest.raises(ValueError, match="hold no SFT run yet"):
+    with pytest.raises(ValueError, match="hold no training run yet"):
         sft.train(SFTConfig(**settings))
