@@ -101,6 +101,8 @@ def train(config: GRPOConfig) -> dict[str, Any]:
     step's groups, rank 0 logs, evaluates and saves, and the other ranks return ``{}``.
 
     Raises:
+        SetupError: without ``resume``, ``output_dir`` already holds a run
+            (:func:`~textgym.algos.resume.run_to_continue`), refused before anything is written.
         ValueError: an env or model that cannot be used (see the messages); a resume whose
             config differs in what the run learns (:func:`~textgym.algos.resume.check_resumable`)
             or whose checkpoint is past ``steps``; an episode return that is NaN or inf (with
