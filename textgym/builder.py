@@ -344,18 +344,21 @@ def _registered_classes() -> dict[str, type]:
     return {entry.id: gym.envs.registration.load_env_creator(entry.entry_point) for entry in ENVS}
 
 
-def _own_expert(cls: type) -> str | None:
-    """The expert a registered env class builds itself (:meth:`textgym.TextEnv.make_expert`),
-    by name; ``None`` when it has none of its own (none, or ``gold``)."""
-    name = getattr(cls, "expert_policy", None)  # a class attribute, or TextEnv's property
-    return name if isinstance(name, str) and name not in _FACTORIES else None
+def _own_experts() -> list[tuple[str, str, type]]:
+    """``(env id, expert name, env class)`` of each registered env whose class builds an expert
+    of its own (:meth:`textgym.TextEnv.make_expert`; ``gold`` and ``None`` are not its own)."""
+    found = []
+    for env_id, cls in _registered_classes().items():
+        name = getattr(cls, "expert_policy", None)  # a class attribute, or TextEnv's property
+        if isinstance(name, str) and name not in _FACTORIES:
+            found.append((env_id, name, cls))
+    return found
 
 
 def policy_names() -> tuple[str, ...]:
     """The names :func:`make_policy` builds: ``random``, ``gold``, ``hf``, ``openai``,
     ``human``, then the experts the registered envs build (``minimax``, ``lookup_expert``)."""
-    experts = (_own_expert(cls) for cls in _registered_classes().values())
-    return (*_FACTORIES, *dict.fromkeys(e for e in experts if e is not None))
+    return (*_FACTORIES, *dict.fromkeys(name for _, name, _ in _own_experts()))
 
 
 def gold_env_ids() -> list[str]:
@@ -369,10 +372,7 @@ def env_bound_expert_ids(name: str) -> list[str] | None:
     """For an env's own expert (one its class builds: ``minimax``, ``lookup_expert``), the
     registered ids whose class names it as its ``expert_policy``; ``None`` for any other
     policy name."""
-    if name in _FACTORIES:
-        return None
-    ids = [i for i, cls in _registered_classes().items() if _own_expert(cls) == name]
-    return ids or None
+    return [env_id for env_id, own, _ in _own_experts() if own == name] or None
 
 
 def make_expert(env: Any, env_kwargs: Mapping[str, Any] | None, seed: Any = None) -> Policy:
@@ -402,7 +402,7 @@ def make_policy(name: str, **kwargs: Any) -> Policy:
     """
     if name in _FACTORIES:
         return _FACTORIES[name](**kwargs)
-    for cls in _registered_classes().values():
-        if _own_expert(cls) == name:
+    for _, own, cls in _own_experts():
+        if own == name:
             return cls.make_expert(**kwargs)
     raise SetupError(f"Unknown policy {name!r}; expected one of {', '.join(policy_names())}")

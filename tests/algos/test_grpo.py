@@ -246,6 +246,6 @@ def test_a_new_run_into_a_finished_one_is_refused_before_it_writes(tmp_path):
     record, metrics = (out / "run.json").read_text(), (out / "metrics.jsonl").read_text()
     with pytest.raises(SetupError, match="hold no training run yet.*--resume"):
         grpo.train(small(tmp_path, steps=1, learning_rate=5e-4))
-    # The earlier run's record and metrics are as it left them (no model was loaded either).
+    # The earlier run's record and metrics are as it left them.
     assert (out / "run.json").read_text() == record
     assert (out / "metrics.jsonl").read_text() == metrics

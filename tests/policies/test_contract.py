@@ -27,3 +27,12 @@ def test_scripted_policies_keep_the_contract(name):
     policy = make_policy(name)
     assert policy.name == name
     assert policy.tokens_generated is None  # no model tokens: tokens/s is left out, not 0
+
+
+def test_the_command_line_offers_every_policy_the_builder_builds():
+    # --policy's choices are a Literal (tyro lists them in --help): they must not drift from
+    # the builder's names, the registered envs' own experts included.
+    from textgym.cli._options import PolicyName
+
+    offered = set(typing.get_args(PolicyName))
+    assert offered - {"expert"} == set(policy_names()) - {"human"}

@@ -140,11 +140,9 @@ def setup(config: BatchPlayConfig) -> Setup:
     )
     try:
         base = probe.unwrapped
+        stop = base.stop_strings
         _, info = probe.reset(seed=config.seed)
-        _choose_policy(config, base, info)
-        make_expert = None
-        if config.policy == base.expert_policy and config.policy not in GENERAL_POLICIES:
-            make_expert = type(base).make_expert
+        make_expert = _choose_policy(config, base, info)
         env_task_ids = base.task_ids
         walk = _task_walk(config, probe, env_task_ids)
         random_action, expert = base.random_action, base.expert_policy
@@ -152,13 +150,16 @@ def setup(config: BatchPlayConfig) -> Setup:
         probe.close()
     episodes = len(walk) if walk is not None else config.episodes or DEFAULT_EPISODES
     available = None if env_task_ids is None or config.sample_tasks else len(env_task_ids)
-    stop = base.stop_strings
     return Setup(make_env, stop, episodes, walk, available, random_action, expert, make_expert)
 
 
-def _choose_policy(config: BatchPlayConfig, base: Any, info: dict[str, Any]) -> None:
+def _choose_policy(
+    config: BatchPlayConfig, base: Any, info: dict[str, Any]
+) -> Callable[..., Policy] | None:
     """Resolve ``--policy`` (none, or ``expert``: the env's expert, else ``random``) into
-    ``config.policy`` and check that it can play the env ``base`` whose reset gave ``info``.
+    ``config.policy`` and check that it can play the env ``base`` whose reset gave ``info``;
+    return the env class's :meth:`~textgym.TextEnv.make_expert` when the policy is the env's
+    own expert (it builds it, for an env outside textgym's registry too), else ``None``.
 
     Raises:
         UsageError: ``--policy expert`` on an env without one, ``random`` without an action
@@ -191,12 +192,15 @@ def _choose_policy(config: BatchPlayConfig, base: Any, info: dict[str, Any]) -> 
             f"--policy gold cannot play {name}: it plays from info[{GOLD_INFO_KEY!r}], which "
             f"only envs with a reference solution give ({', '.join(gold_env_ids())}); " + fallback
         )
-    if config.policy not in GENERAL_POLICIES and config.policy != base.expert_policy:
+    if config.policy in GENERAL_POLICIES:
+        return None
+    if config.policy != base.expert_policy:
         own = env_bound_expert_ids(config.policy) or []
         raise UsageError(
             f"--policy {config.policy} cannot play {name}: it is the expert of "
             f"{', '.join(own) or 'another env'} only; " + fallback
         )
+    return type(base).make_expert
 
 
 def _task_walk(
