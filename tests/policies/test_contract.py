@@ -32,7 +32,8 @@ def test_scripted_policies_keep_the_contract(name):
 def test_the_command_line_offers_every_policy_the_builder_builds():
     # --policy's choices are a Literal (tyro lists them in --help): they must not drift from
     # the builder's names, the registered envs' own experts included.
-    from textgym.cli._options import PolicyName
+    from textgym.cli.evaluate import EvalConfig
 
-    offered = set(typing.get_args(PolicyName))
+    choices, _ = typing.get_args(typing.get_type_hints(EvalConfig)["policy"])  # Literal | None
+    offered = set(typing.get_args(choices))
     assert offered - {"expert"} == set(policy_names()) - {"human"}
