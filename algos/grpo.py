@@ -50,6 +50,7 @@ from textgym.algos.grpo_config import GRPOConfig, check_world_size
 from textgym.algos.grpo_rollouts import (
     rollout_metrics,
     rollout_step,
+    step_tasks,
 )
 from textgym.algos.grpo_run import (
     GRPORun,
@@ -167,6 +168,7 @@ def _train_step(run: GRPORun, step: int) -> dict[str, float]:
     began = time.perf_counter()
     stale, sync_s = 0.0, 0.0
     opponents = None
+    guided: dict[str, float] = {}  # expert_guidance's metrics
     if server is not None and server.pending:
         trajectories, stale = server.collect(), 1.0  # sampled one update behind
         played = trajectories
@@ -186,6 +188,8 @@ def _train_step(run: GRPORun, step: int) -> dict[str, float]:
             else:
                 trajectories, opponents = play_round(run, step, 0)
                 played = trajectories
+                if run.guide is not None:
+                    trajectories, guided = _guide(run, step, trajectories, opponents)
     if server is not None and config.async_rollouts and step < config.steps:
         sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
         server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
@@ -197,6 +201,7 @@ def _train_step(run: GRPORun, step: int) -> dict[str, float]:
         metrics = update(learner, trajectories) | rollout_metrics(played, ctx)
     if config.dynamic_sampling_rounds:
         metrics |= sampled.metrics(config.group_size)
+    metrics |= guided
     if run.league is not None and opponents is not None:
         metrics |= run.league.metrics()  # the draw this step's groups came from
         _record_league(run.league, opponents, played, config, ctx)
@@ -233,6 +238,17 @@ def play_round(run: GRPORun, step: int, round_: int) -> tuple[list[Trajectory], 
         run.env, run.policy, config, step - 1, run.learner.dist, opponents=opponents, round_=round_
     )
     return trajectories, opponents
+
+
+def _guide(
+    run: GRPORun, step: int, trajectories: list[Trajectory], opponents: list[str] | None
+) -> tuple[list[Trajectory], dict[str, float]]:
+    """Step ``step``'s batch with the expert's episodes in its flat groups
+    (:mod:`textgym.algos.expert_guidance`), and their metrics."""
+    assert run.guide is not None
+    config = run.learner.config
+    tasks = step_tasks(run.env, config, step - 1, run.learner.dist, opponents=opponents)
+    return run.guide.guide(trajectories, tasks, config.group_size, run.policy)
 
 
 def _record_league(

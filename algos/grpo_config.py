@@ -65,6 +65,12 @@ class GRPOConfig(OptimizationConfig):
     groups have unequal rewards, play up to this many more rounds of M groups (new tasks) and
     update on M informative groups, filling any shortfall with flat ones. 0 turns it off; at
     most 100. Needs rollout_engine hf and one process."""
+    expert_guidance: int = 0
+    """Expert-guided groups (textgym.algos.expert_guidance): in each group whose G sampled
+    episodes earn equal returns, the env's own expert plays the same task, and where it earns
+    more its episode replaces this many of the group's (an off-policy demonstration, as in
+    LUFFY). 0 turns it off; at most group_size - 1. Needs an env with an expert, rollout_engine
+    hf with the learner's own weights, in-process envs and no dynamic sampling."""
     seed: int = 0
     """Seed of tasks, sampling and initialisation; an integer in [0, 2**32 - 1], as for every
     command."""
@@ -344,6 +350,35 @@ _RULES = (
             f"{EXTRA_ROUND_SEEDS:,}, the task seeds each kind of round has; use fewer steps or "
             "rounds"
         ),
+    ),
+    _not_negative("expert_guidance"),
+    _Rule(
+        "expert_guidance",
+        lambda c: c.expert_guidance >= c.group_size,
+        lambda c: (
+            f"expected at most group_size - 1 ({c.group_size - 1}) expert episodes a group, got "
+            f"{c.expert_guidance}: the group needs a sampled episode to learn from"
+        ),
+    ),
+    _Rule(
+        "expert_guidance",
+        lambda c: (
+            bool(c.expert_guidance) and (c.rollout_engine != "hf" or c.rollout_dtype == "bfloat16")
+        ),
+        lambda c: (
+            "needs rollout_engine hf sampling the learner's own weights (the expert's tokens "
+            "have no sampling log-probs for a ratio against other weights)"
+        ),
+    ),
+    _Rule(
+        "expert_guidance",
+        lambda c: bool(c.expert_guidance) and bool(c.dynamic_sampling_rounds),
+        lambda c: "choose one remedy for flat groups: expert_guidance or dynamic_sampling_rounds",
+    ),
+    _Rule(
+        "expert_guidance",
+        lambda c: bool(c.expert_guidance) and bool(c.env_url),
+        lambda c: "the expert plays the env in this process; drop env_url",
     ),
     _Rule(
         "temperature",

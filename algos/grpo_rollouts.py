@@ -47,6 +47,7 @@ __all__ = [
     "rollout_metrics",
     "rollout_policies",
     "rollout_step",
+    "step_tasks",
     "training_env",
 ]
 
@@ -117,15 +118,7 @@ def rollout_step(
     (whole groups), its sampling RNG re-seeded from ``(seed, step, rank)``, so a checkpoint
     needs no per-rank sampling state and resumes on any number of ranks.
     """
-    first = round_seed(
-        config.seed, step, round_, config.groups_per_step, config.dynamic_sampling_rounds
-    )
-    seeds = GroupSeeds(first, config.batch_size, config.group_size)
-    options = [
-        ({"episode_index": i // config.group_size} if env.stratified else {})
-        | ({"opponent": opponents[i // config.group_size]} if opponents else {})
-        for i in range(config.batch_size)
-    ]
+    seeds, options = _step_tasks(env, config, step, opponents, round_)
     mine = rank_slice(config.batch_size, ctx)  # whole groups: batch_size % world_size == 0
     if ctx.distributed:
         policy.set_sampling_state(random.Random(f"{config.seed}/{step}/{ctx.rank}").getstate())
@@ -147,6 +140,43 @@ def rollout_step(
             on_episode_end=progress.episode_done,
             on_turn=progress.actions,
         )
+
+
+def step_tasks(
+    env: TrainingEnv,
+    config: GRPOConfig,
+    step: int,
+    ctx: DistributedContext,
+    *,
+    opponents: list[str] | None = None,
+    round_: int = 0,
+) -> list[tuple[int, dict[str, Any] | None]]:
+    """The seed and reset options (``None``: none) of each episode this rank plays in
+    :func:`rollout_step` with the same arguments, in its order."""
+    seeds, options = _step_tasks(env, config, step, opponents, round_)
+    mine = rank_slice(config.batch_size, ctx)
+    given = env.stratified or bool(opponents)
+    return [(seed, option if given else None) for seed, option in zip(seeds[mine], options[mine])]
+
+
+def _step_tasks(
+    env: TrainingEnv,
+    config: GRPOConfig,
+    step: int,
+    opponents: list[str] | None,
+    round_: int,
+) -> tuple[GroupSeeds, list[dict[str, Any]]]:
+    """Every rank's seeds and reset options of a step's round."""
+    first = round_seed(
+        config.seed, step, round_, config.groups_per_step, config.dynamic_sampling_rounds
+    )
+    seeds = GroupSeeds(first, config.batch_size, config.group_size)
+    options = [
+        ({"episode_index": i // config.group_size} if env.stratified else {})
+        | ({"opponent": opponents[i // config.group_size]} if opponents else {})
+        for i in range(config.batch_size)
+    ]
+    return seeds, options
 
 
 def rollout_policies(learner: Learner, env: TrainingEnv) -> tuple[HFPolicy, HFPolicy]:

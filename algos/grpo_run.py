@@ -30,6 +30,7 @@ from textgym.algos.distributed import (
     any_rank,
     barrier,
 )
+from textgym.algos.expert_guidance import ExpertGuide
 from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_rollouts import (
     TrainingEnv,
@@ -38,13 +39,14 @@ from textgym.algos.grpo_rollouts import (
     training_env,
 )
 from textgym.algos.league import OpponentLeague
-from textgym.algos.learner import Learner, make_learner
+from textgym.algos.learner import Learner, make_learner, sampled_elsewhere
 from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import METRICS_FILENAME, read_metrics
 from textgym.algos.metrics import rank_logger, write_run_record
 from textgym.algos.resume import evaluation_row, load_checkpoint
 from textgym.algos.server_rollouts import ServerRollouts
 from textgym.algos.train_episodes import TrainEpisodesLog
+from textgym.errors import SetupError
 from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 from textgym.results import write_json
@@ -84,6 +86,7 @@ class GRPORun:
     stop: StopOnInterrupt
     episodes: TrainEpisodesLog  # a sample of each step's rollouts (train_episodes.jsonl)
     league: OpponentLeague | None = None  # opponent_priority "loss"
+    guide: ExpertGuide | None = None  # expert_guidance
     eval_metrics: dict[str, Any] = field(default_factory=dict)  # the last evaluation's
     # The learnability rule of the last hint printed, by scope ("": the step, else a member).
     hint_rules: dict[str, str] = field(default_factory=dict)
@@ -104,7 +107,22 @@ def start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | No
     if ctx.is_main:
         write_run_record(out, config)
     env = training_env(config)
+    guide = None
+    if config.expert_guidance:  # before the model loads: an env without an expert fails fast
+        guide = ExpertGuide.for_env(
+            env.make,
+            config.env_kwargs,
+            per_group=config.expert_guidance,
+            seed=config.seed,
+            batch_size=config.rollout_batch_size,
+        )
     learner = make_learner(config, max_turns=env.max_turns, device=ctx.device, dist=ctx)
+    if guide is not None and sampled_elsewhere(learner):
+        raise SetupError(
+            "expert_guidance: the rollouts sample a bfloat16 copy (rollout_dtype auto on CUDA "
+            "with bf16), whose log-probs the ratio reads and the expert's tokens lack; set "
+            "rollout_dtype float32"
+        )
     policy, evaluator = rollout_policies(learner, env)
     server = None
     if config.rollout_engine == "llama-server":
@@ -132,6 +150,7 @@ def start_run(config: GRPOConfig, ctx: DistributedContext, checkpoint: Path | No
         stop=stop,
         episodes=TrainEpisodesLog(out, config.log_completions),
         league=league,
+        guide=guide,
         saved=start,
     )
 
