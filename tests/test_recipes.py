@@ -75,6 +75,7 @@ def test_the_tictactoe_recipe_runs_end_to_end_at_smoke_size(tmp_path):
         ("email", "sft"),
         ("tictactoe_league", "eval-o-minimax"),
         ("mixture", "grpo"),
+        ("tictactoe_o_seat", "guided"),
     ],
 )
 def test_the_first_stages_of_a_recipe_run_at_smoke_size(tmp_path, name, until):

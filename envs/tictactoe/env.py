@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -137,8 +139,8 @@ class TicTacToeEnv(TextEnv):
           Rules, rewards and info are the same.
 
         - ``start_boards``: ``None`` (default: every episode starts on the empty board), a
-          list of start positions (each as the ``board`` reset option below), or
-          ``"critical"``: every reachable position where some move changes the game's result
+          list of start positions (each as the ``board`` reset option below), a path to a
+          ``.json`` file of such a list (for thousands of boards), or ``"critical"``: every reachable position where some move changes the game's result
           (:func:`~textgym.envs.tictactoe.opponent.critical_positions`, 3,191 boards). Each
           episode starts, with probability ``start_board_prob``, from one of them drawn
           uniformly from the episode's seed (the copies of a GRPO group share it), the agent
@@ -417,11 +419,28 @@ def _check_start_boards(value: Any) -> tuple[str, ...]:
         return ()
     if value == "critical":
         return critical_positions()
+    if isinstance(value, str) and value.endswith(".json"):
+        value = _read_boards(Path(value))
     if not isinstance(value, (list, tuple)) or not value:
         raise ValueError(
-            f"Expected start_boards to be 'critical' or a non-empty list of boards, got {value!r}"
+            f"Expected start_boards to be 'critical', a non-empty list of boards or a .json "
+            f"file of one, got {value!r}"
         )
     return tuple(check_start_board(board, None) for board in value)
+
+
+def _read_boards(path: Path) -> Any:
+    """The JSON value of a ``start_boards`` file (checked by the caller).
+
+    Raises:
+        ValueError: the file cannot be read or is not JSON.
+    """
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(
+            f"start_boards: cannot read a JSON list of boards from {path}: {error}"
+        ) from None
 
 
 def _check_opponent(value: Any) -> str | tuple[str, ...]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import gymnasium as gym
 import pytest
 from hypothesis import given, settings
@@ -144,8 +146,9 @@ def test_the_board_option_wins_over_the_start_boards():
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("all", "'critical' or a non-empty list"),
-        ([], "'critical' or a non-empty list"),
+        ("all", "'critical', a non-empty list"),
+        ([], "'critical', a non-empty list"),
+        ("no/such/boards.json", "cannot read a JSON list of boards from no/such/boards.json"),
         (["XXX......"], "Impossible mark counts"),
         (["XXXOO...."], "finished"),
     ],
@@ -159,3 +162,20 @@ def test_bad_start_boards_are_refused_in_one_line(value, message):
 def test_start_boards_reach_the_env_through_gymnasium_make():
     env = gym.make("textgym/TicTacToe-v0", start_boards=["XX.OO...."], start_board_prob=1.0)
     assert env.reset(seed=1)[1]["board"] == "XX.OO...."
+
+
+def test_start_boards_come_from_a_json_file(tmp_path):
+    boards = ["X...O....", "XX.OO...."]
+    listed = tmp_path / "boards.json"
+    listed.write_text(json.dumps(boards), encoding="utf-8")
+    from_file = TicTacToeEnv(opponent="minimax", start_boards=str(listed))
+    inline = TicTacToeEnv(opponent="minimax", start_boards=boards)
+    assert [from_file.reset(seed=s)[1]["board"] for s in range(20)] == [
+        inline.reset(seed=s)[1]["board"] for s in range(20)
+    ]
+    (tmp_path / "bad.json").write_text('{"boards": 1}', encoding="utf-8")
+    with pytest.raises(ValueError, match="a .json file of one"):
+        TicTacToeEnv(start_boards=str(tmp_path / "bad.json"))
+    (tmp_path / "broken.json").write_text("[", encoding="utf-8")
+    with pytest.raises(ValueError, match="cannot read a JSON list"):
+        TicTacToeEnv(start_boards=str(tmp_path / "broken.json"))
