@@ -14,8 +14,9 @@ every episode returned 0 (or less)        too hard for this policy: SFT warm-up,
 every episode returned the same value     nothing to compare: an easier or harder setting, a
                                           reward with more resolution
 per-token entropy < 0.1 nats              samples are near copies: raise ``--temperature``
-groups flat, the batch's rewards mixed    larger ``--group-size``, higher ``--temperature``, or
-                                          ``--dynamic-sampling-rounds``
+groups flat, the batch's rewards mixed    larger ``--group-size``, higher ``--temperature``,
+                                          ``--dynamic-sampling-rounds``, or (an env with an
+                                          expert) ``--expert-guidance``
 ========================================  =====================================================
 
 The rules apply to a step whose update was skipped (every group flat) or whose share of flat
@@ -110,7 +111,8 @@ def hint_rule(row: Mapping[str, Any]) -> tuple[str, str] | None:
         return "flat_groups", (
             f"{state} though the batch's rewards differ (std {spread:.3g}): larger "
             "--group-size, higher --temperature, or --dynamic-sampling-rounds to fill the "
-            "batch with groups that differ"
+            "batch with groups that differ; where the env has an expert, --expert-guidance 1 "
+            "shows one better episode in each flat group"
         )
     return None
 

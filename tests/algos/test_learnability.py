@@ -53,7 +53,13 @@ SKIPPED = {"skipped_update": 1.0, "zero_variance_fraction": 1.0}
             SKIPPED
             | {"invalid_rate": 0.1, "reward_mean": 0.4, "reward_std": 0.3, "sampled_entropy": 2.0},
             "flat_groups",
-            ["std 0.3", "--group-size", "--temperature", "--dynamic-sampling-rounds"],
+            [
+                "std 0.3",
+                "--group-size",
+                "--temperature",
+                "--dynamic-sampling-rounds",
+                "--expert-guidance 1",
+            ],
         ),
         (
             {
