@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -430,3 +431,19 @@ def test_the_bar_table_names_only_what_is_still_over_it():
     for name in OVER_THE_BAR:
         limit = MODULE_LINES if ":" not in name else FUNCTION_LINES
         assert sizes.get(name, 0) > limit, f"{name} is under the bar now: drop it from the table"
+
+
+#: Hex strings in docs that name a dataset's version, not a commit of this project.
+DATA_VERSIONS = {"42f1b6dc"}
+
+
+def test_docs_name_no_commits_of_this_project():
+    """Docs describe the software; a measurement's commit lives in its JSON (issue 57)."""
+    hashes = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+    found = {}
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            named = set(hashes.findall(line)) - DATA_VERSIONS
+            if named:
+                found[f"{path.name}:{number}"] = sorted(named)
+    assert found == {}, f"commit hashes in docs (name the JSON instead): {found}"
