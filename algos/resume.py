@@ -57,6 +57,7 @@ RESUME_MAY_CHANGE = frozenset(
         "save_total_limit",
         "eval_every",
         "eval_episodes",
+        "load_best_model_at_end",
         "log_every",
         "tensorboard",
         "report_to",

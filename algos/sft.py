@@ -69,6 +69,7 @@ from textgym.algos.sft_data import (
     read_conversations,
 )
 from textgym.algos.sft_eval import (
+    BestEpoch,
     check_eval_env,
     evaluate_in_env,
     final_evaluation,
@@ -141,8 +142,10 @@ class SFTConfig(OptimizationConfig):
     (a stage="eval" row with heldout/loss, drawn on loss.png). None: no held-out loss."""
     early_stopping_patience: int = 0
     """With eval_data: stop after this many epochs in a row whose held-out loss is not below
-    the best before them (transformers' EarlyStoppingCallback rule); the model saved is the
-    last epoch's. 0: train every epoch."""
+    the best before them (transformers' EarlyStoppingCallback rule). 0: train every epoch."""
+    load_best_model_at_end: bool = True
+    """With eval_data: the model saved is the epoch with the lowest held-out loss
+    (transformers' option of this name, on eval_loss); False: the last epoch's."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -190,6 +193,7 @@ class SFTRun:
     dist: DistributedContext = SINGLE_PROCESS  # this process's rank in a data-parallel run
     heldout: list[tuple[list[int], list[int]]] | None = None  # eval_data, tokenized
     heldout_losses: list[float] = field(default_factory=list)  # one per epoch ended
+    best: BestEpoch = field(default_factory=BestEpoch)  # load_best_model_at_end
 
 
 def train(config: SFTConfig) -> dict[str, Any]:
@@ -258,7 +262,9 @@ def train(config: SFTConfig) -> dict[str, Any]:
                 for row in read_metrics(out / "metrics.jsonl")
                 if HELDOUT_LOSS in row
             ]
+            run.best = BestEpoch.of(run.heldout_losses)
         steps, final_loss, averaged = _epochs(run, sequences, logger, start=start, stop=stop)
+        kept = _keep_best(run)
         if ctx.is_main and config.eval_env is not None:
             evaluation = final_evaluation(run, steps, stop, _save_checkpoint)
             logger.log(steps, evaluation, stage="eval")
@@ -278,7 +284,24 @@ def train(config: SFTConfig) -> dict[str, Any]:
     if config.eval_data is not None:
         summary["heldout_losses"] = run.heldout_losses
         summary["stopped_early"] = steps < run.total_steps
+        summary["saved_epoch"] = kept
     return _finish_run(run, summary, began)
+
+
+def _keep_best(run: SFTRun) -> int | None:
+    """With held-out losses and ``load_best_model_at_end``, the best epoch's weights put back
+    into the model (:class:`~textgym.algos.sft_eval.BestEpoch`); the epoch the saved model is
+    (from 0), ``None`` without held-out data."""
+    if run.heldout is None or not run.heldout_losses:
+        return None
+    last = len(run.heldout_losses) - 1
+    if not run.config.load_best_model_at_end or run.best.epoch is None:
+        return last
+    note = run.best.restore(run, last, run.total_steps // run.config.epochs)
+    if note is not None:
+        print(f"textgym sft: {note}", file=sys.stderr)
+        return last
+    return run.best.epoch
 
 
 def _start_run(
@@ -405,6 +428,8 @@ def _epoch_ends_training(run: SFTRun, logger: MetricsLogger, step: int, epoch: i
         loss = heldout_loss(run, run.heldout)
         run.heldout_losses.append(loss)
         logger.log(step, {HELDOUT_LOSS: loss, "epoch": epoch}, stage="eval")
+        if run.config.load_best_model_at_end:
+            run.best.offer(run.model, epoch, loss)
     return stops_early(run.heldout_losses[: epoch + 1], run.config.early_stopping_patience)
 
 

@@ -6,13 +6,18 @@ normaliser counted over the whole set) on conversations the run does not train o
 without gradients through the same micro-batching and log-prob function as a step
 (:func:`textgym.algos.batches.sequence_log_probs`), so the two curves are comparable. Early
 stopping follows the usual rule (``transformers``' ``EarlyStoppingCallback``): stop once
-``patience`` evaluations in a row have not improved on the best so far.
+``patience`` evaluations in a row have not improved on the best so far; and, as
+``load_best_model_at_end`` does there, the model saved is the epoch with the lowest held-out
+loss (:class:`BestEpoch`), not the last one, which early stopping keeps for ``patience`` epochs
+past the best and an epoch cap may keep past an overfit.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,6 +30,7 @@ from textgym.policies.hf import HFPolicy
 from textgym.progress import EpisodeProgress
 
 __all__ = [
+    "BestEpoch",
     "check_eval_env",
     "evaluate_in_env",
     "final_evaluation",
@@ -60,6 +66,77 @@ def heldout_loss(run: Any, sequences: Sequence[tuple[list[int], list[int]]]) -> 
     finally:
         run.model.train()
     return total / count if count else math.nan
+
+
+@dataclass
+class BestEpoch:
+    """The epoch with the lowest held-out loss so far and, when this process trained it, a
+    copy of its trainable weights on the CPU (a LoRA adapter's few MB; the whole model's bytes
+    when every weight trains).
+
+    Attributes:
+        epoch: The best epoch, from 0 as in metrics.jsonl (``None``: none measured).
+        loss: Its held-out loss (nats per assistant token).
+        weights: Its trainable weights by name, or ``None`` when it ended before this process
+            started (a resumed run); :meth:`restore` then reads them from its checkpoint.
+    """
+
+    epoch: int | None = None
+    loss: float = math.inf
+    weights: dict[str, torch.Tensor] | None = None
+
+    @classmethod
+    def of(cls, losses: Sequence[float]) -> BestEpoch:
+        """The best of the held-out losses a resumed run read back (their weights not held)."""
+        finite = [(loss, epoch) for epoch, loss in enumerate(losses) if math.isfinite(loss)]
+        if not finite:
+            return cls()
+        loss, epoch = min(finite)
+        return cls(epoch, loss)
+
+    def offer(self, model: Any, epoch: int, loss: float) -> None:
+        """Keep ``model``'s trainable weights if ``loss`` is below the best so far."""
+        if math.isfinite(loss) and loss < self.loss:
+            self.epoch, self.loss = epoch, loss
+            self.weights = {
+                name: param.detach().to("cpu", copy=True)
+                for name, param in model.named_parameters()
+                if param.requires_grad
+            }
+
+    def restore(self, run: Any, last_epoch: int, steps_per_epoch: int) -> str | None:
+        """Put the best epoch's weights back into ``run.model`` when it is not ``last_epoch``;
+        ``None``, or a one-line note when they are gone (a resumed run whose best epoch ended
+        between checkpoints: the last epoch's weights stay).
+
+        Raises:
+            CheckpointError: the best epoch's checkpoint does not load.
+        """
+        if self.epoch is None or self.epoch == last_epoch:
+            return None
+        if self.weights is not None:
+            params = dict(run.model.named_parameters())
+            with torch.no_grad():
+                for name, saved in self.weights.items():
+                    params[name].copy_(saved)
+            return None
+        from textgym.algos.resume import load_checkpoint
+
+        step = (self.epoch + 1) * steps_per_epoch
+        checkpoint = Path(run.config.output_dir) / f"checkpoint-{step}"
+        if not checkpoint.is_dir():
+            return (
+                f"the best held-out epoch ({self.epoch}) ended at step {step}, which this "
+                "resumed run has no checkpoint of; the last epoch's weights are saved"
+            )
+        load_checkpoint(
+            checkpoint,
+            model=run.model,
+            optimizer=run.optimizer,
+            scheduler=run.scheduler,
+            optimizer_needed=False,
+        )
+        return None
 
 
 def stops_early(losses: Sequence[float], patience: int) -> bool:

@@ -303,6 +303,52 @@ def test_early_stopping_ends_after_patience_epochs_without_a_better_heldout_loss
     assert (tmp_path / "sft" / "sft_summary.json").is_file()
 
 
+def _weights(folder):
+    from safetensors.torch import load_file
+
+    return load_file(str(folder / "model.safetensors"))
+
+
+def _same_weights(a, b) -> bool:
+    import torch
+
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("best", [True, False])
+def test_the_saved_model_is_the_best_heldout_epoch(tmp_path, monkeypatch, best):
+    """load_best_model_at_end (the default): the model saved is the weights of the epoch with
+    the lowest held-out loss (epoch 1, step 4), not the last one trained (epoch 3, step 8)."""
+    import textgym.algos.sft as sft
+
+    losses = iter([1.0, 0.5, 0.6, 0.7])
+    monkeypatch.setattr(sft, "heldout_loss", lambda run, sequences: next(losses))
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+    out = tmp_path / "sft"
+    summary = train(
+        SFTConfig(
+            data=str(data),
+            eval_data=str(data),
+            early_stopping_patience=2,
+            load_best_model_at_end=best,
+            model="tiny",
+            output_dir=str(out),
+            epochs=6,
+            batch_size=2,
+            learning_rate=3e-3,
+            save_every=2,
+            save_total_limit=None,
+            device="cpu",
+            tensorboard=False,
+        )
+    )
+    assert summary["saved_epoch"] == (1 if best else 3)
+    saved = _weights(out)
+    assert _same_weights(saved, _weights(out / ("checkpoint-4" if best else "checkpoint-8")))
+    assert not _same_weights(saved, _weights(out / ("checkpoint-8" if best else "checkpoint-4")))
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -321,7 +367,7 @@ def test_heldout_settings_are_refused_in_one_line(tmp_path, kwargs, match):
 
 
 def test_a_resumed_run_keeps_the_heldout_losses_it_had_and_stops_where_it_would_have(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, capsys
 ):
     """Killed after epoch 3's checkpoint, before its held-out loss: the resume reads epochs 1-2's
     back from metrics.jsonl, measures epoch 3, and stops early at the same step as an
@@ -351,5 +397,40 @@ def test_a_resumed_run_keeps_the_heldout_losses_it_had_and_stops_where_it_would_
     monkeypatch.setattr(sft, "heldout_loss", stub([0.6, 0.7]))
     summary = train(SFTConfig(**settings, output_dir=str(out), resume=True))
     assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7] and summary["steps"] == 8
+    # The best epoch (1) ended before the resume, and save_total_limit 2 has since removed its
+    # checkpoint-4: the last epoch's weights are saved, and said so.
+    assert summary["saved_epoch"] == 3 and "no checkpoint of" in capsys.readouterr().err
     heldout = [(r["step"], r["heldout/loss"]) for r in _sft_rows(out) if r.get("stage") == "eval"]
     assert heldout == [(2, 1.0), (4, 0.5), (6, 0.6), (8, 0.7)]
+
+
+def test_a_resumed_run_reads_the_best_epoch_back_from_its_checkpoint(tmp_path, monkeypatch):
+    """Killed in epoch 2's held-out loss, after its checkpoint: the resume knows epoch 1 was
+    the best (0.5) without holding its weights, and reads them from checkpoint-4."""
+    import textgym.algos.sft as sft
+
+    def stub(values):
+        values = iter(values)
+
+        def heldout(run, sequences):
+            value = next(values)
+            if isinstance(value, BaseException):
+                raise value
+            return value
+
+        return heldout
+
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+    settings = dict(data=str(data), eval_data=str(data), model="tiny", batch_size=2, save_every=2)
+    settings |= dict(epochs=4, learning_rate=3e-3, save_total_limit=None, device="cpu")
+    settings |= dict(tensorboard=False, output_dir=str(tmp_path / "sft"))
+    out = tmp_path / "sft"
+    monkeypatch.setattr(sft, "heldout_loss", stub([1.0, 0.5, KeyboardInterrupt()]))
+    with pytest.raises(KeyboardInterrupt):
+        train(SFTConfig(**settings))
+    monkeypatch.setattr(sft, "heldout_loss", stub([0.6, 0.7]))
+    summary = train(SFTConfig(**settings, resume=True))
+    assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7] and summary["saved_epoch"] == 1
+    assert _same_weights(_weights(out), _weights(out / "checkpoint-4"))
+    assert not _same_weights(_weights(out), _weights(out / "checkpoint-8"))
