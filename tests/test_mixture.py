@@ -12,9 +12,13 @@ import numpy as np
 import pytest
 
 import textgym  # noqa: F401
+from textgym.builder import make_expert
 from textgym.card import env_card
 from textgym.cli.training_tables import eval_table_rows
-from textgym.mixture import MEMBER_SEPARATOR, EnvMixture, member_of
+from textgym.core import TextEnv
+from textgym.errors import SetupError
+from textgym.mixture import MEMBER_EXPERTS, MEMBER_SEPARATOR, EnvMixture, member_of
+from textgym.rollout import rollout
 
 TTT = {"env_id": "textgym/TicTacToe-v0", "env_kwargs": {"prompt_style": "compact"}}
 REVERSE = {"env_id": "textgym/ReverseText-v0", "env_kwargs": {"max_chars": 80}}
@@ -62,7 +66,7 @@ def test_the_contract_is_the_members_union():
         "EmailToolUse-v1/eval",
     ]
     assert base.evaluation_settings["TicTacToe-v0/optimal"]["member"] == "TicTacToe-v0"
-    assert base.expert_policy is None and not base.has_gold_completion
+    assert base.expert_policy == MEMBER_EXPERTS and not base.has_gold_completion
     rng = np.random.default_rng(0)
     for name in base.names:  # the random floor draws in each member's own grammar
         obs, info = base.reset(seed=1, options={"member": name})
@@ -103,6 +107,8 @@ def test_a_bad_member_spec_is_one_clear_error(envs, match):
 def test_the_quality_card_of_the_default_mixture_passes():
     card = env_card("textgym/Mixture-v0", tasks=4)
     assert card["status"] == "pass", card["failed"]
+    # The members' experts reach each member's own maximum (a draw is tic-tac-toe's 0.5).
+    assert card["oracle"]["policy"] == "member_experts" and card["oracle"]["failing"] == 0
 
 
 def test_the_evaluation_table_has_a_column_per_member_setting():
@@ -199,3 +205,49 @@ def test_train_mixture_shortcut_builds_the_member_specs():
         GRPOConfig(env_id="textgym/TicTacToe-v0", mixture=("textgym/ReverseText-v0",))
     with pytest.raises(ValueError, match="no other --env-kwargs"):
         GRPOConfig(env_id="textgym/Mixture-v0", mixture=("a",), env_kwargs={"envs": []})
+
+
+def test_member_experts_play_each_episode_with_its_members_expert():
+    """Each member's own expert, under its own kwargs: minimax never loses, the gold reversal
+    and the look-up expert solve their tasks (the look-up expert reads the member's task id)."""
+    specs = [TTT, REVERSE, {"env_id": "textgym/EmailToolUse-v1", "env_kwargs": {"num_steps": 1}}]
+    env = mixture(*specs)
+    expert = make_expert(env.unwrapped, {"envs": specs}, seed=0)
+    env.close()
+    assert expert.name == MEMBER_EXPERTS
+    episodes = rollout(lambda: mixture(*specs), expert, list(range(24)), batch_size=5)
+    returns = {}
+    for episode in episodes:
+        returns.setdefault(member_of(episode.task_id), []).append(episode.episode_return)
+    assert set(returns) == {"TicTacToe-v0", "ReverseText-v0", "EmailToolUse-v1"}
+    assert min(returns["TicTacToe-v0"]) >= 0.5  # minimax draws or wins
+    assert set(returns["ReverseText-v0"]) == {1.1} and set(returns["EmailToolUse-v1"]) == {1.0}
+    with pytest.raises(SetupError, match="takes no options"):
+        EnvMixture.make_expert(env_kwargs={"envs": specs}, style="any")
+
+
+class _NoExpertEnv(TextEnv):
+    """A task with no expert and no gold answers."""
+
+    def __init__(self):
+        from textgym.spaces import UnicodeText
+
+        self.observation_space, self.action_space = UnicodeText(10), UnicodeText(10)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "say hi", {}
+
+    def step(self, action):
+        return "", float(action == "hi"), True, False, {}
+
+
+def test_a_member_without_an_expert_leaves_the_mixture_without_one():
+    gym.register(id="NoExpert-v0", entry_point=_NoExpertEnv, max_episode_steps=1)
+    try:
+        base = mixture(TTT, {"env_id": "NoExpert-v0"}).unwrapped
+        assert base.expert_policy is None
+        with pytest.raises(SetupError, match="names no expert policy"):
+            make_expert(base, {}, seed=0)
+    finally:
+        del gym.registry["NoExpert-v0"]

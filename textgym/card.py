@@ -222,15 +222,24 @@ def _play(
     return rollout(make_env, policy, seeds, options=options, batch_size=8)
 
 
-def _stats(trajectories: Sequence[Trajectory], maximum: float) -> dict[str, Any]:
-    """Mean return, its standard error, episodes, those reaching ``maximum``, and those that
-    solve their task (:func:`textgym.evaluation.task_score` reaches 1: the task's own grade)."""
+def _reaches(base: Any, trajectory: Trajectory, maximum: float) -> bool:
+    """Whether an episode returns its maximum: ``maximum``, or for a mixture its member's
+    (:meth:`textgym.mixture.EnvMixture.max_return_of`)."""
+    own = getattr(base, "max_return_of", None)
+    target = own(trajectory.task_id) if own is not None else maximum
+    return trajectory.episode_return >= target - _TOLERANCE
+
+
+def _stats(trajectories: Sequence[Trajectory], maximum: float, base: Any = None) -> dict[str, Any]:
+    """Mean return, its standard error, episodes, those reaching their maximum
+    (:func:`_reaches`), and those that solve their task (:func:`textgym.evaluation.task_score`
+    reaches 1: the task's own grade)."""
     returns = [t.episode_return for t in trajectories]
     try:
         mean, stderr = mean_stderr(returns)
     except NonFiniteError as exc:
         return {"status": "fail", "detail": str(exc)[:500], "episodes": len(returns)}
-    reached = sum(r >= maximum - _TOLERANCE for r in returns)
+    reached = sum(_reaches(base, t, maximum) for t in trajectories)
     return {
         "mean": round(mean, 6),
         "stderr": stderr if math.isnan(stderr) else round(stderr, 6),
@@ -264,11 +273,11 @@ def _oracle(
         episodes = _play(make_env, make_expert(base, env_kwargs, seed), seeds, options)
     except Exception as exc:  # the expert cannot play its own env: that is the finding
         return {**_failure(exc), "policy": expert, "maximum": maximum}, []
-    stats = _stats(episodes, maximum)
+    stats = _stats(episodes, maximum, base)
     short = [
         {"task": t.task_id, "seed": t.seed, "return": t.episode_return}
         for t in episodes
-        if not t.episode_return >= maximum - _TOLERANCE
+        if not _reaches(base, t, maximum)
     ]
     section = {
         "status": stats.get("status") or ("fail" if short else "pass"),

@@ -11,8 +11,9 @@ other options go to it). The info carries ``mixture_member``, and the task id is
 
 The contract is the members' union: the stop strings of all of them (a completion stops at
 any member's stop string), text spaces as long as the longest member's, gold completions only
-when every member has them, an expert only when all members share it. Each member keeps its
-own step limit (``max_episode_steps``), reward and wrappers.
+when every member has them, an expert when every member has one (the members' own when they
+share it, else :class:`MemberExperts`, each episode played by its member's). Each member keeps
+its own step limit (``max_episode_steps``), reward and wrappers.
 
 Example::
 
@@ -35,7 +36,18 @@ from textgym.core import TextEnv
 from textgym.errors import SetupError
 from textgym.spaces import UnicodeText
 
-__all__ = ["DEFAULT_MEMBERS", "MEMBER_SEPARATOR", "EnvMixture", "member_of", "members_from_ids"]
+__all__ = [
+    "DEFAULT_MEMBERS",
+    "MEMBER_EXPERTS",
+    "MEMBER_SEPARATOR",
+    "EnvMixture",
+    "MemberExperts",
+    "member_of",
+    "members_from_ids",
+]
+
+#: The expert of a mixture whose members have experts of different names.
+MEMBER_EXPERTS = "member_experts"
 
 #: Between the member's name and its own task id in a mixture episode's task id.
 MEMBER_SEPARATOR = "::"
@@ -187,7 +199,9 @@ class EnvMixture(TextEnv):
         )
         self.has_gold_completion = all(getattr(b, "has_gold_completion", False) for b in bases)
         experts = {getattr(b, "expert_policy", None) for b in bases}
-        self._expert = experts.pop() if len(experts) == 1 else None
+        self._expert = (
+            experts.pop() if len(experts) == 1 else None if None in experts else MEMBER_EXPERTS
+        )
         self.info_keys = frozenset().union(*(getattr(b, "info_keys", ()) for b in bases)) | {
             "mixture_member"
         }
@@ -224,8 +238,57 @@ class EnvMixture(TextEnv):
 
     @property
     def expert_policy(self) -> str | None:
-        """The members' expert when all of them name the same one, else ``None``."""
+        """The members' expert when all of them name the same one, :data:`MEMBER_EXPERTS`
+        when each names its own, else (a member without one) ``None``."""
         return self._expert
+
+    @property
+    def max_return(self) -> float:
+        """The largest of the members' most returns (:func:`textgym.card.max_return`)."""
+        from textgym.card import max_return
+
+        return max(max_return(env.unwrapped) for env in self._envs)
+
+    def max_return_of(self, task_id: str | None) -> float:
+        """The most an episode of ``task_id`` (``NAME::TASK``) returns: its member's.
+
+        Raises:
+            KeyError: a task id of no member.
+        """
+        from textgym.card import max_return
+
+        name = member_of(task_id)
+        if name not in self.names:
+            raise KeyError(
+                f"Expected a task id NAME{MEMBER_SEPARATOR}TASK of a member, got {task_id!r}"
+            )
+        return max_return(self._envs[self.names.index(name)].unwrapped)
+
+    @classmethod
+    def make_expert(
+        cls, *, seed: Any = None, env_kwargs: Mapping[str, Any] | None = None, **options: Any
+    ) -> MemberExperts:
+        """Each member's own expert (:func:`textgym.builder.make_expert`, under the member's
+        env kwargs) behind one :class:`MemberExperts`; ``options`` are not taken.
+
+        Raises:
+            SetupError: a member names no expert, or ``options`` were given.
+        """
+        from textgym.builder import make_expert
+
+        if options:
+            raise SetupError(f"A mixture's expert takes no options, got {sorted(options)}")
+        specs = list((env_kwargs or {}).get("envs", DEFAULT_MEMBERS))
+        mixture = cls(envs=specs)
+        try:
+            return MemberExperts(
+                {
+                    name: make_expert(env.unwrapped, spec.get("env_kwargs") or {}, seed=seed)
+                    for name, env, spec in zip(mixture.names, mixture._envs, specs)
+                }
+            )
+        finally:
+            mixture.close()
 
     def _draw(self, seed: int | None) -> int:
         """The member of an episode: drawn by weight from its seed alone (else the env's RNG)."""
@@ -278,3 +341,43 @@ class EnvMixture(TextEnv):
         """Close every member."""
         for env in self._envs:
             env.close()
+
+
+class MemberExperts:
+    """The expert of a mixture: each conversation played by the expert of its episode's
+    member (``info["mixture_member"]``), which sees the info as its own env gives it (the task
+    id without the member's name), a batch split by member and put back in order.
+
+    Raises (from :meth:`act`):
+        KeyError: an info that names no member of the mixture.
+    """
+
+    name = MEMBER_EXPERTS
+    tokens_generated = None
+
+    def __init__(self, experts: Mapping[str, Any]):
+        self.experts = dict(experts)
+
+    def act(self, conversations: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> list[Any]:
+        by_member: dict[str, list[int]] = {}
+        for index, info in enumerate(infos):
+            name = info.get("mixture_member")
+            if name not in self.experts:
+                raise KeyError(f"Expected info['mixture_member'] to name a member, got {name!r}")
+            by_member.setdefault(name, []).append(index)
+        completions: list[Any] = [None] * len(infos)
+        for name, indices in by_member.items():
+            own = self.experts[name].act(
+                [conversations[i] for i in indices], [_member_info(infos[i]) for i in indices]
+            )
+            for index, completion in zip(indices, own):
+                completions[index] = completion
+        return completions
+
+
+def _member_info(info: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A mixture episode's info with the member's own task id (``NAME::TASK`` -> ``TASK``)."""
+    task_id = info.get("task_id")
+    if not isinstance(task_id, str) or MEMBER_SEPARATOR not in task_id:
+        return info
+    return {**info, "task_id": task_id.split(MEMBER_SEPARATOR, 1)[1]}
