@@ -15,10 +15,11 @@ import textgym  # noqa: F401
 from textgym.builder import make_expert
 from textgym.card import env_card
 from textgym.cli.training_tables import eval_table_rows
-from textgym.core import TextEnv
 from textgym.errors import SetupError
 from textgym.mixture import MEMBER_EXPERTS, MEMBER_SEPARATOR, EnvMixture, member_of
 from textgym.rollout import rollout
+
+from ._runs import register_distinct_characters
 
 TTT = {"env_id": "textgym/TicTacToe-v0", "env_kwargs": {"prompt_style": "compact"}}
 REVERSE = {"env_id": "textgym/ReverseText-v0", "env_kwargs": {"max_chars": 80}}
@@ -226,28 +227,8 @@ def test_member_experts_play_each_episode_with_its_members_expert():
         EnvMixture.make_expert(env_kwargs={"envs": specs}, style="any")
 
 
-class _NoExpertEnv(TextEnv):
-    """A task with no expert and no gold answers."""
-
-    def __init__(self):
-        from textgym.spaces import UnicodeText
-
-        self.observation_space, self.action_space = UnicodeText(10), UnicodeText(10)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return "say hi", {}
-
-    def step(self, action):
-        return "", float(action == "hi"), True, False, {}
-
-
 def test_a_member_without_an_expert_leaves_the_mixture_without_one():
-    gym.register(id="NoExpert-v0", entry_point=_NoExpertEnv, max_episode_steps=1)
-    try:
-        base = mixture(TTT, {"env_id": "NoExpert-v0"}).unwrapped
-        assert base.expert_policy is None
-        with pytest.raises(SetupError, match="names no expert policy"):
-            make_expert(base, {}, seed=0)
-    finally:
-        del gym.registry["NoExpert-v0"]
+    base = mixture(TTT, {"env_id": register_distinct_characters()}).unwrapped
+    assert base.expert_policy is None
+    with pytest.raises(SetupError, match="names no expert policy"):
+        make_expert(base, {}, seed=0)

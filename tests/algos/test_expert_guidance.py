@@ -16,12 +16,12 @@ import gymnasium as gym  # noqa: E402
 import textgym  # noqa: E402,F401
 from textgym.algos.expert_guidance import ExpertGuide, replay_tokens  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
-from textgym.core import TextEnv  # noqa: E402
 from textgym.errors import SetupError  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import Trajectory, rollout  # noqa: E402
-from textgym.spaces import UnicodeText  # noqa: E402
 from textgym.tiny_model import build_tiny_model  # noqa: E402
+
+from .._runs import register_distinct_characters  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -150,27 +150,10 @@ def test_config_refuses_guidance_it_cannot_give(tmp_path, overrides, message):
         _config(tmp_path, **overrides)
 
 
-class _NoExpertEnv(TextEnv):
-    """A task with no expert and no gold answers."""
-
-    def __init__(self):
-        self.observation_space, self.action_space = UnicodeText(10), UnicodeText(10)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        return "say hi", {}
-
-    def step(self, action):
-        return "", float(action == "hi"), True, False, {}
-
-
 def test_an_env_without_an_expert_is_refused_before_the_model_loads(tmp_path):
     from textgym.algos import grpo
 
-    gym.register(id="NoExpertGuide-v0", entry_point=_NoExpertEnv, max_episode_steps=1)
-    try:
-        config = _config(tmp_path, env_id="NoExpertGuide-v0", env_kwargs={}, model="no/such-model")
-        with pytest.raises(SetupError, match="names no expert policy"):
-            grpo.train(config)
-    finally:
-        del gym.registry["NoExpertGuide-v0"]
+    env_id = register_distinct_characters()  # no expert, no gold answers
+    config = _config(tmp_path, env_id=env_id, env_kwargs={}, model="no/such-model")
+    with pytest.raises(SetupError, match="names no expert policy"):
+        grpo.train(config)

@@ -239,6 +239,19 @@ def test_sft_refuses_an_unknown_eval_env_before_training(tmp_path):
         SFTConfig(data=str(data), eval_env="textgym/NoSuchEnv-v0")
 
 
+def _heldout_stub(values):
+    """A held-out loss that returns ``values`` in turn (raising one that is an exception)."""
+    values = iter(values)
+
+    def heldout(run, sequences):
+        value = next(values)
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+    return heldout
+
+
 def _sft_rows(out):
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -374,27 +387,16 @@ def test_a_resumed_run_keeps_the_heldout_losses_it_had_and_stops_where_it_would_
     uninterrupted run."""
     import textgym.algos.sft as sft
 
-    def stub(values):
-        values = iter(values)
-
-        def heldout(run, sequences):
-            value = next(values)
-            if isinstance(value, BaseException):
-                raise value
-            return value
-
-        return heldout
-
     data = tmp_path / "games.jsonl"
     data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
     settings = dict(data=str(data), eval_data=str(data), early_stopping_patience=2, epochs=6)
     settings |= dict(model="tiny", batch_size=2, save_every=2, device="cpu", tensorboard=False)
     out = tmp_path / "sft"
-    monkeypatch.setattr(sft, "heldout_loss", stub([1.0, 0.5, KeyboardInterrupt()]))
+    monkeypatch.setattr(sft, "heldout_loss", _heldout_stub([1.0, 0.5, KeyboardInterrupt()]))
     with pytest.raises(KeyboardInterrupt):
         train(SFTConfig(**settings, output_dir=str(out)))
     assert (out / "checkpoint-6").is_dir() and not (out / "sft_summary.json").exists()
-    monkeypatch.setattr(sft, "heldout_loss", stub([0.6, 0.7]))
+    monkeypatch.setattr(sft, "heldout_loss", _heldout_stub([0.6, 0.7]))
     summary = train(SFTConfig(**settings, output_dir=str(out), resume=True))
     assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7] and summary["steps"] == 8
     # The best epoch (1) ended before the resume, and save_total_limit 2 has since removed its
@@ -409,27 +411,16 @@ def test_a_resumed_run_reads_the_best_epoch_back_from_its_checkpoint(tmp_path, m
     the best (0.5) without holding its weights, and reads them from checkpoint-4."""
     import textgym.algos.sft as sft
 
-    def stub(values):
-        values = iter(values)
-
-        def heldout(run, sequences):
-            value = next(values)
-            if isinstance(value, BaseException):
-                raise value
-            return value
-
-        return heldout
-
     data = tmp_path / "games.jsonl"
     data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
     settings = dict(data=str(data), eval_data=str(data), model="tiny", batch_size=2, save_every=2)
     settings |= dict(epochs=4, learning_rate=3e-3, save_total_limit=None, device="cpu")
     settings |= dict(tensorboard=False, output_dir=str(tmp_path / "sft"))
     out = tmp_path / "sft"
-    monkeypatch.setattr(sft, "heldout_loss", stub([1.0, 0.5, KeyboardInterrupt()]))
+    monkeypatch.setattr(sft, "heldout_loss", _heldout_stub([1.0, 0.5, KeyboardInterrupt()]))
     with pytest.raises(KeyboardInterrupt):
         train(SFTConfig(**settings))
-    monkeypatch.setattr(sft, "heldout_loss", stub([0.6, 0.7]))
+    monkeypatch.setattr(sft, "heldout_loss", _heldout_stub([0.6, 0.7]))
     summary = train(SFTConfig(**settings, resume=True))
     assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7] and summary["saved_epoch"] == 1
     assert _same_weights(_weights(out), _weights(out / "checkpoint-4"))
