@@ -23,6 +23,7 @@ other weights: llama-server, a bfloat16 copy).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,8 +128,9 @@ class ExpertGuide:
             if not episode.episode_return > trajectories[g * group_size].episode_return:
                 continue  # the expert did no better: the group stays as sampled
             end = (g + 1) * group_size
+            replayed = replay_tokens(policy, episode)  # once; the k copies share nothing mutable
             for i in range(end - self.per_group, end):
-                guided[i] = replay_tokens(policy, episode)
+                guided[i] = copy.deepcopy(replayed) if i > end - self.per_group else replayed
             count += 1
         m = len(flat)
         return guided, {
