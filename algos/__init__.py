@@ -4,8 +4,8 @@ Modules, each importable on its own (they need the ``llm`` and ``train`` extras:
 transformers, peft, tyro):
 
 - :mod:`textgym.algos.sft`: supervised fine-tuning on chat records (``textgym sft``):
-  ``SFTConfig`` and ``train``; :mod:`textgym.algos.sft_data` reads and checks the records and
-  tokenizes a conversation with its loss mask; :mod:`textgym.algos.sft_eval` the held-out loss,
+  ``train``; :mod:`textgym.algos.sft_config` holds ``SFTConfig``, :mod:`textgym.algos.sft_data`
+  reads and checks the records and tokenizes them with their loss masks; :mod:`textgym.algos.sft_eval` the held-out loss,
   early stopping and the evaluation in an env.
 - :mod:`textgym.algos.grpo`: GRPO on any textgym env (``textgym train``), read top to bottom:
   ``train`` (the loop) and one step; :mod:`textgym.algos.grpo_run` the run around them

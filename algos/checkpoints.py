@@ -59,6 +59,7 @@ __all__ = [
     "optimizer_bytes",
     "prune_checkpoints",
     "save_checkpoint",
+    "save_final_model",
     "save_model",
     "save_trainer_checkpoint",
     "tokenizer_bytes",
@@ -449,3 +450,25 @@ def check_checkpoint_settings(config: Any) -> None:
         raise ValueError(
             f"save_total_limit: expected None (keep every checkpoint) or an int >= 1, got {limit!r}"
         )
+
+
+def save_final_model(model: Any, tokenizer: Any, config: Any) -> None:
+    """Save the trained model into ``config.output_dir`` (the run's finished model, beside its
+    checkpoints) through a scratch directory, so a run killed while
+    saving never leaves a model that looks complete.
+
+    Raises:
+        InsufficientDiskSpace: too little free disk; nothing was written.
+        OutputWriteError: a file could not be written all the same (a full disk): one line;
+            the scratch directory is removed.
+    """
+    out = Path(config.output_dir)
+    scratch = out / ".model.tmp"
+    shutil.rmtree(scratch, ignore_errors=True)
+    needed = with_margin(model_bytes(model) + tokenizer_bytes(tokenizer))
+    check_free_disk(out, needed, what="the model", keeps="the checkpoints in it are intact")
+    with saving_into(scratch, out, "the checkpoints in it are intact"):
+        save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=out)
+    for item in scratch.iterdir():
+        item.replace(out / item.name)
+    scratch.rmdir()

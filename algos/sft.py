@@ -16,9 +16,9 @@ checkpoint layout, and TRL stays a benchmark-only dependency.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,21 +29,14 @@ import torch
 
 from textgym.algos.batches import make_token_batch, micro_batch_log_probs
 from textgym.algos.checkpoints import (
-    check_checkpoint_settings,
     check_disk_for_run,
-    check_free_disk,
-    model_bytes,
-    save_model,
+    save_final_model,
     save_trainer_checkpoint,
-    tokenizer_bytes,
-    with_margin,
 )
 from textgym.algos.common import (
     NonFiniteGuard,
-    OptimizationConfig,
     StopOnInterrupt,
     TrainingInterrupted,
-    check_positive_ints,
     make_optimizer,
 )
 from textgym.algos.distributed import (
@@ -61,120 +54,25 @@ from textgym.algos.metric_plots import plot_metrics
 from textgym.algos.metric_rows import HELDOUT_LOSS, read_metrics
 from textgym.algos.metric_summaries import progress_line
 from textgym.algos.metrics import MetricsLogger, rank_logger, write_run_record
-from textgym.algos.model_loading import load_trainable_model, saved_base
+from textgym.algos.model_loading import load_trainable_model
 from textgym.algos.resume import check_epochs_left, load_checkpoint, run_to_continue
+from textgym.algos.sft_config import SFTConfig
 from textgym.algos.sft_data import (
-    conversation_tokens,
     covering_conversations,
     read_conversations,
+    tokenize_conversations,
 )
 from textgym.algos.sft_eval import (
     BestEpoch,
-    check_eval_env,
     evaluate_in_env,
     final_evaluation,
     heldout_loss,
     stops_early,
 )
-from textgym.checks import check_seed
-from textgym.errors import SetupError
-from textgym.progress import EpisodeProgress
-from textgym.results import saving_into, write_json
+from textgym.results import write_json
 from textgym.tokens import ChatTokenizer
 
-__all__ = ["SFTConfig", "SFTRun", "sft_step", "train"]
-
-
-@dataclass(kw_only=True)
-class SFTConfig(OptimizationConfig):
-    """Arguments of textgym sft; every field is an option of the command."""
-
-    data: str
-    """JSONL file of chat records, each with a messages list (what textgym collect writes)."""
-    model: str = "gemma-3-270m"
-    """Model to fine-tune: gemma-3-270m, tiny (a small random model for tests), a local
-    directory or a Hugging Face model id."""
-    output_dir: str = "runs/sft"
-    """Directory for the fine-tuned model (full weights, or with lora-rank above 0 only the
-    LoRA adapter, which textgym loads on top of its base), metrics.jsonl and plots."""
-    epochs: int = 1
-    """Passes over the data."""
-    batch_size: int = 16
-    """Conversations per optimizer step."""
-    learning_rate: float = 1e-4
-    """AdamW learning rate (per optimizer step)."""
-    max_length: int = 4096
-    """Longest token sequence; longer conversations are dropped (and counted), never cut."""
-    cover: bool = False
-    """Train on a covering subset of the data: the fewest records, by greedy set cover, in
-    which every prompt of the file still appears (textgym.collect.covering_records), e.g.
-    expert games against mostly random opponents, whose common openings repeat."""
-    seed: int = 0
-    """Seed of the shuffling of the conversations; an integer in [0, 2**32 - 1], as for every
-    command."""
-    log_every: int = 10
-    """Write metrics.jsonl every this many optimizer steps (the loss is averaged over them)."""
-    save_every: int = 0
-    """Also save a resumable checkpoint (output_dir/checkpoint-N) every this many optimizer
-    steps (0: only on Ctrl-C or SIGTERM); the finished model is saved in output_dir itself."""
-    save_total_limit: int | None = 2
-    """Most checkpoint-* folders kept in output_dir (TRL's save_total_limit): the oldest are
-    deleted once a new one is complete, and only the newest keeps the optimizer state. None
-    keeps all."""
-    resume: bool = False
-    """Continue from the latest checkpoint in output_dir (refused when it holds none)."""
-    eval_env: str | None = None
-    """Env id to evaluate the fine-tuned model in, greedily, after training (and every
-    eval_every steps), as textgym train evaluates: each of the env's evaluation settings
-    (tic-tac-toe: the random and the optimal opponent), eval_episodes each, no wrappers. None:
-    no evaluation."""
-    eval_env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Keyword arguments of eval_env (JSON on the command line)."""
-    eval_episodes: int = 100
-    """Episodes per evaluation setting."""
-    eval_every: int = 0
-    """Also evaluate every this many optimizer steps (0: only after the last)."""
-    eval_max_new_tokens: int = 256
-    """Most tokens the model generates per turn in an evaluation."""
-    eval_data: str | None = None
-    """JSONL of held-out chat records (the format of data), none of them trained on: their
-    mean NLL per assistant token, the training loss's definition, is computed after each epoch
-    (a stage="eval" row with heldout/loss, drawn on loss.png). None: no held-out loss."""
-    early_stopping_patience: int = 0
-    """With eval_data: stop after this many epochs in a row whose held-out loss is not below
-    the best before them (transformers' EarlyStoppingCallback rule). 0: train every epoch."""
-    load_best_model_at_end: bool = True
-    """With eval_data: the model saved is the epoch with the lowest held-out loss
-    (transformers' option of this name, on eval_loss); False: the last epoch's."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_seed("seed", self.seed)
-        check_positive_ints(
-            self, ("epochs", "batch_size", "max_length", "log_every", "eval_episodes")
-        )
-        check_positive_ints(self, ("eval_max_new_tokens",))
-        if self.eval_every < 0:
-            raise SetupError(
-                f"eval_every: expected >= 0 (0: only at the end), got {self.eval_every}"
-            )
-        if self.eval_env is not None:
-            check_eval_env(self.eval_env, self.eval_env_kwargs)
-        check_checkpoint_settings(self)
-        for key in ("data", "eval_data"):
-            path = getattr(self, key)
-            if path is not None and not Path(path).is_file():
-                raise SetupError(
-                    f"{key}: expected a JSONL file, got {path!r} (not found); make one with "
-                    "`textgym collect`"
-                )
-        patience = self.early_stopping_patience
-        if patience < 0 or (patience and self.eval_data is None):
-            why = "" if patience < 0 else " without eval_data"
-            raise SetupError(
-                "early_stopping_patience: expected 0, or >= 1 with eval_data (the held-out "
-                f"loss it watches), got {patience}{why}"
-            )
+__all__ = ["SFTRun", "sft_step", "train"]
 
 
 @dataclass(kw_only=True)
@@ -312,10 +210,13 @@ def _start_run(
     model, tokenizer, _ = load_trainable_model(config, ctx.device)
     broadcast_parameters(model, ctx)
     chat = ChatTokenizer(tokenizer)
-    sequences, dropped = _tokenize(config, chat, conversations, config.data)
+    tokenize = functools.partial(
+        tokenize_conversations, chat, max_length=config.max_length, progress=config.progress
+    )
+    sequences, dropped = tokenize(conversations, config.data)
     heldout = None
     if config.eval_data is not None:
-        heldout, _ = _tokenize(config, chat, read_conversations(config.eval_data), config.eval_data)
+        heldout, _ = tokenize(read_conversations(config.eval_data), config.eval_data)
     optimizer, scheduler = make_optimizer(model, config)
     run = SFTRun(
         config=config,
@@ -347,7 +248,7 @@ def _finish_run(run: SFTRun, summary: dict[str, Any], began: float) -> dict[str,
     """Rank 0 saves the model, plots the loss and writes ``sft_summary.json`` (``summary`` and
     ``elapsed_s``, the run's seconds since ``began``) last; every rank waits for it."""
     out = Path(run.config.output_dir)
-    _save_final(run.model, run.tokenizer, run.config)
+    save_final_model(run.model, run.tokenizer, run.config)
     if read_metrics(out / "metrics.jsonl"):  # none when a resume had no step left to log
         plot_metrics(out / "metrics.jsonl", out / "plots")  # loss.png
     summary["elapsed_s"] = time.perf_counter() - began
@@ -506,58 +407,6 @@ def _save_checkpoint(run: SFTRun, step: int) -> Path:
         save_trainer_checkpoint(run, step)
     barrier(run.dist)
     return Path(config.output_dir) / f"checkpoint-{step}"
-
-
-def _save_final(model: Any, tokenizer: Any, config: SFTConfig) -> None:
-    """Save the model into ``output_dir`` through a scratch directory, so a run killed while
-    saving never leaves a model that looks complete.
-
-    Raises:
-        InsufficientDiskSpace: too little free disk; nothing was written.
-        OutputWriteError: a file could not be written all the same (a full disk): one line;
-            the scratch directory is removed.
-    """
-    out = Path(config.output_dir)
-    scratch = out / ".model.tmp"
-    shutil.rmtree(scratch, ignore_errors=True)
-    needed = with_margin(model_bytes(model) + tokenizer_bytes(tokenizer))
-    check_free_disk(out, needed, what="the model", keeps="the checkpoints in it are intact")
-    with saving_into(scratch, out, "the checkpoints in it are intact"):
-        save_model(model, tokenizer, scratch, base=saved_base(config), final_dir=out)
-    for item in scratch.iterdir():
-        item.replace(out / item.name)
-    scratch.rmdir()
-
-
-def _tokenize(
-    config: SFTConfig,
-    chat: ChatTokenizer,
-    conversations: list[list[dict[str, Any]]],
-    source: str,
-) -> tuple[list[tuple[list[int], list[int]]], int]:
-    """Tokenized ``(ids, mask)`` of every conversation (read from the file ``source``), and how
-    many were too long to keep (progress shown as for played episodes when it takes over a
-    second: ``progress``).
-
-    Raises:
-        SetupError: no conversation fits ``max_length``.
-    """
-    sequences, dropped = [], 0
-    with EpisodeProgress(
-        f"sft: tokenizing {source}", len(conversations), enabled=config.progress
-    ) as progress:
-        for messages in conversations:
-            ids, mask = conversation_tokens(chat, messages)
-            progress.episode_done()
-            if len(ids) > config.max_length:
-                dropped += 1
-                continue
-            sequences.append((ids, mask))
-    if not sequences:
-        raise SetupError(
-            f"No conversation of {source} fits max_length={config.max_length} ({dropped} dropped)"
-        )
-    return sequences, dropped
 
 
 def sft_step(run: SFTRun, batch: list[tuple[list[int], list[int]]]) -> tuple[float, float]:

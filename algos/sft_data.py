@@ -1,10 +1,10 @@
 """The data of ``textgym sft``: chat records read and checked (:func:`read_conversations`) and
-one conversation's token ids with its loss mask (:func:`conversation_tokens`).
+one conversation's token ids with its loss mask (:func:`conversation_tokens`; a file's:
+:func:`tokenize_conversations`).
 
 A conversation's token sequence is built turn by turn exactly as a token-in / token-out rollout
 would (:class:`textgym.tokens.ChatTokenizer`: an assistant turn is its content followed by the
-end-of-turn token); only the assistant tokens carry loss. Re-exported by
-:mod:`textgym.algos.sft`.
+end-of-turn token); only the assistant tokens carry loss.
 """
 
 from __future__ import annotations
@@ -13,10 +13,18 @@ from pathlib import Path
 from typing import Any
 
 from textgym.data import DataFileError, read_jsonl
+from textgym.errors import SetupError
+from textgym.progress import EpisodeProgress
 from textgym.tokens import ChatTokenizer
 from textgym.toolformat import from_chat_messages
 
-__all__ = ["ROLES", "conversation_tokens", "covering_conversations", "read_conversations"]
+__all__ = [
+    "ROLES",
+    "conversation_tokens",
+    "covering_conversations",
+    "read_conversations",
+    "tokenize_conversations",
+]
 
 #: Message roles an SFT record may hold (the chat roles textgym's envs and policies produce).
 ROLES = ("system", "user", "assistant", "tool")
@@ -114,3 +122,36 @@ def conversation_tokens(
         ids += piece + previous_ids
         mask += [0] * len(piece) + [1] * len(previous_ids)
     return ids, mask
+
+
+def tokenize_conversations(
+    chat: ChatTokenizer,
+    conversations: list[list[dict[str, Any]]],
+    source: str,
+    *,
+    max_length: int,
+    progress: bool = True,
+) -> tuple[list[tuple[list[int], list[int]]], int]:
+    """Tokenized ``(ids, mask)`` of every conversation (read from the file ``source``), and how
+    many were too long to keep (progress shown as for played episodes when it takes over a
+    second and ``progress``).
+
+    Raises:
+        SetupError: no conversation fits ``max_length``.
+    """
+    sequences, dropped = [], 0
+    with EpisodeProgress(
+        f"sft: tokenizing {source}", len(conversations), enabled=progress
+    ) as progress:
+        for messages in conversations:
+            ids, mask = conversation_tokens(chat, messages)
+            progress.episode_done()
+            if len(ids) > max_length:
+                dropped += 1
+                continue
+            sequences.append((ids, mask))
+    if not sequences:
+        raise SetupError(
+            f"No conversation of {source} fits max_length={max_length} ({dropped} dropped)"
+        )
+    return sequences, dropped

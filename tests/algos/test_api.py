@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 from textgym.algos import losses  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
-from textgym.algos.sft import SFTConfig  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 
 ALGOS = Path(losses.__file__).resolve().parent
 

@@ -29,6 +29,7 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 from textgym.algos import grpo, grpo_rollouts, grpo_run, sft  # noqa: E402
 from textgym.algos.checkpoint_layout import OPTIMIZER_STATE, CheckpointError  # noqa: E402
 from textgym.algos.resume import load_checkpoint  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 from textgym.cli import main  # noqa: E402
 from textgym.results import default_file_mode, write_json  # noqa: E402
 from textgym.tiny_model import build_tiny_model  # noqa: E402
@@ -335,6 +336,6 @@ def test_ctrl_c_in_sft_saves_the_last_step_and_resume_reaches_the_same_weights(t
     assert not (run / "model.safetensors").exists()  # not finished
     config = dict(data=str(data), model="tiny", batch_size=2, device="cpu", tensorboard=False)
     config["learning_rate"] = 1e-3
-    sft.train(sft.SFTConfig(**config, output_dir=str(run), resume=True, progress=False))
-    sft.train(sft.SFTConfig(**config, output_dir=str(tmp_path / "whole"), progress=False))
+    sft.train(SFTConfig(**config, output_dir=str(run), resume=True, progress=False))
+    sft.train(SFTConfig(**config, output_dir=str(tmp_path / "whole"), progress=False))
     assert_same_weights(run / "model.safetensors", tmp_path / "whole" / "model.safetensors")

@@ -51,6 +51,7 @@ from textgym.algos.grpo_config import GRPOConfig, check_world_size  # noqa: E402
 from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.losses import LOSS_VARIANTS  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
 from textgym.policies.hf import HFPolicy  # noqa: E402
 from textgym.rollout import rollout  # noqa: E402
@@ -129,8 +130,8 @@ def train_config(output_dir: Path, **overrides) -> GRPOConfig:
     return GRPOConfig(**(settings | overrides))
 
 
-def sft_config(directory: Path, output_dir: Path) -> sft.SFTConfig:
-    return sft.SFTConfig(
+def sft_config(directory: Path, output_dir: Path) -> SFTConfig:
+    return SFTConfig(
         data=str(directory / "conversations.jsonl"),
         model="tiny",
         output_dir=str(output_dir),

@@ -31,6 +31,7 @@ import textgym  # noqa: E402,F401
 from textgym.algos import grpo, sft  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
 from textgym.algos.grpo_rollouts import evaluate  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 from textgym.collect import sft_record  # noqa: E402
 from textgym.envs.tictactoe import MinimaxPolicy  # noqa: E402
 from textgym.models import load_model  # noqa: E402
@@ -62,7 +63,7 @@ def test_sft_then_grpo_teaches_the_tiny_model_to_play(tmp_path):
     data = tmp_path / "games.jsonl"
     data.write_text("".join(json.dumps(sft_record(g)) + "\n" for g in games))
     sft.train(
-        sft.SFTConfig(
+        SFTConfig(
             data=str(data),
             model="tiny",
             output_dir=str(tmp_path / "sft"),

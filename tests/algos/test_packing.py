@@ -24,6 +24,7 @@ from textgym.algos import batches, sft  # noqa: E402
 from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.model_loading import autocast, prepare_model  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
 from textgym.models import cpu_has_fast_bf16  # noqa: E402
 from textgym.tiny_model import build_tiny_model  # noqa: E402
@@ -303,7 +304,7 @@ def test_packed_sft_step_equals_padded(tmp_path):
     assert 1 < len(batches.pack_rows(lengths, budget)) < len(batch)
     results = []
     for tokens in (None, budget):
-        config = sft.SFTConfig(
+        config = SFTConfig(
             data=str(data),
             model="tiny",
             output_dir=str(tmp_path / "out"),

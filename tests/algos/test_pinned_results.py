@@ -34,6 +34,7 @@ from safetensors.torch import load_file  # noqa: E402
 
 from textgym.algos import grpo, sft  # noqa: E402
 from textgym.algos.grpo_config import GRPOConfig  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
@@ -326,7 +327,7 @@ def run_sft(tmp_path, **overrides) -> dict:
     settings.update(overrides)
     # SFT seeds only its shuffling; LoRA's initialisation draws from torch's global RNG.
     torch.manual_seed(0)
-    summary = sft.train(sft.SFTConfig(**settings))
+    summary = sft.train(SFTConfig(**settings))
     out = tmp_path / "sft"
     weights = out / (
         "adapter_model.safetensors" if settings.get("lora_rank") else "model.safetensors"

@@ -153,7 +153,7 @@ def test_unknown_or_missing_trackers_are_refused(tmp_path, monkeypatch):
 def test_the_trainers_take_report_to(capsys, tmp_path, monkeypatch):
     pytest.importorskip("torch")
     from textgym.algos import grpo, metrics
-    from textgym.algos.sft import SFTConfig
+    from textgym.algos.sft_config import SFTConfig
     from textgym.cli import main
 
     from .test_grpo import small

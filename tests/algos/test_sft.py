@@ -17,7 +17,8 @@ from textgym.algos.batches import (  # noqa: E402
     shared_prefix_hidden,
     shared_prefix_length,
 )
-from textgym.algos.sft import SFTConfig, train  # noqa: E402
+from textgym.algos.sft import train  # noqa: E402
+from textgym.algos.sft_config import SFTConfig  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402
 from textgym.models import load_model
 from textgym.tiny_model import build_tiny_model  # noqa: E402

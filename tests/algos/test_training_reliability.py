@@ -24,7 +24,7 @@ from textgym.algos.checkpoints import save_model
 from textgym.algos.common import NonFiniteGuard
 from textgym.algos.grpo_update import update
 from textgym.algos.resume import load_checkpoint
-from textgym.algos.sft import SFTConfig
+from textgym.algos.sft_config import SFTConfig
 from textgym.algos.sft_data import read_conversations
 from textgym.tiny_model import build_tiny_model
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from textgym.algos.sft import SFTConfig
+from textgym.algos.sft_config import SFTConfig
 from textgym.cli import main
 from textgym.cli.config_file import take_config_file
 from textgym.cli.usage import UsageError

@@ -1,12 +1,13 @@
 """``textgym sft``: supervised fine-tuning of a model on chat JSONL (``textgym collect``'s
 output), loss on assistant tokens only; every option is a field of
-``textgym.algos.sft.SFTConfig``."""
+``textgym.algos.sft_config.SFTConfig``."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from textgym.algos import sft
+from textgym.algos.sft_config import SFTConfig
 from textgym.cli._stops import run_training
 from textgym.cli._trainer import trainer_config
 from textgym.cli.training_tables import print_sft_summary
@@ -16,11 +17,11 @@ __all__ = ["Config", "SFTCommandConfig", "run"]
 
 
 @dataclasses.dataclass(kw_only=True)
-class SFTCommandConfig(sft.SFTConfig):
+class SFTCommandConfig(SFTConfig):
     # The command's config: --data is checked before anything loads
     # (textgym.data.check_data_file): a path that is missing, a directory, a FIFO or a device
     # (/dev/null), unreadable, or not UTF-8 text is refused in one line naming the option.
-    __doc__ = sft.SFTConfig.__doc__
+    __doc__ = SFTConfig.__doc__
 
     def __post_init__(self) -> None:
         """Check ``--data`` first (its messages name the option), then the trainer's own checks.
@@ -35,6 +36,6 @@ class SFTCommandConfig(sft.SFTConfig):
 Config = trainer_config(SFTCommandConfig)  # with --overwrite (textgym.cli.outputs)
 
 
-def run(config: sft.SFTConfig) -> int:
+def run(config: SFTConfig) -> int:
     """Fine-tune; print the run's summary as a table."""
     return run_training(config, lambda c: sft.train(c), print_sft_summary)

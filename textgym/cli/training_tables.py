@@ -115,7 +115,7 @@ def print_sft_summary(config: Any, result: dict[str, Any], elapsed: float) -> No
     ``--eval-env``, the evaluation after the last step as ``eval``'s table.
 
     Args:
-        config: The run's :class:`~textgym.algos.sft.SFTConfig`.
+        config: The run's :class:`~textgym.algos.sft_config.SFTConfig`.
         result: What :func:`textgym.algos.sft.train` returned (its summary).
         elapsed: Seconds the run took in this process.
     """
