@@ -9,7 +9,8 @@ import pytest
 
 import textgym
 from textgym.card import FLOORS, NO_OP_ACTION, SECTIONS, env_card, max_return
-from textgym.env_checker import CHECKS, HOSTILE_ACTIONS, hostile_actions, text_env_checks
+from textgym.check_episodes import HOSTILE_ACTIONS, hostile_actions
+from textgym.env_checker import CHECKS, text_env_checks
 from textgym.envs import GSM8KEnv
 
 from .test_authoring_guide import IDS as GUIDE_IDS

@@ -7,7 +7,7 @@ enough to train on (the questions OpenEnv's hub asks of every env, its RFC 008):
   determinism (the same seed twice on one env, and twin envs stepped side by side, give equal
   observations, rewards and infos); spaces (observations and the env's own actions inside
   their ``Text`` spaces, rewards finite and inside ``reward_range`` where declared); the
-  hostile-action corpus (:data:`textgym.env_checker.HOSTILE_ACTIONS`: empty, huge, binary,
+  hostile-action corpus (:data:`textgym.check_episodes.HOSTILE_ACTIONS`: empty, huge, binary,
   unparsable, format-only) never raising; pickling; the env contract; the gold completions;
   the documented info keys. Each is ``pass``, ``fail`` (with the broken rule) or ``skip``.
 - **oracle**: the env's expert (:attr:`textgym.TextEnv.expert_policy`: ``gold``, or

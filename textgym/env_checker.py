@@ -13,7 +13,8 @@ registered textgym id in ``tests/test_registry.py``):
   ``info["invalid_action"]`` a ``bool``, the values of ``info["reward_components"]`` sum to
   the reward, observations lie in the observation space, and the env's own random and gold
   actions in the action space;
-- **untrusted actions**: the hostile corpus (:data:`HOSTILE_ACTIONS`: empty, a lone surrogate,
+- **untrusted actions**: the hostile corpus
+  (:data:`textgym.check_episodes.HOSTILE_ACTIONS`: empty, a lone surrogate,
   a chat-template token, 5,000 digits, binary, unparsable, format-only tags; per env one
   character over the action space's ``max_length`` and the empty ``action_template``) never
   raises and keeps the observation in its space and the reward finite;
@@ -30,10 +31,9 @@ registered textgym id in ``tests/test_registry.py``):
 - **documented info keys**: where the class docstring has an ``Information:`` section (lines
   ``- ``key`` [reset, step]: ...``), the keys it lists are exactly those emitted.
 
-Episodes are driven by actions chosen, per step and with a generator seeded by the episode's
-seed, among the env's random action (what ``--policy random`` plays:
-:class:`textgym.policies.RandomPolicy`), its gold completion when it gives one, and the
-``actions`` the caller passes (well-formed and malformed completions of the task's format).
+Episodes are played by :class:`textgym.check_episodes.EpisodeDriver` with the env's random
+and gold actions and the ``actions`` the caller passes (well-formed and malformed completions
+of the task's format).
 
 :func:`text_env_checks` runs the same checks (named in :data:`CHECKS`) and reports each as
 passed, failed (with the message) or skipped, for ``textgym check`` (:mod:`textgym.card`).
@@ -54,46 +54,24 @@ import math
 import pickle
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium.utils.env_checker import check_env
 
+from textgym.check_episodes import EpisodeDriver, hostile_actions, twin_env
 from textgym.checks import check_stop_strings
 from textgym.core import TextEnv, TextEnvAdapter, as_text_env
 
 __all__ = [
     "CHECKS",
-    "HOSTILE_ACTIONS",
     "TextEnvCheckError",
     "check_text_env",
     "documented_info_keys",
-    "hostile_actions",
     "reward_range",
     "text_env_checks",
 ]
-
-#: The hostile-action corpus, by name: actions no env may raise on, whose reward must stay
-#: finite (and inside ``reward_range`` where the env declares one). ``digits``: Python's
-#: ``int()`` refuses more than 4,300; ``binary``: every byte value read as Latin-1, NUL and
-#: control characters included; ``format only``: the answer tags of textgym's tasks with
-#: nothing in them. :func:`hostile_actions` adds, per env, ``huge`` (one character over the
-#: action space's ``max_length``) and ``template only`` (its ``action_template`` filled with
-#: nothing).
-HOSTILE_ACTIONS: Mapping[str, str] = MappingProxyType(
-    {
-        "empty": "",
-        "lone surrogate": "\ud800",
-        "chat token": "<|im_end|>",
-        "digits": "9" * 5000,
-        "binary": bytes(range(256)).decode("latin-1"),
-        "unparsable": '{{[<tool_call>{"name": "x", "arguments": {</tool_call>]]<move>4',
-        "format only": "<think></think><move></move><answer></answer><guess></guess>"
-        "<reversed_text></reversed_text><tool_call></tool_call>#### \\boxed{}",
-    }
-)
 
 #: The checks of :func:`check_text_env`, in the order it runs them (the keys of
 #: :func:`text_env_checks`).
@@ -128,93 +106,6 @@ def documented_info_keys(env_cls: type) -> dict[str, set[str]]:
         for part in where.split(","):
             keys.setdefault(part.strip(), set()).add(key)
     return keys
-
-
-class _Driver:
-    """Chooses each step's action: the env's random action, its gold completion, or one of
-    the given actions, with generators seeded by the episode's seed.
-
-    :attr:`env_actions` keeps each random and gold action it chose (the actions the env itself
-    proposed), for the check that they lie in the action space.
-    """
-
-    def __init__(self, base: TextEnv, actions: Sequence[str]):
-        self.base, self.actions = base, list(actions)
-        self.env_actions: list[str] = []
-
-    def episode(self, env: gym.Env, seed: int) -> list[tuple[Any, ...]]:
-        """``[(obs, info), (obs, reward, terminated, truncated, info), ...]`` of one episode."""
-        obs, info = env.reset(seed=seed)
-        return [(obs, info), *self.play_on(env, obs, info, seed)]
-
-    def lockstep(self, envs: Sequence[gym.Env], seed: int) -> list[list[tuple[Any, ...]]]:
-        """One episode per env, all reset with ``seed`` and stepped side by side with the
-        actions chosen from the first env's observations; stops where any two differ."""
-        starts = [env.reset(seed=seed) for env in envs]
-        records = [[start] for start in starts]
-        if all(start == starts[0] for start in starts):
-            for steps in self._steps(envs, *starts[0], seed):
-                for record, step in zip(records, steps):
-                    record.append(step)
-                if any(step != steps[0] for step in steps):
-                    break
-        return records
-
-    def play_on(
-        self, env: gym.Env, obs: str, info: Mapping[str, Any], seed: int, limit: int = 30
-    ) -> list[tuple[Any, ...]]:
-        """The steps from ``(obs, info)`` to the episode's end (at most ``limit``)."""
-        return [steps[0] for steps in self._steps([env], obs, info, seed, limit)]
-
-    def _steps(
-        self, envs: Sequence[gym.Env], obs: str, info: Mapping[str, Any], seed: int, limit: int = 30
-    ) -> Iterator[list[tuple[Any, ...]]]:
-        """Each step of ``envs`` given one action, chosen from the first env's observations."""
-        from textgym.policies import RandomPolicy
-
-        rng = np.random.default_rng(seed)
-        random = RandomPolicy(seed, sample_action=self.base.random_action)
-        tools = info.get("tools")
-        for _ in range(limit):
-            action = self._choose(obs, info, tools, rng, random)
-            steps = [env.step(action) for env in envs]
-            yield steps
-            obs, _, terminated, truncated, info = steps[0]
-            if terminated or truncated:
-                break
-
-    def _choose(
-        self,
-        obs: str,
-        info: Mapping[str, Any],
-        tools: Any,
-        rng: np.random.Generator,
-        random: Any,
-    ) -> str:
-        candidates = list(self.actions)
-        proposed = []
-        acting = dict(info) if "tools" in info or not tools else {**info, "tools": tools}
-        if self.base.random_action is not None or "legal_moves" in acting or acting.get("tools"):
-            conversation = [{"role": "user", "content": obs}]
-            proposed.append(random.act([conversation], [acting])[0].text)
-        if isinstance(info.get("gold_completion"), str):
-            proposed.append(info["gold_completion"])
-        candidates += proposed
-        if not candidates:
-            candidates = ["", "hello"]
-        index = int(rng.integers(len(candidates)))
-        if index >= len(self.actions) and proposed:
-            self.env_actions.append(candidates[index])
-        return candidates[index]
-
-
-def _twin(env: gym.Env | str) -> gym.Env:
-    """A second env built like ``env``: from its id or spec, else a pickled copy."""
-    if isinstance(env, str):
-        return as_text_env(gym.make(env), env)
-    if env.spec is not None:
-        return as_text_env(gym.make(env.spec))
-    return pickle.loads(pickle.dumps(env))
 
 
 def reward_range(base: TextEnv) -> tuple[float, float]:
@@ -401,7 +292,7 @@ def check_text_env(
         Exception: whatever ``env`` raises where it must not (``step`` on a hostile ``str``).
     """
     made = as_text_env(gym.make(env), env) if isinstance(env, str) else as_text_env(env)
-    twin = _twin(env)
+    twin = twin_env(env)
     try:
         for _, check in _checks(made, twin, actions, seeds, info_seeds):
             if check is not None:
@@ -435,7 +326,7 @@ def text_env_checks(
         ValueError: if ``env`` is an env whose spaces are not text.
     """
     made = as_text_env(gym.make(env), env) if isinstance(env, str) else as_text_env(env)
-    twin = _twin(env)
+    twin = twin_env(env)
     report: dict[str, dict[str, str]] = {}
     try:
         for name, check in _checks(made, twin, actions, seeds, info_seeds):
@@ -463,16 +354,6 @@ _SKIPPED = {
 }
 
 
-def hostile_actions(base: TextEnv) -> dict[str, str]:
-    """:data:`HOSTILE_ACTIONS` and, for ``base``, ``huge`` (one character over its action
-    space's ``max_length``) and ``template only`` (its ``action_template`` filled with
-    nothing, where it has one)."""
-    actions = {**HOSTILE_ACTIONS, "huge": "x" * (base.action_space.max_length + 1)}
-    if base.action_template is not None:
-        actions["template only"] = base.action_template.format("")
-    return actions
-
-
 def _checks(
     made: gym.Env,
     twin: gym.Env,
@@ -484,7 +365,7 @@ def _checks(
     apply to the env."""
     base: TextEnv = made.unwrapped  # as_text_env makes it a TextEnv
     strict = not isinstance(base, TextEnvAdapter)
-    driver = _Driver(base, actions)
+    driver = EpisodeDriver(base, actions)
     hostile = list(hostile_actions(base).values())
     documented = strict and "Information:" in (inspect.getdoc(type(base)) or "")
     yield "api", lambda: check_env(base, skip_render_check=True)
@@ -499,7 +380,7 @@ def _checks(
 
 
 def _check_determinism(
-    made: gym.Env, twin: gym.Env, base: TextEnv, driver: _Driver, seeds: Sequence[int]
+    made: gym.Env, twin: gym.Env, base: TextEnv, driver: EpisodeDriver, seeds: Sequence[int]
 ) -> None:
     """Twin envs stepped side by side, and one env replaying a seed, play the same episode."""
     name = type(base).__name__
@@ -525,7 +406,7 @@ def _check_determinism(
 
 
 def _check_spaces(
-    made: gym.Env, base: TextEnv, driver: _Driver, seeds: Sequence[int], strict: bool
+    made: gym.Env, base: TextEnv, driver: EpisodeDriver, seeds: Sequence[int], strict: bool
 ) -> None:
     """Types, sums and spaces of every step; the env's own random and gold actions in its
     action space."""
@@ -554,7 +435,7 @@ def _check_hostile(
             _check_step(base, record, strict, f"{name}, seed {seed}, action {action[:20]!r}")
 
 
-def _check_pickle(made: gym.Env, base: TextEnv, driver: _Driver) -> None:
+def _check_pickle(made: gym.Env, base: TextEnv, driver: EpisodeDriver) -> None:
     obs, info = made.reset(seed=3)
     clone = pickle.loads(pickle.dumps(made))
     _require(
@@ -565,7 +446,11 @@ def _check_pickle(made: gym.Env, base: TextEnv, driver: _Driver) -> None:
 
 
 def _check_info_docs(
-    made: gym.Env, base: TextEnv, driver: _Driver, seeds: Sequence[int], hostile: Sequence[str]
+    made: gym.Env,
+    base: TextEnv,
+    driver: EpisodeDriver,
+    seeds: Sequence[int],
+    hostile: Sequence[str],
 ) -> None:
     """The info keys emitted over ``seeds`` equal those the docstring documents."""
     name = type(base).__name__
