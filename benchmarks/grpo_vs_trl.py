@@ -74,7 +74,7 @@ shared cores ran the tiny model's forward about 12x slower than 1 thread (0.75 s
 average at the start and the end is recorded.
 
 Random weights (``--random-weights``): every child loads the model's config and tokenizer with
-weights initialised randomly (:func:`textgym.models.random_weights_loading`, which also covers
+weights initialised randomly (:func:`textgym.random_weights.random_weights_loading`, which also covers
 the loads inside our trainer), to measure speed without the weights; the JSON says
 ``"weights": "random"``. Random weights rarely sample the end-of-turn token, so turns run to
 ``--max-new-tokens``: step times are upper bounds. A child that fails is recorded under
@@ -577,7 +577,7 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
 
 def child(args: argparse.Namespace) -> None:
     """Run one trainer (or the decode roofline) in this process and write its JSON."""
-    from textgym.models import random_weights_loading
+    from textgym.random_weights import random_weights_loading
 
     torch.set_num_threads(args.threads)
     if torch.cuda.is_available():

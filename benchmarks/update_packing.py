@@ -45,7 +45,7 @@ reads anything back before it), so no extra synchronisation is needed; the atten
 installed and chosen, which runs packed rows as variable-length sequences).
 
 ``--random-weights``: the model's config and tokenizer with random weights
-(:func:`textgym.models.random_weights_loading`), so the update's time is measured without the
+(:func:`textgym.random_weights.random_weights_loading`), so the update's time is measured without the
 weights; the JSON says ``"weights": "random"``.
 """
 
@@ -70,8 +70,8 @@ from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_update import update
 from textgym.algos.learner import make_learner
 from textgym.algos.sft_data import conversation_tokens
-from textgym.models import random_weights_loading
 from textgym.policies.scripted import RandomPolicy
+from textgym.random_weights import random_weights_loading
 from textgym.rollout import Trajectory, rollout
 from textgym.tokens import ChatTokenizer
 

@@ -71,7 +71,8 @@ def test_random_weights_keep_the_config_and_tokenizer_and_draw_new_weights(confi
 
 
 def test_random_weights_loading_covers_loads_that_do_not_ask(config_only_folder):
-    from textgym.models import load_model, random_weights_loading
+    from textgym.models import load_model
+    from textgym.random_weights import random_weights_loading
 
     folder, _, real = config_only_folder
     with random_weights_loading():

