@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 import textgym.algos.grpo as grpo  # noqa: E402
 import textgym.algos.grpo_run as grpo_run  # noqa: E402
 from textgym.cli import main  # noqa: E402
-from textgym.cli.outputs import DIR_LOCK  # noqa: E402
+from textgym.cli.output_locks import DIR_LOCK  # noqa: E402
 
 pytestmark = pytest.mark.llm
 

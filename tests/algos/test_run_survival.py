@@ -31,7 +31,7 @@ pytest.importorskip("transformers")
 from textgym.algos.checkpoint_layout import OPTIMIZER_STATE  # noqa: E402
 from textgym.algos.checkpoints import checkpoint_bytes, with_margin  # noqa: E402
 from textgym.cli import main  # noqa: E402
-from textgym.cli.outputs import DIR_LOCK  # noqa: E402
+from textgym.cli.output_locks import DIR_LOCK  # noqa: E402
 from textgym.tiny_model import build_tiny_model  # noqa: E402
 
 from ..cli.test_cli_reliability import _rewarding  # noqa: E402

@@ -20,7 +20,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from textgym.cli import main
-from textgym.cli.outputs import claim_dir, claim_file, lock_path
+from textgym.cli.output_locks import lock_path
+from textgym.cli.outputs import claim_dir, claim_file
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.evaluation import mean_stderr, summarize
 from textgym.rollout import Trajectory

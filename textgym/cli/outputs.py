@@ -1,15 +1,10 @@
 """One rule for every subcommand's output: a lock against a second writer, and no silent
 overwrite.
 
-A run holds an exclusive lock on its output (``filelock``, an ``flock`` on Unix) for as long as
-it writes: ``DIR/.textgym.lock`` for ``eval --output-dir``, ``sft`` and ``train`` (the same file
-through every path to the directory), and for ``collect --output`` both a lock file named from
-the output file's device and inode (``.textgym-DEV-INO.lock`` in the folder the path resolves
-to) and an ``flock`` on the output file itself, so a symlink or a hard link to a file being
-written meets the same lock. A file inside a folder that a running run holds is refused too. The
-lock file names its holder (pid, host, start time, command); a second run on the same output is
-refused in one line that quotes it. The kernel drops the lock when its holder dies, however it
-dies, so a crashed run never blocks the next one; the lock file is removed when the run ends.
+A run holds an exclusive lock on its output for as long as it writes
+(:mod:`textgym.cli.output_locks`: ``DIR/.textgym.lock`` for ``eval --output-dir``, ``sft`` and
+``train``; for ``collect --output`` a lock keyed by the file's inode and an ``flock`` on the
+file); a second run on the same output is refused in one line that names the holder.
 
 Under the lock, an output that already holds something is refused unless ``--overwrite`` (or
 ``--resume``, where a subcommand continues a run) says what to do with it, so no earlier result
@@ -24,34 +19,33 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
 import math
 import os
 import re
 import shutil
-import socket
 import stat
-import sys
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from textgym.cli.output_locks import (
+    DIR_LOCK,
+    flock_held,
+    flocked,
+    lock_path,
+    locked,
+    refuse_held_folders,
+)
 from textgym.cli.usage import UsageError
 
 __all__ = [
-    "DIR_LOCK",
     "check_run_dir",
     "claim_dir",
     "claim_file",
     "clear_run_dir",
     "json_safe",
-    "lock_path",
     "run_entries",
 ]
-
-#: The lock file inside a locked output directory.
-DIR_LOCK = ".textgym.lock"
 
 #: Where :func:`clear_run_dir` moves an earlier run before deleting it (a run killed while
 #: deleting leaves it, and the next ``--overwrite`` deletes it).
@@ -112,139 +106,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list):
         return [json_safe(v) for v in value]
     return value
-
-
-def lock_path(output: Path, *, directory: bool) -> Path:
-    """The lock file of an output: ``output/.textgym.lock`` for a directory; for a file,
-    ``.textgym-DEV-INO.lock`` in the folder the path resolves to, named from the file's device
-    and inode (the same through a symlink or a hard link), or ``.NAME.lock`` beside the resolved
-    path while no file is there."""
-    if directory:
-        return output / DIR_LOCK
-    real = output.resolve()
-    try:
-        info = real.stat()
-    except OSError:
-        return real.parent / f".{real.name}.lock"
-    return real.parent / f".textgym-{info.st_dev}-{info.st_ino}.lock"
-
-
-def _holder(lock: Path) -> str:
-    """Who holds ``lock``, from what it wrote into the file, as words."""
-    try:
-        info = json.loads(lock.read_text(encoding="utf-8"))
-        command = " ".join(str(part) for part in info["command"])
-        if len(command) > 200:
-            command = command[:197] + "..."
-        return f"pid {info['pid']} on {info['host']}, started {info['started']}, command: {command}"
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return "its holder has not written its name yet"
-
-
-def _in_use(output: Path, flag: str, lock: Path, *, held: str = "") -> UsageError:
-    what = f"{flag} {output}{held}"
-    return UsageError(
-        f"{what} is in use by another run ({_holder(lock)}); wait for it to finish or choose "
-        f"another {flag} (the lock is {lock})"
-    )
-
-
-@contextlib.contextmanager
-def _locked(output: Path, flag: str, path: Path) -> Iterator[None]:
-    """Hold the lock file ``path`` of ``output`` for the block, with the holder written into it.
-
-    Raises:
-        UsageError: another process holds it (named), or the lock file cannot be made.
-    """
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(path, timeout=0, is_singleton=False, thread_local=False)
-    try:
-        lock.acquire()
-    except Timeout:
-        raise _in_use(output, flag, path) from None
-    except OSError as exc:
-        raise UsageError(f"cannot lock {flag} {output}: {exc}") from None
-    try:
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
-        }
-        # The name is a courtesy (the flock is the lock); "r+" opens without truncating.
-        with contextlib.suppress(OSError), open(path, "r+", encoding="utf-8") as fh:
-            fh.truncate()
-            fh.write(json.dumps(record))
-        yield
-    finally:
-        # Unlink while still holding it: a process that opened the old file before this sees
-        # it unlinked once it gets the flock, and filelock starts over on a fresh file.
-        with contextlib.suppress(OSError):
-            path.unlink()
-        lock.release()
-
-
-def _flock_held(path: Path) -> bool:
-    """Whether another open file holds an ``flock`` on ``path`` now (a live lock file, or an
-    output file a run writes); ``False`` where it cannot be opened or there is no ``flock``."""
-    try:
-        import fcntl
-    except ImportError:  # not Unix
-        return False
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # also drops the flock just taken
-    return False
-
-
-@contextlib.contextmanager
-def _flocked(real: Path, output: Path, flag: str) -> Iterator[None]:
-    """Hold an ``flock`` on the output file itself for the block: every path to it (a hard link
-    in another folder too) meets it. A no-op where there is no ``flock``.
-
-    Raises:
-        UsageError: another run holds it.
-    """
-    try:
-        import fcntl
-    except ImportError:  # not Unix: the lock file alone
-        yield
-        return
-    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # its lock file is beside another name: holder unknown here
-            raise UsageError(
-                f"{flag} {output} is in use by another run, which writes the same file through "
-                f"another path (a hard link); wait for it to finish or choose another {flag}"
-            ) from None
-        yield
-    finally:
-        os.close(fd)
-
-
-def _refuse_held_folders(real: Path, output: Path, flag: str) -> None:
-    """Refuse a file inside a folder that a running run holds (a live ``.textgym.lock`` in one
-    of the folders above the resolved file).
-
-    Raises:
-        UsageError: one of them is held (its holder named).
-    """
-    for folder in real.parents:
-        lock = folder / DIR_LOCK
-        if lock.is_file() and _flock_held(lock):
-            raise _in_use(output, flag, lock, held=f" is inside {folder}, which")
 
 
 def _lines(path: Path) -> int:
@@ -392,7 +253,7 @@ def check_run_dir(directory: Path, flag: str, *, replaces: tuple[str, ...] | Non
             f"{directory}) or choose another {flag}"
         )
     for name in doomed:
-        if (directory / name).is_file() and _flock_held(directory / name):
+        if (directory / name).is_file() and flock_held(directory / name):
             raise UsageError(
                 f"{flag} {directory}/{name} is in use by another run; wait for it to finish or "
                 f"choose another {flag}"
@@ -480,7 +341,7 @@ def claim_dir(
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     # Every path to the directory reaches the same lock file inside it.
-    with _locked(directory, flag, lock_path(directory.resolve(), directory=True)):
+    with locked(directory, flag, lock_path(directory.resolve(), directory=True)):
         names = run_entries(directory)
         if names and not (overwrite or resume):
             keep_going = "--resume to continue its run, " if resume is not None else ""
@@ -516,7 +377,7 @@ def claim_file(path: Path, flag: str, *, overwrite: bool) -> Iterator[Path]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     real = path.resolve()
-    _refuse_held_folders(real, path, flag)
+    refuse_held_folders(real, path, flag)
     try:
         os.close(os.open(real, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         created = True
@@ -527,7 +388,7 @@ def claim_file(path: Path, flag: str, *, overwrite: bool) -> Iterator[Path]:
     claimed = False
     try:
         lock = lock_path(real, directory=False)
-        with _locked(path, flag, lock), _flocked(real, path, flag):
+        with locked(path, flag, lock), flocked(real, path, flag):
             size = real.stat().st_size
             if size and not overwrite:
                 raise UsageError(
