@@ -23,7 +23,8 @@ transformers, peft, tyro):
   checks, the guards of an optimizer step, Ctrl-C handling.
 - :mod:`textgym.algos.model_loading`: devices and the trained model (LoRA, gradient
   checkpointing).
-- :mod:`textgym.algos.batches`: token batches, log-probs and the shared-prefix forward.
+- :mod:`textgym.algos.batches`: token batches and their log-probs;
+  :mod:`textgym.algos.decoder_passes` the padded, shared-prefix and packed decoder passes.
 - :mod:`textgym.algos.checkpoints`: atomic, bounded saves and disk estimates;
   :mod:`textgym.algos.checkpoint_layout` the layout, finding checkpoints, RNG state and the
   errors; :mod:`textgym.algos.resume` loading a checkpoint and checking that a run may resume it.

@@ -33,7 +33,7 @@ Usage::
         --micro-batch-size 32 --micro-batch-tokens 4096 16384 --output results/x.json
 
 The padded modes run right-padded rows without an attention mask (causal attention alone is
-exact there, :func:`textgym.algos.batches.padded_hidden`), so sdpa takes its ``is_causal``
+exact there, :func:`textgym.algos.decoder_passes.padded_hidden`), so sdpa takes its ``is_causal``
 kernels; ``--micro-batch-size`` is the caller's, as in training: the trainer never changes it,
 and on an accelerator fewer, larger micro-batches (one or two for 256 episodes of 32 new
 tokens, as memory allows) save each pass's fixed cost, while on the CPU the sum of the passes'

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import textgym  # noqa: E402,F401
-from textgym.algos import batches, sft  # noqa: E402
+from textgym.algos import batches, decoder_passes, sft  # noqa: E402
 from textgym.algos.grpo_update import update  # noqa: E402
 from textgym.algos.learner import Learner  # noqa: E402
 from textgym.algos.model_loading import autocast, prepare_model  # noqa: E402
@@ -163,7 +163,7 @@ def test_packed_hidden_states_need_the_position_reset(name):
         padded = decoder(
             input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False
         ).last_hidden_state  # [B, L-1, H]
-        packed = batches.packed_hidden(decoder, batch)  # [N, H]
+        packed = decoder_passes.packed_hidden(decoder, batch)  # [N, H]
         real = batch.attention_mask.bool()
         unreset = decoder(input_ids=batch.input_ids[real][None], use_cache=False)
     torch.testing.assert_close(packed, padded[real], atol=2e-5, rtol=1e-4)
@@ -173,7 +173,7 @@ def test_packed_hidden_states_need_the_position_reset(name):
 def test_packing_refuses_an_attention_that_would_mix_sequences():
     decoder = SimpleNamespace(config=SimpleNamespace(_attn_implementation="my_kernel"))
     with pytest.raises(ValueError, match="got 'my_kernel'; load the model with"):
-        batches.packed_hidden(decoder, random_batch(0))
+        decoder_passes.packed_hidden(decoder, random_batch(0))
 
 
 @pytest.mark.skipif(not cpu_has_fast_bf16(), reason="no native bf16 on this CPU")

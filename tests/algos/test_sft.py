@@ -14,9 +14,8 @@ pytest.importorskip("transformers")
 from textgym.algos.batches import (  # noqa: E402
     make_token_batch,
     sequence_log_probs,
-    shared_prefix_hidden,
-    shared_prefix_length,
 )
+from textgym.algos.decoder_passes import shared_prefix_hidden, shared_prefix_length  # noqa: E402
 from textgym.algos.sft import train  # noqa: E402
 from textgym.algos.sft_config import SFTConfig  # noqa: E402
 from textgym.algos.sft_data import conversation_tokens  # noqa: E402

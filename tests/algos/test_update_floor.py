@@ -23,7 +23,7 @@ pytest.importorskip("transformers")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 import textgym  # noqa: E402,F401
-from textgym.algos import batches, grpo_update  # noqa: E402
+from textgym.algos import batches, decoder_passes, grpo_update  # noqa: E402
 from textgym.algos.losses import loss_normalizer, policy_loss  # noqa: E402
 
 from .test_grpo import batch_of_trajectories, learner_for, small  # noqa: E402,F401
@@ -79,7 +79,7 @@ def test_update_path_equals_full_logit_reference(name, layout):
     assert batch.positions.right_padded  # so the update's pass runs without a mask
     assert (batch.attention_mask == 0).any()  # and there is padding it could have attended to
     if layout == "share_prefix":  # the shared pass really runs (it is not the plain one)
-        assert batches.shared_prefix_hidden(model.get_decoder(), batch) is not None
+        assert decoder_passes.shared_prefix_hidden(model.get_decoder(), batch) is not None
     options = {"chunk_size": 7, "share_prefix": layout == "share_prefix"}
     ours = loss_and_grads(model, batch, lambda m, b: batches.sequence_log_probs(m, b, **options)[0])
     plain = loss_and_grads(model, batch, reference_log_probs)
@@ -98,9 +98,9 @@ def test_padded_pass_without_mask_needs_right_padding(name):
     real = batch.attention_mask.bool()
     with torch.no_grad():
         masked = decoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
-        ours = batches.padded_hidden(decoder, batch)  # [B, L-1, H]
+        ours = decoder_passes.padded_hidden(decoder, batch)  # [B, L-1, H]
         left = _left_padded(batch)
-        left_ours = batches.padded_hidden(decoder, left)
+        left_ours = decoder_passes.padded_hidden(decoder, left)
         left_masked = decoder(input_ids=left.input_ids, attention_mask=left.attention_mask)
         left_unmasked = decoder(input_ids=left.input_ids)
     torch.testing.assert_close(ours[real], masked.last_hidden_state[real], atol=2e-5, rtol=1e-4)
