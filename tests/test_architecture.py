@@ -388,14 +388,13 @@ def test_config_checks_raise_typed_errors(path):
     assert bare == [], f"{path}: raise SetupError, not ValueError, at lines {bare}"
 
 
-#: The architecture bar (issue 57): a package module holds at most 600 lines and a function
+#: The architecture bar (issue 57): a package module holds at most 500 lines and a function
 #: body (its docstring left out) at most 60. What is over it today, at its size today: a
 #: module here may shrink, not grow, and leaves the table once under the bar.
-MODULE_LINES, FUNCTION_LINES = 600, 60
+MODULE_LINES, FUNCTION_LINES = 500, 60
 OVER_THE_BAR = {
     "textgym/integrations/verifiers.py:_classes": 122,  # a class built on import of verifiers
     "textgym/serving/openenv_server.py:environment_class": 108,  # likewise, of openenv
-    "envs/tictactoe/pettingzoo_env.py:step": 71,
 }
 
 

@@ -284,48 +284,9 @@ class TicTacToeTextAEC(AECEnv):
         move, reason, why = read_action(self._board, action, self.action_spaces[seat])
         outcome: str | None = None
         if reason is not None:
-            # As in TicTacToe-v0: the board is unchanged and the same seat answers again.
-            self._news[seat] = []
-            self._opponent_moves[seat] = None
-            self._observations[seat] = self._texts[seat].invalid(
-                self._board, self._marks[seat], reason, why
-            )
-            self.infos[seat] = {
-                **self._info(seat, None),
-                "agent_move": None,
-                "opponent_move": None,
-                "invalid_action": True,
-                "invalid_reason": reason,
-            }
+            self._refuse(seat, reason, why)
         else:
-            self._board = B.apply_move(self._board, move)
-            self._news[seat] = [played_sentence(move)]
-            self._news[other].append(opponent_played_sentence(self._marks[seat], move))
-            self._opponent_moves[seat], self._opponent_moves[other] = None, move
-            outcome = self._outcome_of("X")
-            if outcome is None:
-                self.agent_selection = other
-            # The other seat's last action, if any, was a legal move (else it would still move).
-            self.infos[seat] = {
-                **self._info(seat, outcome),
-                "agent_move": move,
-                "opponent_move": None,
-                "invalid_action": False,
-                "invalid_reason": None,
-            }
-            previous = self.infos[other]
-            self.infos[other] = {
-                **self._info(other, outcome),
-                "agent_move": previous.get("agent_move"),
-                "opponent_move": move,
-                "invalid_action": False,
-                "invalid_reason": None,
-            }
-            if self._actions_taken[other] == 0:  # the reset keys stay until the seat first acts
-                self.infos[other].update(
-                    system_prompt=previous["system_prompt"], tools=previous["tools"]
-                )
-            self._refresh_observations(outcome)
+            outcome = self._play(seat, other, move)
 
         if outcome is not None:
             for s in SEATS:
@@ -338,6 +299,55 @@ class TicTacToeTextAEC(AECEnv):
         self._accumulate_rewards()
         if self.render_mode == "human":
             self.render()
+
+    def _refuse(self, seat: str, reason: str, why: str | None) -> None:
+        """An invalid action of ``seat``: as in TicTacToe-v0, the board is unchanged and the
+        same seat answers again."""
+        self._news[seat] = []
+        self._opponent_moves[seat] = None
+        self._observations[seat] = self._texts[seat].invalid(
+            self._board, self._marks[seat], reason, why
+        )
+        self.infos[seat] = {
+            **self._info(seat, None),
+            "agent_move": None,
+            "opponent_move": None,
+            "invalid_action": True,
+            "invalid_reason": reason,
+        }
+
+    def _play(self, seat: str, other: str, move: int) -> str | None:
+        """``seat`` plays the legal ``move``; both seats' news, infos and observations follow.
+        Returns the game's outcome for X (``None`` while it goes on)."""
+        self._board = B.apply_move(self._board, move)
+        self._news[seat] = [played_sentence(move)]
+        self._news[other].append(opponent_played_sentence(self._marks[seat], move))
+        self._opponent_moves[seat], self._opponent_moves[other] = None, move
+        outcome = self._outcome_of("X")
+        if outcome is None:
+            self.agent_selection = other
+        # The other seat's last action, if any, was a legal move (else it would still move).
+        self.infos[seat] = {
+            **self._info(seat, outcome),
+            "agent_move": move,
+            "opponent_move": None,
+            "invalid_action": False,
+            "invalid_reason": None,
+        }
+        previous = self.infos[other]
+        self.infos[other] = {
+            **self._info(other, outcome),
+            "agent_move": previous.get("agent_move"),
+            "opponent_move": move,
+            "invalid_action": False,
+            "invalid_reason": None,
+        }
+        if self._actions_taken[other] == 0:  # the reset keys stay until the seat first acts
+            self.infos[other].update(
+                system_prompt=previous["system_prompt"], tools=previous["tools"]
+            )
+        self._refresh_observations(outcome)
+        return outcome
 
     def render(self) -> str | None:
         """``"ansi"``: the board as text; ``"human"``: print it; ``None``: nothing."""
