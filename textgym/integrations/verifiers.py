@@ -97,7 +97,7 @@ def _classes() -> dict[str, Any]:
     try:
         import verifiers.v1 as vf
         from pydantic import Field
-        from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig
+        from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig  # noqa: F401
         from verifiers.v1.runtimes import SubprocessConfig
     except ImportError as error:
         raise MissingExtraError(
@@ -130,34 +130,7 @@ def _classes() -> dict[str, Any]:
         """One task per seed: the first observation of ``reset(seed=s, options=...)``."""
 
         def load(self) -> Iterator[TextgymTask]:
-            config = self.config
-            seeds = (
-                config.seeds
-                if config.seeds is not None
-                else range(config.first_seed, config.first_seed + config.num_tasks)
-            )
-            env = EnvRecipe(config.env, dict(config.env_kwargs)).make()
-            try:
-                for seed in seeds:
-                    obs, info = env.reset(seed=int(seed), options=dict(config.options) or None)
-                    task_id = info.get("task_id")
-                    yield TextgymTask(
-                        TextgymData(
-                            id=None if task_id is None else f"{task_id}@seed{seed}",
-                            name=f"{config.env}#seed{seed}",
-                            prompt=obs,
-                            system_prompt=info.get("system_prompt") or None,
-                            info={
-                                "env": config.env,
-                                "env_kwargs": dict(config.env_kwargs),
-                                "seed": int(seed),
-                                "options": dict(config.options),
-                            },
-                        ),
-                        config.task,
-                    )
-            finally:
-                env.close()
+            return _tasks(self.config, TextgymTask, TextgymData)
 
     def default_agent() -> vf.AgentConfig:
         return vf.AgentConfig(harness=NullHarnessConfig(id="null"), runtime=SubprocessConfig())
@@ -171,51 +144,83 @@ def _classes() -> dict[str, Any]:
         """Plays a textgym episode with the agent; records each reward component as a reward."""
 
         async def run(self, task: TextgymTask, agents: Any) -> None:
-            info = task.data.info
-            env = EnvRecipe(info["env"], dict(info["env_kwargs"])).make()
-            steps: list[dict[str, float]] = []
-            outcome: dict[str, Any] = {}
-            try:
-                obs, _ = env.reset(seed=info["seed"], options=dict(info["options"]) or None)
-                if obs != task.data.prompt:
-                    raise ValueError(
-                        f"{info['env']}: reset(seed={info['seed']}) no longer gives the task's "
-                        "prompt; load the taskset with the same env and env_kwargs"
-                    )
-                async with agents.agent.interaction(task) as interaction:
-                    segment = await interaction.turn()
-                    while not segment.terminated:
-                        obs, reward, terminated, truncated, step_info = env.step(_reply(segment))
-                        components = step_info.get("reward_components", {"env": float(reward)})
-                        steps.append({k: float(v) for k, v in components.items()})
-                        if terminated or truncated:
-                            outcome = {"terminated": bool(terminated), "truncated": bool(truncated)}
-                            if step_info.get("outcome") is not None:
-                                outcome["outcome"] = str(step_info["outcome"])
-                            break
-                        segment = await interaction.turn(obs)
-            finally:
-                env.close()
-            trace = interaction.trace
-            for name, value in episode_rewards(steps).items():
-                trace.record_reward(name, value, 1.0)
-            trace.info["textgym"] = {"steps": len(steps), **outcome}
+            await _play(task, agents)
 
-    classes = {
-        "NullHarness": NullHarness,
-        "NullHarnessConfig": NullHarnessConfig,
-        "TextgymData": TextgymData,
-        "TextgymEnv": TextgymEnv,
-        "TextgymEnvConfig": TextgymEnvConfig,
-        "TextgymTask": TextgymTask,
-        "TextgymTaskset": TextgymTaskset,
-        "TextgymTasksetConfig": TextgymTasksetConfig,
-        "default_agent": default_agent,
-    }
+    # The classes of __all__ (NullHarness is served as imported) and load_environment's default.
+    return _named({k: v for k, v in locals().items() if k in __all__ or k == "default_agent"})
+
+
+def _named(classes: dict[str, Any]) -> dict[str, Any]:
+    """``classes`` with each class built here named by its key (not ``_classes.<locals>``)."""
     for name, cls in classes.items():
         if isinstance(cls, type) and cls.__module__ == __name__:
             cls.__qualname__ = name
     return classes
+
+
+def _tasks(config: Any, task_cls: type, data_cls: type) -> Iterator[Any]:
+    """The tasks of :class:`TextgymTaskset` (``task_cls`` of ``data_cls``), one per seed."""
+    seeds = (
+        config.seeds
+        if config.seeds is not None
+        else range(config.first_seed, config.first_seed + config.num_tasks)
+    )
+    env = EnvRecipe(config.env, dict(config.env_kwargs)).make()
+    try:
+        for seed in seeds:
+            obs, info = env.reset(seed=int(seed), options=dict(config.options) or None)
+            task_id = info.get("task_id")
+            yield task_cls(
+                data_cls(
+                    id=None if task_id is None else f"{task_id}@seed{seed}",
+                    name=f"{config.env}#seed{seed}",
+                    prompt=obs,
+                    system_prompt=info.get("system_prompt") or None,
+                    info={
+                        "env": config.env,
+                        "env_kwargs": dict(config.env_kwargs),
+                        "seed": int(seed),
+                        "options": dict(config.options),
+                    },
+                ),
+                config.task,
+            )
+    finally:
+        env.close()
+
+
+async def _play(task: Any, agents: Any) -> None:
+    """:meth:`TextgymEnv.run`: one episode of ``task``'s env with the agent, each reward
+    component recorded as a reward of the trace."""
+    info = task.data.info
+    env = EnvRecipe(info["env"], dict(info["env_kwargs"])).make()
+    steps: list[dict[str, float]] = []
+    outcome: dict[str, Any] = {}
+    try:
+        obs, _ = env.reset(seed=info["seed"], options=dict(info["options"]) or None)
+        if obs != task.data.prompt:
+            raise ValueError(
+                f"{info['env']}: reset(seed={info['seed']}) no longer gives the task's "
+                "prompt; load the taskset with the same env and env_kwargs"
+            )
+        async with agents.agent.interaction(task) as interaction:
+            segment = await interaction.turn()
+            while not segment.terminated:
+                obs, reward, terminated, truncated, step_info = env.step(_reply(segment))
+                components = step_info.get("reward_components", {"env": float(reward)})
+                steps.append({k: float(v) for k, v in components.items()})
+                if terminated or truncated:
+                    outcome = {"terminated": bool(terminated), "truncated": bool(truncated)}
+                    if step_info.get("outcome") is not None:
+                        outcome["outcome"] = str(step_info["outcome"])
+                    break
+                segment = await interaction.turn(obs)
+    finally:
+        env.close()
+    trace = interaction.trace
+    for name, value in episode_rewards(steps).items():
+        trace.record_reward(name, value, 1.0)
+    trace.info["textgym"] = {"steps": len(steps), **outcome}
 
 
 def __getattr__(name: str) -> Any:
