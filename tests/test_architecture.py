@@ -389,12 +389,10 @@ def test_config_checks_raise_typed_errors(path):
 
 
 #: The architecture bar (issue 57): a package module holds at most 500 lines and a function
-#: body (its docstring left out) at most 60. What is over it today, at its size today: a
-#: module here may shrink, not grow, and leaves the table once under the bar.
+#: body (its docstring left out) at most 60. What is over it, at its size when it was let in: a
+#: module here may shrink, not grow, and leaves the table once under the bar (empty today).
 MODULE_LINES, FUNCTION_LINES = 500, 60
-OVER_THE_BAR = {
-    "textgym/serving/openenv_server.py:environment_class": 108,  # likewise, of openenv
-}
+OVER_THE_BAR: dict[str, int] = {}
 
 
 def _sizes() -> dict[str, int]:

@@ -212,115 +212,123 @@ def _models(action_space: gym.spaces.Text, observation_space: gym.spaces.Text) -
     return action, observation
 
 
+class _Session:
+    """The methods of :func:`environment_class`'s OpenEnv ``Environment``: one session's env,
+    built on its first ``reset`` on a shared env thread. Written without OpenEnv (the optional
+    ``serve`` extra): its types are imported where they are used."""
+
+    def __init__(self, make_env, observation_cls, env_id, step_timeout, workers, about):
+        from openenv.core.env_server.types import State
+
+        super().__init__()
+        self._about = about
+        self._make_env, self._obs_cls = make_env, observation_cls
+        self._env_id, self._timeout = env_id, step_timeout
+        self._workers: EnvWorkers = workers
+        self._env: gym.Env | None = None
+        self._live = False  # an episode was reset and has not ended
+        self._closed = False
+        self._state = State()
+
+    # -- the calls, each on a shared env thread, bounded by step_timeout ---------------
+    async def _call(self, func: Callable[[], Any], what: str) -> Any:
+        if self._closed:
+            raise RuntimeError(
+                "this session was closed (idle past --idle-timeout, or shut down); "
+                "reconnect to start a new one"
+            )
+        try:
+            return await self._workers.call(func, self._timeout)
+        except asyncio.TimeoutError:
+            self._env, self._live = None, False  # left to its retired thread
+            raise TimeoutError(
+                f"{what} ran past the step timeout of {self._timeout:g} s; this session's "
+                "env was abandoned, and the next reset builds a fresh one"
+            ) from None
+
+    def _observation(self, text, reward, terminated, truncated, info) -> Any:
+        reward = float(reward)
+        if not math.isfinite(reward):
+            raise ValueError(f"the env returned a non-finite reward {reward}")
+        return self._obs_cls(
+            text=text,
+            reward=reward,
+            terminated=bool(terminated),
+            truncated=bool(truncated),
+            done=bool(terminated or truncated),
+            info=json_safe_info(info),
+        )
+
+    async def reset_async(self, seed=None, episode_id=None, options=None, **kwargs):
+        from openenv.core.env_server.types import State
+
+        if kwargs:
+            raise ValueError(
+                f"unknown reset arguments {sorted(kwargs)[:5]}; expected seed and options"
+            )
+        if seed is not None:
+            seed = check_seed("seed", seed)
+        if options is not None and not isinstance(options, dict):
+            raise ValueError(f"Expected options to be a JSON object, got {type(options).__name__}")
+
+        def run() -> Any:
+            if self._env is None:
+                self._env = self._make_env()
+            return self._env.reset(seed=seed, options=options)
+
+        self._live = False
+        text, info = await self._call(run, "reset")
+        self._live = True
+        self._state = State(episode_id=episode_id, step_count=0)
+        return self._observation(text, 0.0, False, False, info)
+
+    async def step_async(self, action, timeout_s=None, **kwargs):
+        from fastapi import HTTPException
+
+        if not self._live and not self._closed:
+            raise HTTPException(
+                409,
+                "step before reset: reset this session first (over HTTP, /step has no "
+                "session; play episodes over the /ws WebSocket)",
+            )
+        env, text = self._env, action.text
+        result = await self._call(lambda: env.step(text), "step")
+        self._state.step_count += 1
+        obs = self._observation(*result)
+        self._live = not obs.done
+        return obs
+
+    def reset(self, seed=None, episode_id=None, **kwargs):  # OpenEnv calls the async ones
+        raise NotImplementedError("use reset_async")
+
+    def step(self, action, timeout_s=None, **kwargs):
+        raise NotImplementedError("use step_async")
+
+    @property
+    def state(self) -> Any:
+        return self._state
+
+    def get_metadata(self) -> Any:
+        from openenv.core.env_server.types import EnvironmentMetadata
+
+        return EnvironmentMetadata(name=self._env_id, description=self._about, version="textgym")
+
+    def close(self) -> None:
+        self._closed = True
+        env, self._env, self._live = self._env, None, False
+        if env is not None:  # on an env thread, after any call of this session still queued
+            self._workers.submit(env.close)
+
+
 def environment_class() -> type:
     """The OpenEnv ``Environment`` subclass over a text env (built on call: OpenEnv is the
-    optional ``serve`` extra)."""
-    from fastapi import HTTPException
+    optional ``serve`` extra); its methods are :class:`_Session`'s."""
     from openenv.core.env_server.interfaces import Environment
-    from openenv.core.env_server.types import EnvironmentMetadata, State
 
-    class TextgymEnvironment(Environment):
+    class TextgymEnvironment(_Session, Environment):
         """One session's env, built on its first ``reset`` on a shared env thread."""
 
         SUPPORTS_CONCURRENT_SESSIONS = True
-
-        def __init__(self, make_env, observation_cls, env_id, step_timeout, workers, about):
-            super().__init__()
-            self._about = about
-            self._make_env, self._obs_cls = make_env, observation_cls
-            self._env_id, self._timeout = env_id, step_timeout
-            self._workers: EnvWorkers = workers
-            self._env: gym.Env | None = None
-            self._live = False  # an episode was reset and has not ended
-            self._closed = False
-            self._state = State()
-
-        # -- the calls, each on a shared env thread, bounded by step_timeout ---------------
-        async def _call(self, func: Callable[[], Any], what: str) -> Any:
-            if self._closed:
-                raise RuntimeError(
-                    "this session was closed (idle past --idle-timeout, or shut down); "
-                    "reconnect to start a new one"
-                )
-            try:
-                return await self._workers.call(func, self._timeout)
-            except asyncio.TimeoutError:
-                self._env, self._live = None, False  # left to its retired thread
-                raise TimeoutError(
-                    f"{what} ran past the step timeout of {self._timeout:g} s; this session's "
-                    "env was abandoned, and the next reset builds a fresh one"
-                ) from None
-
-        def _observation(self, text, reward, terminated, truncated, info) -> Any:
-            reward = float(reward)
-            if not math.isfinite(reward):
-                raise ValueError(f"the env returned a non-finite reward {reward}")
-            return self._obs_cls(
-                text=text,
-                reward=reward,
-                terminated=bool(terminated),
-                truncated=bool(truncated),
-                done=bool(terminated or truncated),
-                info=json_safe_info(info),
-            )
-
-        async def reset_async(self, seed=None, episode_id=None, options=None, **kwargs):
-            if kwargs:
-                raise ValueError(
-                    f"unknown reset arguments {sorted(kwargs)[:5]}; expected seed and options"
-                )
-            if seed is not None:
-                seed = check_seed("seed", seed)
-            if options is not None and not isinstance(options, dict):
-                raise ValueError(
-                    f"Expected options to be a JSON object, got {type(options).__name__}"
-                )
-
-            def run() -> Any:
-                if self._env is None:
-                    self._env = self._make_env()
-                return self._env.reset(seed=seed, options=options)
-
-            self._live = False
-            text, info = await self._call(run, "reset")
-            self._live = True
-            self._state = State(episode_id=episode_id, step_count=0)
-            return self._observation(text, 0.0, False, False, info)
-
-        async def step_async(self, action, timeout_s=None, **kwargs):
-            if not self._live and not self._closed:
-                raise HTTPException(
-                    409,
-                    "step before reset: reset this session first (over HTTP, /step has no "
-                    "session; play episodes over the /ws WebSocket)",
-                )
-            env, text = self._env, action.text
-            result = await self._call(lambda: env.step(text), "step")
-            self._state.step_count += 1
-            obs = self._observation(*result)
-            self._live = not obs.done
-            return obs
-
-        def reset(self, seed=None, episode_id=None, **kwargs):  # OpenEnv calls the async ones
-            raise NotImplementedError("use reset_async")
-
-        def step(self, action, timeout_s=None, **kwargs):
-            raise NotImplementedError("use step_async")
-
-        @property
-        def state(self) -> Any:
-            return self._state
-
-        def get_metadata(self) -> Any:
-            return EnvironmentMetadata(
-                name=self._env_id, description=self._about, version="textgym"
-            )
-
-        def close(self) -> None:
-            self._closed = True
-            env, self._env, self._live = self._env, None, False
-            if env is not None:  # on an env thread, after any call of this session still queued
-                self._workers.submit(env.close)
 
     return TextgymEnvironment
 
