@@ -60,13 +60,18 @@ def one_error(capsys, argv, code=2):
             False,
         ),
         (
+            ["collect", TTT, "--episodes", "2", "--no-progress", "--output-dir", "{out}"],
+            "--output-dir",
+            True,
+        ),
+        (
             ["sft", "--data", "{data}", "--device", "cpu", "--output-dir", "{out}"],
             "--output-dir",
             True,
         ),
         (["train", TTT, "--device", "cpu", "--output-dir", "{out}"], "--output-dir", True),
     ],
-    ids=["eval", "collect", "sft", "train"],
+    ids=["eval", "collect", "collect-dir", "sft", "train"],
 )
 def test_a_held_output_is_refused_naming_its_holder(argv, flag, directory, tmp_path, capsys):
     if argv[0] in ("sft", "train"):
@@ -154,6 +159,29 @@ def test_collect_refuses_a_non_empty_output_unless_overwrite(tmp_path, capsys):
     assert main([*argv, "--episodes", "2", "--overwrite"]) == 0
     assert len(out.read_text().splitlines()) == 2
     assert sorted(os.listdir(tmp_path)) == ["sft.jsonl"]  # the lock file is gone
+
+
+def test_collect_into_a_run_directory(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = ["collect", TTT, "--policy", "minimax", "--no-progress", "--output-dir", str(out)]
+    assert main([*argv, "--episodes", "4"]) == 0
+    assert capsys.readouterr().out.endswith(
+        f"kept 4 of 4 episodes; wrote {out / 'sft_data.jsonl'} (4 whole records, valid JSONL) "
+        f"and {out / 'summary.json'}\n"
+    )
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["episodes"], summary["records_kept"], summary["complete"]) == (4, 4, True)
+    records = [json.loads(line) for line in (out / "sft_data.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(r["messages"][-1]["role"] == "assistant" for r in records)
+    line = one_error(capsys, [*argv, "--episodes", "2"])
+    assert line.startswith(f"textgym: error: --output-dir {out} is not empty (it holds ")
+    assert main([*argv, "--episodes", "2", "--overwrite", "--filter", "outcome in loss"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["episodes"], summary["records_kept"]) == (2, 0)  # minimax never loses
+    assert (out / "sft_data.jsonl").read_text() == ""
+    assert sorted(os.listdir(out)) == ["sft_data.jsonl", "summary.json"]  # the lock is gone
+    both = [*argv, "--output", str(tmp_path / "x.jsonl")]
+    assert "give one of them" in one_error(capsys, both)
 
 
 def test_an_empty_output_needs_no_overwrite(tmp_path):

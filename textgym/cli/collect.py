@@ -1,8 +1,11 @@
 """``textgym collect``: play episodes and write them as chat-format JSONL for SFT.
 
-Each episode the ``--filter`` keeps is appended to the ``--output`` file as it finishes, one
-record per line (:func:`textgym.collect.sft_record`); without ``--output`` the file is
-``runs/collect-ENV-TIME.jsonl`` (:func:`default_output`), and the run prints its path.
+Each episode the ``--filter`` keeps is appended to the records file as it finishes, one record
+per line (:func:`textgym.collect.sft_record`). With ``--output-dir DIR`` the run is a directory
+like every other command's: ``DIR/sft_data.jsonl`` and, last, ``DIR/summary.json`` (what the
+run printed, with the records kept); ``--output FILE.jsonl`` writes the records file alone;
+with neither, the file is ``runs/collect-ENV-TIME.jsonl`` (:func:`default_output`), and the
+run prints its path.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from typing import Any
 from textgym.cli import batch_play, building
 from textgym.cli._options import EnvUrlOptions
 from textgym.cli.batch_play import BatchPlayConfig
-from textgym.cli.outputs import claim_file
+from textgym.cli.outputs import claim_dir, claim_file, json_safe
 from textgym.cli.usage import UsageError
 from textgym.evaluation import RunningSummary
-from textgym.results import open_jsonl
+from textgym.results import hold_interrupts, open_jsonl, write_json
 from textgym.rollout import Trajectory
 
 __all__ = ["CollectConfig", "default_output", "env_stem", "run"]
@@ -36,8 +39,13 @@ class CollectConfig(BatchPlayConfig, EnvUrlOptions):
     Locked while the run writes; one that is not empty is refused unless --overwrite (None:
     runs/collect-ENV-YYYYmmdd-HHMMSS.jsonl, e.g. runs/collect-TicTacToe-v0-20250101-120000.jsonl;
     the run prints the path it wrote)."""
+    output_dir: str | None = None
+    """Directory to write the run into instead: sft_data.jsonl (the records, as --output
+    writes them) and summary.json (written last: episodes played and kept, returns,
+    outcomes). Locked while the run writes; one that holds a run is refused unless
+    --overwrite. Give --output or --output-dir, not both."""
     overwrite: bool = False
-    """Replace the records already in --output."""
+    """Replace the records already in --output (or the run in --output-dir)."""
     filter: str | None = None
     """Keep only the episodes that match, e.g. 'outcome in win,draw' or 'return >= 0.5'
     (None: keep all)."""
@@ -65,6 +73,14 @@ def run(config: CollectConfig) -> int:
         plan.make_env = served_env_factory(
             config.env_url, config.env_id, config.env_kwargs, config.wrappers
         )
+    if config.output_dir is not None:
+        if config.output is not None:
+            raise UsageError(
+                "--output and --output-dir both name where the records go; give one of them"
+            )
+        with claim_dir(Path(config.output_dir), "--output-dir", overwrite=config.overwrite) as d:
+            (d / "summary.json").unlink(missing_ok=True)  # it described the records replaced
+            return _run(config, plan, d / "sft_data.jsonl", wanted, summary_file=d / "summary.json")
     if config.output is None:
         config.output = default_output(config.env_id)
     with claim_file(Path(config.output), "--output", overwrite=config.overwrite) as out:
@@ -99,9 +115,15 @@ def env_stem(env_id: str) -> str:
 
 
 def _run(
-    config: CollectConfig, plan: batch_play.Setup, out: Path, wanted: Callable[[Any], bool]
+    config: CollectConfig,
+    plan: batch_play.Setup,
+    out: Path,
+    wanted: Callable[[Any], bool],
+    *,
+    summary_file: Path | None = None,
 ) -> int:
-    """:func:`run` once the output file is claimed (checked and locked)."""
+    """:func:`run` once the output is claimed (checked and locked): the records go to ``out``;
+    with ``summary_file`` (``--output-dir``) the run's summary goes there last."""
     from textgym.collect import sft_record
 
     policy = building.episode_policy(config, plan.stop, plan.random_action, plan.make_expert)
@@ -109,7 +131,7 @@ def _run(
     # --overwrite never writes into a hard link: a file with other names gets a new inode (the
     # lock on the old one, held by claim_file, still refuses a run through those names).
     shared = out.exists() and out.stat().st_nlink > 1
-    with open_jsonl(out, fresh=shared) as sink:
+    with open_jsonl(out, fresh=shared or summary_file is not None) as sink:
 
         def keep(index: int, traj: Trajectory) -> None:
             if wanted(traj):
@@ -123,12 +145,16 @@ def _run(
     kept = f"kept {sink.count} of {summary['episodes']} episodes" + (
         f" (filter: {config.filter})" if config.filter else ""
     )
+    wrote = f"{out} ({sink.count} whole records, valid JSONL)"
+    if summary_file is not None:
+        summary |= {"records": out.name, "records_kept": sink.count, "filter": config.filter}
+        with hold_interrupts():
+            write_json(summary_file, json_safe(summary))
+        wrote += f" and {summary_file}"
     if not played.complete:
         return batch_play.stopped(
-            played,
-            f"{summary['episodes']} of {plan.episodes} episodes; {kept}; "
-            f"wrote {out} ({sink.count} whole records, valid JSONL)",
+            played, f"{summary['episodes']} of {plan.episodes} episodes; {kept}; wrote {wrote}"
         )
     batch_play.print_summary(summary)
-    print(f"{kept}; wrote {out}")
+    print(f"{kept}; wrote {wrote}")
     return 0

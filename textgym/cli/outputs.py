@@ -54,8 +54,9 @@ _TRASH = ".textgym-overwrite.tmp"
 #: it is not textgym's (a user's folder of the same name is refused, never deleted).
 _TRASH_MARK = ".textgym-trash"
 
-#: The results ``eval --output-dir`` writes (and replaces on ``--overwrite``).
-_EVAL_FILES = ("summary.json", "trajectories.jsonl", "per_task.jsonl")
+#: The results ``eval --output-dir`` and ``collect --output-dir`` write (and replace on
+#: ``--overwrite``).
+_RESULT_FILES = ("summary.json", "trajectories.jsonl", "per_task.jsonl", "sft_data.jsonl")
 #: The records ``train`` and ``sft`` write at the top of their run directory.
 _TRAINER_FILES = (
     "run.json",
@@ -65,8 +66,8 @@ _TRAINER_FILES = (
     "train_episodes.jsonl",
 )
 #: A directory textgym wrote a run into holds one of these (train and sft: run.json, written
-#: first; eval: summary.json or trajectories.jsonl).
-_RUN_MARKERS = ("run.json", "summary.json", "trajectories.jsonl")
+#: first; eval: summary.json or trajectories.jsonl; collect: summary.json or sft_data.jsonl).
+_RUN_MARKERS = ("run.json", "summary.json", "trajectories.jsonl", "sft_data.jsonl")
 #: What ``save_pretrained`` of a model, a LoRA adapter and a tokenizer writes (patterns).
 _MODEL_FILES = (
     "config.json",
@@ -148,7 +149,7 @@ def _textgym_file(path: Path, *, top: bool, trainer_run: bool) -> bool:
     model = _matches(name, _MODEL_FILES) or (name == "README.md" and _model_card(path))
     if not top:
         return model or name in _CHECKPOINT_FILES
-    if name in _EVAL_FILES or re.fullmatch(r"\.summary\.json\..*\.tmp", name):
+    if name in _RESULT_FILES or re.fullmatch(r"\.summary\.json\..*\.tmp", name):
         return True
     return trainer_run and (model or name in _TRAINER_FILES or name == "metrics.jsonl.tmp")
 
@@ -353,7 +354,7 @@ def claim_dir(
             if clear:
                 clear_run_dir(directory, flag)
             else:
-                check_run_dir(directory, flag, replaces=_EVAL_FILES)
+                check_run_dir(directory, flag, replaces=_RESULT_FILES)
         yield directory
 
 
