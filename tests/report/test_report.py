@@ -252,6 +252,15 @@ def test_a_collect_file_of_a_tool_env(runs):
     assert run.summary["mean_return"] == pytest.approx(1.0)
 
 
+def test_a_collect_run_directory_reads_as_its_records(tmp_path):
+    out = tmp_path / "games"
+    argv = ["collect", "textgym/TicTacToe-v0", "--policy", "minimax", "--episodes", "3"]
+    assert main([*argv, "--no-progress", "--output-dir", str(out)]) == 0
+    run = load_run(out)
+    assert run.kind == "collect" and run.name == "games" and run.episodes_total == 3
+    assert not run.notes and run.summary["mean_return"] > 0
+
+
 def test_a_train_run_gives_curves_and_its_final_evaluation(runs):
     run = load_run(runs["train"])
     assert run.kind == "train" and len(run.metrics) == 9

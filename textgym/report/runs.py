@@ -6,7 +6,9 @@ A run is what one textgym command wrote:
   (one :meth:`~textgym.rollout.Trajectory.to_dict` record per episode) and, on a walk over the
   tasks, ``per_task.jsonl``.
 - ``textgym collect --output FILE``: one JSONL file of chat records
-  (:func:`textgym.collect.sft_record`); the file itself is the run.
+  (:func:`textgym.collect.sft_record`); the file itself is the run. ``textgym collect
+  --output-dir DIR``: the same records in ``sft_data.jsonl`` (the summary is computed from
+  them, as for a file).
 - ``textgym train --output-dir DIR``: ``metrics.jsonl`` (rows ``{"step", "stage", ...}`` of
   :class:`textgym.algos.metrics.MetricsLogger`, stage ``train`` and ``eval``), ``run.json``,
   ``final_eval.json`` and ``train_episodes.jsonl`` (a sample of each step's rollouts, read as
@@ -369,7 +371,7 @@ def _run_kind(path: Path) -> str:
     Raises:
         NotARunError: nothing there is a textgym run.
     """
-    if path.is_file():
+    if path.is_file() or (path / "sft_data.jsonl").is_file():
         return "collect"
     if not path.is_dir():
         raise NotARunError(f"{path} does not exist; expected a run directory or a collect file")
@@ -379,8 +381,8 @@ def _run_kind(path: Path) -> str:
         return "eval"
     raise NotARunError(
         f"{path} is not a textgym run: expected summary.json or trajectories.jsonl "
-        "(textgym eval --output-dir), metrics.jsonl (textgym train or sft), or the JSONL file "
-        "that textgym collect --output wrote"
+        "(textgym eval --output-dir), metrics.jsonl (textgym train or sft), sft_data.jsonl "
+        "(textgym collect --output-dir), or the JSONL file that textgym collect --output wrote"
     )
 
 
@@ -416,7 +418,8 @@ def load_run(
     run = Run(name=name or path.name or str(path), path=str(path), kind=kind)
     interner = interner if interner is not None else Interner()
     if kind == "collect":
-        _load_collect(path, run, max_episodes, interner)
+        records = path / "sft_data.jsonl" if path.is_dir() else path
+        _load_collect(records, run, max_episodes, interner)
         return run
     if kind == "eval":
         running = None
