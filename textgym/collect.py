@@ -37,7 +37,10 @@ from textgym.evaluation import OUTCOMES
 from textgym.rollout import Trajectory
 from textgym.toolformat import chat_tools, to_chat_messages
 
-__all__ = ["covering_records", "parse_filter", "sft_record"]
+__all__ = ["RECORDS_FILE", "covering_records", "parse_filter", "sft_record"]
+
+#: The records file in a ``textgym collect --output-dir`` run directory (its summary.json beside).
+RECORDS_FILE = "sft_data.jsonl"
 
 _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,

@@ -184,6 +184,32 @@ def test_collect_into_a_run_directory(tmp_path, capsys):
     assert "give one of them" in one_error(capsys, both)
 
 
+def test_collect_says_in_one_line_when_its_summary_cannot_be_written(tmp_path, monkeypatch):
+    import textgym.cli.collect as collect_cli
+
+    def full_disk(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(collect_cli, "write_json", full_disk)
+    out = tmp_path / "run"
+    argv = ["collect", TTT, "--policy", "minimax", "--episodes", "3", "--no-progress"]
+    err = stderr_of_failed_run([*argv, "--output-dir", str(out)])
+    assert err.count("\n") == 1 and err.startswith(f"textgym: error: cannot write {out}")
+    assert "No space left on device" in err and "(3 whole records, valid JSONL)" in err
+    assert len((out / "sft_data.jsonl").read_text().splitlines()) == 3
+
+
+def stderr_of_failed_run(argv):
+    """Run ``textgym argv`` in this process; expect exit 1 and return its stderr."""
+    import contextlib
+    import io
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(argv) == 1
+    return err.getvalue()
+
+
 def test_an_empty_output_needs_no_overwrite(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "sft.jsonl").touch()

@@ -14,6 +14,7 @@ import dataclasses
 import datetime
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from textgym.cli._options import EnvUrlOptions
 from textgym.cli.batch_play import BatchPlayConfig
 from textgym.cli.outputs import claim_dir, claim_file, json_safe
 from textgym.cli.usage import UsageError
+from textgym.collect import RECORDS_FILE
 from textgym.evaluation import RunningSummary
 from textgym.results import hold_interrupts, open_jsonl, write_json
 from textgym.rollout import Trajectory
@@ -80,7 +82,7 @@ def run(config: CollectConfig) -> int:
             )
         with claim_dir(Path(config.output_dir), "--output-dir", overwrite=config.overwrite) as d:
             (d / "summary.json").unlink(missing_ok=True)  # it described the records replaced
-            return _run(config, plan, d / "sft_data.jsonl", wanted, summary_file=d / "summary.json")
+            return _run(config, plan, d / RECORDS_FILE, wanted, summary_file=d / "summary.json")
     if config.output is None:
         config.output = default_output(config.env_id)
     with claim_file(Path(config.output), "--output", overwrite=config.overwrite) as out:
@@ -148,8 +150,15 @@ def _run(
     wrote = f"{out} ({sink.count} whole records, valid JSONL)"
     if summary_file is not None:
         summary |= {"records": out.name, "records_kept": sink.count, "filter": config.filter}
-        with hold_interrupts():
-            write_json(summary_file, json_safe(summary))
+        try:
+            with hold_interrupts():
+                write_json(summary_file, json_safe(summary))
+        except OSError as exc:  # a full disk: one line, and what the records file holds
+            print(
+                f"textgym: error: cannot write {summary_file} ({exc.strerror or exc}); {wrote}",
+                file=sys.stderr,
+            )
+            return 1
         wrote += f" and {summary_file}"
     if not played.complete:
         return batch_play.stopped(

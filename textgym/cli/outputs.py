@@ -37,6 +37,7 @@ from textgym.cli.output_locks import (
     refuse_held_folders,
 )
 from textgym.cli.usage import UsageError
+from textgym.collect import RECORDS_FILE
 
 __all__ = [
     "check_run_dir",
@@ -56,7 +57,7 @@ _TRASH_MARK = ".textgym-trash"
 
 #: The results ``eval --output-dir`` and ``collect --output-dir`` write (and replace on
 #: ``--overwrite``).
-_RESULT_FILES = ("summary.json", "trajectories.jsonl", "per_task.jsonl", "sft_data.jsonl")
+_RESULT_FILES = ("summary.json", "trajectories.jsonl", "per_task.jsonl", RECORDS_FILE)
 #: The records ``train`` and ``sft`` write at the top of their run directory.
 _TRAINER_FILES = (
     "run.json",
@@ -67,7 +68,7 @@ _TRAINER_FILES = (
 )
 #: A directory textgym wrote a run into holds one of these (train and sft: run.json, written
 #: first; eval: summary.json or trajectories.jsonl; collect: summary.json or sft_data.jsonl).
-_RUN_MARKERS = ("run.json", "summary.json", "trajectories.jsonl", "sft_data.jsonl")
+_RUN_MARKERS = ("run.json", "summary.json", "trajectories.jsonl", RECORDS_FILE)
 #: What ``save_pretrained`` of a model, a LoRA adapter and a tokenizer writes (patterns).
 _MODEL_FILES = (
     "config.json",

@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from textgym.collect import RECORDS_FILE
 from textgym.data import iter_jsonl
 from textgym.evaluation import OUTCOMES, TASK_COMPONENTS, RunningSummary
 from textgym.report.segments import message_segments, pretty_json, structured_segments
@@ -371,7 +372,7 @@ def _run_kind(path: Path) -> str:
     Raises:
         NotARunError: nothing there is a textgym run.
     """
-    if path.is_file() or (path / "sft_data.jsonl").is_file():
+    if path.is_file() or (path / RECORDS_FILE).is_file():
         return "collect"
     if not path.is_dir():
         raise NotARunError(f"{path} does not exist; expected a run directory or a collect file")
@@ -418,7 +419,7 @@ def load_run(
     run = Run(name=name or path.name or str(path), path=str(path), kind=kind)
     interner = interner if interner is not None else Interner()
     if kind == "collect":
-        records = path / "sft_data.jsonl" if path.is_dir() else path
+        records = path / RECORDS_FILE if path.is_dir() else path
         _load_collect(records, run, max_episodes, interner)
         return run
     if kind == "eval":
