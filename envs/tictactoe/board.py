@@ -15,6 +15,7 @@ moves first, so whose turn it is follows from the counts of marks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
 
 from textgym.checks import excerpt
@@ -25,6 +26,7 @@ __all__ = [
     "LINES",
     "MARKS",
     "apply_move",
+    "board_after",
     "is_full",
     "legal_moves",
     "other",
@@ -131,6 +133,18 @@ def apply_move(board: str, cell: int) -> str:
     if not isinstance(cell, int) or isinstance(cell, bool):
         raise ValueError(f"Expected a cell index in 0..8, got {excerpt(cell)}")
     return _apply_move(board, cell)
+
+
+def board_after(moves: Sequence[int]) -> str:
+    """The board after ``moves`` (cells in play order, X first) from the empty board.
+
+    Raises:
+        ValueError: as :func:`apply_move`, for the first move it refuses.
+    """
+    board = EMPTY_BOARD
+    for cell in moves:
+        board = apply_move(board, cell)
+    return board
 
 
 @lru_cache(maxsize=1 << 17)

@@ -21,6 +21,7 @@ from textgym.envs.tictactoe.opponent import (
 from textgym.envs.tictactoe.parsing import is_well_formed
 from textgym.envs.tictactoe.text import (
     PROMPT_STYLES,
+    game_conversation,
     new_game_sentence,
     opponent_played_sentence,
     played_sentence,
@@ -71,7 +72,8 @@ class TicTacToeEnv(TextEnv):
         An empty board. When the agent plays O the opponent's opening move is already played
         and reported in the first observation. ``agent_mark="random"`` draws the mark from
         ``np_random`` at each reset. ``reset(options={"board": ...})`` starts from a given
-        position instead, the agent to move (Arguments).
+        position instead, the agent to move, and ``reset(options={"moves": ...})`` a game
+        part-way through with its conversation so far (Arguments).
 
     Rewards:
         ``outcome`` only, paid on the final step: win 1.0, draw 0.5, loss 0.0; 0.0 on every
@@ -87,6 +89,10 @@ class TicTacToeEnv(TextEnv):
 
         - ``system_prompt`` [reset]: rules and answer format, for the chat's system message.
         - ``tools`` [reset]: always ``[]``; the task has no tools.
+        - ``history`` [reset, only for a game started from ``moves``]: the conversation before
+          the first observation (user and assistant messages, the agent's earlier moves written
+          as ``<move>N</move>``); rollouts put it between the system prompt and the first
+          observation (:func:`textgym.policies.base.conversation_start`).
         - ``task_id`` [reset, step]: ``"tictactoe-{mark}-{opponent}-p{random_move_prob:.3f}"``.
         - ``agent_mark`` [reset, step]: ``"X"`` or ``"O"``.
         - ``opponent`` [reset, step]: the opponent's style this episode (see Arguments).
@@ -139,7 +145,8 @@ class TicTacToeEnv(TextEnv):
           Rules, rewards and info are the same.
 
         - ``start_boards``: ``None`` (default: every episode starts on the empty board), a
-          list of start positions (each as the ``board`` reset option below), a path to a
+          list of start positions (each as the ``board`` reset option below, or a list of
+          cells as the ``moves`` reset option: the game so far, its conversation included), a path to a
           ``.json`` file of such a list (for thousands of boards), or ``"critical"``: every reachable position where some move changes the game's result
           (:func:`~textgym.envs.tictactoe.opponent.critical_positions`, 3,191 boards). Each
           episode starts, with probability ``start_board_prob``, from one of them drawn
@@ -154,7 +161,12 @@ class TicTacToeEnv(TextEnv):
         the counts are equal); an ``agent_mark`` given with it must be that mark, and the
         env's own ``agent_mark`` is not used. The episode is the rest of that game: the same
         opponent, rewards and step limit, the first observation reporting the position. For
-        start-state distributions (training from the positions a policy misreads).
+        start-state distributions (training from the positions a policy misreads). Or
+        ``moves``: the cells played so far from the empty board, X first, not ending the game;
+        the agent plays the mark to move after them (``agent_mark`` as with ``board``), its
+        first observation is the one it would have seen at that turn, and ``info["history"]``
+        holds the game's earlier turns. A position met in-game is learnt in its in-game
+        context: the same board as a first turn is another prompt.
 
     Raises:
         ValueError: from ``__init__`` or ``reset`` for an argument outside the values above.
@@ -164,8 +176,9 @@ class TicTacToeEnv(TextEnv):
     Version History:
         - v0: initial release; an action over the action space's length is an invalid action
           (``"too_long"``), not parsed; the ``opponent`` styles beyond ``"minimax"`` and
-          ``"random"`` added, then the ``board`` reset option, then ``start_boards``; the default
-          behaviour unchanged.
+          ``"random"`` added, then the ``board`` reset option, then ``start_boards``, then the
+          ``moves`` reset option and move lists in ``start_boards``; the default behaviour
+          unchanged.
     """
 
     #: How `textgym play` turns a bare number typed by a person into an action.
@@ -221,7 +234,7 @@ class TicTacToeEnv(TextEnv):
         agent_mark: str = "X",
         render_mode: str | None = None,
         prompt_style: str = "full",
-        start_boards: str | Sequence[str] | None = None,
+        start_boards: str | Sequence[str | Sequence[int]] | None = None,
         start_board_prob: float = 1.0,
     ):
         self.opponent = _check_opponent(opponent)
@@ -263,13 +276,17 @@ class TicTacToeEnv(TextEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         options = dict(options or {})
-        unknown = set(options) - {"opponent", "random_move_prob", "agent_mark", "board"}
+        unknown = set(options) - {"opponent", "random_move_prob", "agent_mark", "board", "moves"}
         if unknown:
             raise ValueError(
                 f"Unknown reset options {sorted(unknown)}; expected any of "
-                "'opponent', 'random_move_prob', 'agent_mark', 'board'"
+                "'opponent', 'random_move_prob', 'agent_mark', 'board', 'moves'"
             )
+        if "board" in options and "moves" in options:
+            raise ValueError("Expected one of the reset options 'board' and 'moves', got both")
         start = check_start_board(options.get("board"), options.get("agent_mark"))
+        if "moves" in options:
+            start = check_start_moves(options["moves"], options.get("agent_mark"))
         # The constructor checked self.opponent; only a per-episode override needs checking.
         styles = _check_opponent(options["opponent"]) if "opponent" in options else self.opponent
         self._episode_prob = check_probability(
@@ -284,7 +301,7 @@ class TicTacToeEnv(TextEnv):
         if start is None and self.start_boards and self.np_random.random() < self.start_board_prob:
             start = self.start_boards[int(self.np_random.integers(len(self.start_boards)))]
         if start is not None:
-            mark = B.to_move(start)
+            mark = B.to_move(start if isinstance(start, str) else B.board_after(start))
         elif mark == "random":
             mark = "X" if self.np_random.random() < 0.5 else "O"
         self._mark = mark
@@ -295,22 +312,37 @@ class TicTacToeEnv(TextEnv):
         else:
             self._episode_opponent = styles[int(self.np_random.integers(len(styles)))]
         self._task_id = f"tictactoe-{mark}-{self._episode_opponent}-p{self._episode_prob:.3f}"
-        self._board = B.EMPTY_BOARD if start is None else start
         self._done = False
+        if isinstance(start, tuple):
+            obs, info = self._resume_game(start)
+        else:
+            obs, info = self._new_game(start)
+        info = {"system_prompt": self._text.system_prompt(mark), "tools": [], **info}
+        self._emit(obs)
+        return obs, info
 
+    def _new_game(self, start: str | None) -> tuple[str, dict[str, Any]]:
+        """The first observation and info of a game from the empty board (the opponent's
+        opening move played when the agent is O) or from the start board ``start``."""
+        self._board = B.EMPTY_BOARD if start is None else start
         opp_move, opp_random = None, False
+        mark = self._mark
         news = [new_game_sentence(mark) if start is None else start_position_sentence(mark)]
         if mark == "O" and start is None:
             opp_move, opp_random = self._opponent_reply()
             news.append(opponent_played_sentence(B.other(mark), opp_move))
         obs = self._text.observation(self._board, mark, news, opp_move)
-        info = {
-            "system_prompt": self._text.system_prompt(mark),
-            "tools": [],
-            **self._info(opp_move, opp_random, None),
+        return obs, self._info(opp_move, opp_random, None)
+
+    def _resume_game(self, moves: tuple[int, ...]) -> tuple[str, dict[str, Any]]:
+        """The observation the agent would have seen after ``moves``, and the info with the
+        game's earlier turns as ``history``."""
+        self._board, messages = game_conversation(self._text, moves, self.action_template)
+        opp_move = moves[-1] if moves else None
+        return messages[-1]["content"], {
+            "history": messages[:-1],
+            **self._info(opp_move, False, None),
         }
-        self._emit(obs)
-        return obs, info
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._check_action(action)
@@ -408,12 +440,38 @@ def check_start_board(board: Any, agent_mark: Any) -> str | None:
     return board
 
 
-def _check_start_boards(value: Any) -> tuple[str, ...]:
-    """The ``start_boards`` argument as a tuple of checked boards (empty for ``None``).
+def check_start_moves(moves: Any, agent_mark: Any) -> tuple[int, ...]:
+    """The ``moves`` reset option checked, as a tuple: a list of cells from the empty board
+    that leaves a move to play, for ``agent_mark`` when that is given as ``"X"``/``"O"``.
+
+    Raises:
+        ValueError: not a list/tuple of ints, an illegal or occupied cell, a game over, or a
+            mark to move other than ``agent_mark``.
+    """
+    if not isinstance(moves, (list, tuple)) or any(
+        not isinstance(cell, int) or isinstance(cell, bool) for cell in moves
+    ):
+        raise ValueError(f"Expected moves as a list of cells 0-8, got {excerpt(moves)}")
+    board = B.board_after(moves)
+    if B.winner(board) is not None or B.is_full(board):
+        raise ValueError(f"Expected moves that leave a move to play, got {list(moves)}")
+    mover = B.to_move(board)
+    if agent_mark in ("X", "O") and agent_mark != mover:
+        raise ValueError(
+            f"Expected agent_mark {mover!r} after the moves {list(moves)} ({mover} is to move), "
+            f"got {agent_mark!r}; leave agent_mark out to play the mark to move"
+        )
+    return tuple(moves)
+
+
+def _check_start_boards(value: Any) -> tuple[str | tuple[int, ...], ...]:
+    """The ``start_boards`` argument as a tuple of checked boards and move tuples (empty for
+    ``None``).
 
     Raises:
         ValueError: a str other than ``"critical"``, a value that is not a list/tuple of
-            boards, an empty list, or a board the ``board`` reset option would refuse.
+            boards or move lists, an empty list, or an entry the ``board`` or ``moves`` reset
+            option would refuse.
     """
     if value is None:
         return ()
@@ -426,7 +484,10 @@ def _check_start_boards(value: Any) -> tuple[str, ...]:
             f"Expected start_boards to be 'critical', a non-empty list of boards or a .json "
             f"file of one, got {value!r}"
         )
-    return tuple(check_start_board(board, None) for board in value)
+    return tuple(
+        check_start_board(entry, None) if isinstance(entry, str) else check_start_moves(entry, None)
+        for entry in value
+    )
 
 
 def _read_boards(path: Path) -> Any:

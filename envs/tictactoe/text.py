@@ -22,6 +22,7 @@ from gymnasium import spaces
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.parsing import extract_move_text, parse_move
 from textgym.spaces import TOO_LONG, too_long_message
+from textgym.types import Message
 
 __all__ = [
     "COMPACT_SYSTEM_PROMPT",
@@ -32,6 +33,7 @@ __all__ = [
     "FullText",
     "compact_status_text",
     "explain_invalid",
+    "game_conversation",
     "new_game_sentence",
     "opponent_played_sentence",
     "played_sentence",
@@ -244,3 +246,41 @@ class CompactText(FullText):
 
 #: The prompt styles by name (the envs' ``prompt_style`` argument).
 PROMPT_STYLES: dict[str, FullText] = {"full": FullText(), "compact": CompactText()}
+
+
+def game_conversation(
+    text: FullText, moves: Sequence[int], action_template: str
+) -> tuple[str, list[Message]]:
+    """A game part-way through as the player to move saw it: the board and the chat so far.
+
+    Args:
+        text: The prompt style.
+        moves: The cells played from the empty board, in order (X first); the game must not be
+            over after them. The player to move afterwards is the conversation's player: its
+            earlier moves become assistant turns, the other mark's moves the news of the next
+            observation, as ``TicTacToe-v0`` would have shown them.
+        action_template: How a move is written as an action (``"<move>{}</move>"``).
+
+    Returns:
+        ``(board, messages)``: the board after ``moves`` and the user/assistant messages from the
+        game's first observation to the current one (the last message, a user turn).
+
+    Raises:
+        ValueError: a cell that is not an int in 0..8 or is occupied, a move after the game
+            ended, or a game over after the last move.
+    """
+    mark = "X" if len(moves) % 2 == 0 else "O"
+    board, news, opponent, rest = B.EMPTY_BOARD, [new_game_sentence(mark)], None, list(moves)
+    if mark == "O":  # X's opening move is news of the first observation
+        opponent, rest = rest[0], rest[1:]
+        board = B.apply_move(board, opponent)
+        news.append(opponent_played_sentence("X", opponent))
+    messages = [{"role": "user", "content": text.observation(board, mark, news, opponent)}]
+    for own, opponent in zip(rest[0::2], rest[1::2]):
+        board = B.apply_move(B.apply_move(board, own), opponent)
+        news = [played_sentence(own), opponent_played_sentence(B.other(mark), opponent)]
+        messages.append({"role": "assistant", "content": action_template.format(own)})
+        messages.append({"role": "user", "content": text.observation(board, mark, news, opponent)})
+    if B.winner(board) is not None or B.is_full(board):
+        raise ValueError(f"Expected moves that leave a move to play, got {list(moves)}")
+    return board, messages

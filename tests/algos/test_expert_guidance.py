@@ -157,3 +157,25 @@ def test_an_env_without_an_expert_is_refused_before_the_model_loads(tmp_path):
     config = _config(tmp_path, env_id=env_id, env_kwargs={}, model="no/such-model")
     with pytest.raises(SetupError, match="names no expert policy"):
         grpo.train(config)
+
+
+def test_a_game_part_way_through_is_prompt_in_sampled_and_replayed_episodes(tiny_policy):
+    settings = {**COMPACT, "start_boards": [[4, 0, 8]]}
+    make = lambda: gym.make("textgym/TicTacToe-v0", **settings)  # noqa: E731
+    obs, info = make().reset(seed=3)
+    start = tiny_policy.prompt_ids(
+        [
+            {"role": "system", "content": info["system_prompt"]},
+            *info["history"],
+            {"role": "user", "content": obs},
+        ],
+        info,
+    )
+    (sampled,) = rollout(make, tiny_policy, [3])
+    guide = ExpertGuide.for_env(make, settings, per_group=1, seed=0, batch_size=1)
+    (expert,) = rollout(make, guide.expert, [3], token_level=False)
+    for episode in (sampled, replay_tokens(tiny_policy, expert)):
+        # The history (O's earlier move included) is prompt: never a trained token.
+        assert episode.token_ids[: len(start)] == start and not any(episode.loss_mask[: len(start)])
+        assert episode.messages[2] == {"role": "assistant", "content": "<move>0</move>"}
+        assert sum(episode.loss_mask) > 0

@@ -79,6 +79,17 @@ def test_a_run_plays_every_stage_then_skips_them_and_tabulates(tmp_path, capsys)
     assert (work / "eval" / "6" / "summary.json").stat().st_mtime_ns == before
 
 
+def test_a_finished_stage_whose_output_was_removed_runs_again(tmp_path, capsys):
+    recipe, work = _recipe(tmp_path), tmp_path / "work"
+    assert main(["run", str(recipe), "--work-dir", str(work)]) == 0
+    (work / "data" / "expert.jsonl").unlink()
+    capsys.readouterr()
+    assert main(["run", str(recipe), "--work-dir", str(work)]) == 0
+    out = capsys.readouterr().out
+    assert "expert: finished before, but" in out and "eval-random: done" in out
+    assert len((work / "data" / "expert.jsonl").read_text().splitlines()) == 6
+
+
 def test_a_stage_that_finished_with_other_options_is_refused(tmp_path, capsys):
     recipe, work = _recipe(tmp_path), tmp_path / "work"
     assert main(["run", str(recipe), "--work-dir", str(work), "--until", "expert"]) == 0

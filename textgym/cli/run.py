@@ -57,7 +57,8 @@ def _selected(recipe: Recipe, config: RunConfig) -> list[Stage]:
 
 
 def _finished(mark: Path, stage: Stage) -> bool:
-    """Whether ``stage`` already finished with these options (its mark).
+    """Whether ``stage`` already finished with these options (its mark) and its output is still
+    there (a removed output runs the stage again, with a note).
 
     Raises:
         RecipeError: it finished with other options.
@@ -69,7 +70,11 @@ def _finished(mark: Path, stage: Stage) -> bool:
     except (OSError, ValueError):
         raise RecipeError(f"stage {stage.name}: its mark {mark} is unreadable; remove it") from None
     if done.get("command") == stage.command and done.get("options") == stage.options:
-        return True
+        output = stage.options.get("output_dir") or stage.options.get("output")
+        if output is None or Path(output).exists():
+            return True
+        print(f"{stage.name}: finished before, but {output} is gone; running it again", flush=True)
+        return False
     before = done.get("options") if isinstance(done.get("options"), dict) else {}
     keys = sorted(k for k in {*before, *stage.options} if before.get(k) != stage.options.get(k))
     raise RecipeError(

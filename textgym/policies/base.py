@@ -71,10 +71,14 @@ class TokenPolicy(Policy, Protocol):
 
 
 def conversation_start(observation: str, info: Mapping[str, Any]) -> list[Message]:
-    """Build the first messages of an episode: the system prompt (if any) and the first observation."""
+    """Build the first messages of an episode: the system prompt (if any), the reset info's
+    ``history`` (the earlier turns of an episode that starts part-way through, e.g.
+    TicTacToe-v0's ``moves`` reset option; a prompt, never trained on by GRPO) and the first
+    observation."""
     messages: list[Message] = []
     system_prompt = info.get("system_prompt")
     if system_prompt:
         messages.append({"role": "system", "content": system_prompt})
+    messages.extend(dict(message) for message in info.get("history", ()))
     messages.append({"role": "user", "content": observation})
     return messages

@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 
 from textgym.cli import main
-from textgym.envs.tictactoe.board import to_move
+from textgym.envs.tictactoe.board import board_after, to_move
 from textgym.envs.tictactoe.opponent import value_preserving_moves
 
 from ..._recipe_scripts import load
@@ -40,11 +40,20 @@ def test_random_play_against_optimal_blunders_where_it_loses(tmp_path, monkeypat
     # Each listed position holds a move the policy played that loses value there.
     env_records = [json.loads(x) for x in (games / "trajectories.jsonl").read_text().splitlines()]
     env = gym.make("textgym/TicTacToe-v0", **json.loads(KWARGS))
-    found = {b for r in env_records for b, m in script.game_blunders(env, r)}
+    found = {b for r in env_records for b, m, _ in script.game_blunders(env, r)}
     assert found == set(boards)
     for record in env_records:
-        for board, move in script.game_blunders(env, record):
-            assert move not in value_preserving_moves(board)
+        for board, move, moves in script.game_blunders(env, record):
+            assert move not in value_preserving_moves(board) and board_after(moves) == board
+    # Each game starts at its first blunder's position, with the conversation that led there.
+    games = json.loads((tmp_path / "blunder_games.json").read_text())
+    firsts = {
+        script.game_blunders(env, r)[0][2] for r in env_records if script.game_blunders(env, r)
+    }
+    assert {tuple(g) for g in games} == firsts and len(games) == len(firsts)
+    for moves in games:
+        _, info = env.reset(seed=0, options={"moves": moves})
+        assert info["board"] in boards and len(info["history"]) == len(moves) - 1
 
 
 def test_optimal_play_has_no_blunder(tmp_path, monkeypatch, capsys):
@@ -53,6 +62,7 @@ def test_optimal_play_has_no_blunder(tmp_path, monkeypatch, capsys):
     assert load("tictactoe_blunders").main([str(games)]) == 2
     assert "no move lost value" in capsys.readouterr().err
     assert not (tmp_path / "blunders.json").exists()
+    assert not (tmp_path / "blunder_games.json").exists()
 
 
 @pytest.mark.parametrize("argv", [[], ["{gsm}"]])
