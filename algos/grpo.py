@@ -7,7 +7,10 @@ advantage is its return measured against its group. One training step of :func:`
 1. **Rollout** ``M`` tasks x ``G`` copies with :func:`textgym.rollout.rollout`, token-in /
    token-out, so every trajectory carries its token ids, sampling log-probs and a loss mask
    that covers only the policy's own tokens (multi-turn episodes included)
-   (:mod:`textgym.algos.grpo_rollouts`).
+   (:mod:`textgym.algos.grpo_rollouts`). :func:`step_rollouts` is the one door: a round played
+   now (with dynamic sampling, more rounds; with expert guidance, the expert in flat groups)
+   or the server's rollouts played during the last update; the update sees a
+   :class:`StepRollouts` either way.
 2. **Update** (:func:`~textgym.algos.grpo_update.update`): advantages per group
    (:func:`~textgym.algos.advantages.group_advantages`; groups whose rewards are all equal carry no
    signal and are left out of the backward pass), then ``num_iterations`` optimizer steps with
@@ -33,6 +36,7 @@ import contextlib
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -161,62 +165,31 @@ def train(config: GRPOConfig) -> dict[str, Any]:
 
 
 def _train_step(run: GRPORun, step: int) -> dict[str, float]:
-    """Step ``step``: its rollouts (or, with asynchronous server rollouts, the ones submitted
-    a step before), the update, and the step's metrics with timings."""
-    learner, env, policy, server = run.learner, run.env, run.policy, run.server
-    config, ctx = learner.config, learner.dist
+    """Step ``step``: its rollouts (:func:`step_rollouts`), the update, and the step's metrics
+    with timings."""
+    learner, config, ctx = run.learner, run.config, run.ctx
     began = time.perf_counter()
-    stale, sync_s = 0.0, 0.0
-    opponents = None
-    guided: dict[str, float] = {}  # expert_guidance's metrics
-    if server is not None and server.pending:
-        trajectories, stale = server.collect(), 1.0  # sampled one update behind
-        played = trajectories
-    else:
-        # Named ranges for torch.profiler (benchmarks/grpo_vs_trl.py --profile-output); a
-        # few microseconds when no profiler runs.
-        with torch.profiler.record_function("grpo.rollout"):
-            if config.dynamic_sampling_rounds:
-                sampled = sample_groups(
-                    lambda r: play_round(run, step, r),
-                    config.groups_per_step,
-                    config.group_size,
-                    config.dynamic_sampling_rounds,
-                    check=lambda: check_stop(run),
-                )
-                trajectories, played, opponents = sampled.batch, sampled.played, sampled.opponents
-            else:
-                trajectories, opponents = play_round(run, step, 0)
-                played = trajectories
-                if run.guide is not None:
-                    trajectories, guided = _guide(run, step, trajectories, opponents)
-    if server is not None and config.async_rollouts and step < config.steps:
-        sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
-        server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
-    policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
+    rollouts = step_rollouts(run, step)
+    run.policy.clear_cache()  # the update needs the memory; new weights void the cache anyway
     rolled = time.perf_counter()
     with torch.profiler.record_function("grpo.update"):
         # The rollout metrics describe every episode played (with dynamic sampling the batch
         # is a biased pick of them); the update's, the batch.
-        metrics = update(learner, trajectories) | rollout_metrics(played, ctx)
-    if config.dynamic_sampling_rounds:
-        metrics |= sampled.metrics(config.group_size)
-    metrics |= guided
-    if run.league is not None and opponents is not None:
+        metrics = update(learner, rollouts.batch) | rollout_metrics(rollouts.played, ctx)
+    metrics |= rollouts.metrics
+    if run.league is not None and rollouts.opponents is not None:
         metrics |= run.league.metrics()  # the draw this step's groups came from
-        _record_league(run.league, opponents, played, config, ctx)
+        _record_league(run.league, rollouts.opponents, rollouts.played, config, ctx)
     if every(config.eval_every, step) or step == config.steps:
         # An extra forward pass without gradients: on evaluation steps only, off the hot path,
         # and timed on its own (not in update_time_s).
         drift_began = time.perf_counter()
-        metrics |= start_policy_drift(learner, trajectories)
+        metrics |= start_policy_drift(learner, rollouts.batch)
         metrics["drift_time_s"] = time.perf_counter() - drift_began
     if ctx.is_main:
-        run.episodes.write(_episode_records(trajectories, config, step))
-    if server is not None:
-        if not config.async_rollouts and step < config.steps:
-            sync_s = server.push()  # the next step samples from this update's weights
-        metrics |= {"sampler_staleness_steps": stale, "weight_sync_s": sync_s}
+        run.episodes.write(_episode_records(rollouts.batch, config, step))
+    if run.server is not None:
+        metrics |= _sync_server(run, step, rollouts)
     timing = _timing(learner, began, rolled)
     timing["update_time_s"] -= metrics.get("drift_time_s", 0.0)
     timing["step_time_s"] -= metrics.get("drift_time_s", 0.0)  # rollout + update, as each step
@@ -224,6 +197,83 @@ def _train_step(run: GRPORun, step: int) -> dict[str, float]:
 
 
 # ----------------------------------------------------------------------------- the step's parts
+
+
+@dataclass
+class StepRollouts:
+    """One step's rollouts, whichever source played them (:func:`step_rollouts`).
+
+    Attributes:
+        batch: The update's ``M x G`` episodes, groups in order.
+        played: Every episode played this step (the rollout metrics describe these): the batch,
+            or more with dynamic sampling, or the sampled episodes the expert's replaced.
+        opponents: The league's opponent style of each played group, or ``None``.
+        metrics: The source's own (dynamic sampling's rounds, expert guidance's fractions).
+        stale: The episodes sampled from the weights one update behind (asynchronous server
+            rollouts, submitted a step before).
+        sync_s: Seconds spent pushing weights to the server before this step's update.
+    """
+
+    batch: list[Trajectory]
+    played: list[Trajectory]
+    opponents: list[str] | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    stale: bool = False
+    sync_s: float = 0.0
+
+
+def step_rollouts(run: GRPORun, step: int) -> StepRollouts:
+    """Step ``step``'s rollouts, from one of three sources: the server's background rollouts
+    (``async_rollouts``: played during the last update), dynamic sampling's rounds, or one round
+    (the expert's episodes in its flat groups with ``expert_guidance``); the policy is the
+    in-process one or the llama-server client alike. With asynchronous server rollouts the next
+    step's rollouts start here, on the weights of this step's start."""
+    server, config = run.server, run.config
+    if server is not None and server.pending:
+        played = server.collect()
+        rollouts = StepRollouts(played, played, stale=True)
+    else:
+        # Named ranges for torch.profiler (benchmarks/grpo_vs_trl.py --profile-output); a
+        # few microseconds when no profiler runs.
+        with torch.profiler.record_function("grpo.rollout"):
+            rollouts = _play_step(run, step)
+    if server is not None and config.async_rollouts and step < config.steps:
+        rollouts.sync_s = server.push() if step > run.start + 1 else 0.0  # this step's weights
+        env, policy, ctx = run.env, run.policy, run.ctx
+        server.submit(lambda s=step: rollout_step(env, policy, config, s, ctx))
+    return rollouts
+
+
+def _play_step(run: GRPORun, step: int) -> StepRollouts:
+    """Step ``step``'s rollouts played now: dynamic sampling's rounds, or one round."""
+    config = run.config
+    if config.dynamic_sampling_rounds:
+        sampled = sample_groups(
+            lambda r: play_round(run, step, r),
+            config.groups_per_step,
+            config.group_size,
+            config.dynamic_sampling_rounds,
+            check=lambda: check_stop(run),
+        )
+        metrics = sampled.metrics(config.group_size)
+        return StepRollouts(sampled.batch, sampled.played, sampled.opponents, metrics)
+    played, opponents = play_round(run, step, 0)
+    if run.guide is None:
+        return StepRollouts(played, played, opponents)
+    tasks = step_tasks(run.env, config, step - 1, run.ctx, opponents=opponents)
+    batch, guided = run.guide.guide(played, tasks, config.group_size, run.policy)
+    return StepRollouts(batch, played, opponents, guided)
+
+
+def _sync_server(run: GRPORun, step: int, rollouts: StepRollouts) -> dict[str, float]:
+    """After the update: the new weights pushed to the server for the next step's rollouts
+    (synchronous server rollouts), and the step's staleness and weight-sync metrics."""
+    config, server = run.config, run.server
+    assert server is not None
+    sync_s = rollouts.sync_s
+    if not config.async_rollouts and step < config.steps:
+        sync_s = server.push()  # the next step samples from this update's weights
+    return {"sampler_staleness_steps": float(rollouts.stale), "weight_sync_s": sync_s}
 
 
 def play_round(run: GRPORun, step: int, round_: int) -> tuple[list[Trajectory], list[str] | None]:
@@ -238,17 +288,6 @@ def play_round(run: GRPORun, step: int, round_: int) -> tuple[list[Trajectory], 
         run.env, run.policy, config, step - 1, run.learner.dist, opponents=opponents, round_=round_
     )
     return trajectories, opponents
-
-
-def _guide(
-    run: GRPORun, step: int, trajectories: list[Trajectory], opponents: list[str] | None
-) -> tuple[list[Trajectory], dict[str, float]]:
-    """Step ``step``'s batch with the expert's episodes in its flat groups
-    (:mod:`textgym.algos.expert_guidance`), and their metrics."""
-    assert run.guide is not None
-    config = run.learner.config
-    tasks = step_tasks(run.env, config, step - 1, run.learner.dist, opponents=opponents)
-    return run.guide.guide(trajectories, tasks, config.group_size, run.policy)
 
 
 def _record_league(
