@@ -221,6 +221,19 @@ def test_play_shows_a_single_turn_envs_answer_format(workdir, capsys, monkeypatc
     assert question  # the problem follows
 
 
+def test_play_shows_the_turns_before_a_game_started_part_way_through(workdir, capsys, monkeypatch):
+    def ctrl_d(prompt=""):
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", ctrl_d)
+    kwargs = '{"prompt_style": "compact", "start_boards": [[4, 0, 8]]}'
+    assert run_main(["play", TTT, "--env-kwargs", kwargs, "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "System prompt:" in out
+    first, mine, now = out.index("opp 4\n"), out.index("> <move>0</move>"), out.index("opp 8\n")
+    assert first < mine < now
+
+
 # --- collect --filter values --------------------------------------------------------------------
 
 

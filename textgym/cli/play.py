@@ -173,11 +173,16 @@ class _ShowSetup:
     def act(self, conversations: Sequence[Any], infos: Sequence[Mapping[str, Any]]) -> list[Any]:
         shown = []
         for messages, info in zip(conversations, infos):
-            if not any(m["role"] == "assistant" for m in messages):
+            # The first turn: no assistant message beyond a started game's history.
+            played = sum(m["role"] == "assistant" for m in messages)
+            if played == sum(m["role"] == "assistant" for m in info.get("history", ())):
                 if info.get("tools"):
                     print(tool_setup_text(messages, info))
                 else:
                     print(self._setup_text(messages, info))
+                for message in info.get("history", ()):  # a game started part-way through
+                    said = message["content"]
+                    print(f"> {said}" if message["role"] == "assistant" else f"\n{said}\n")
             last = dict(messages[-1])
             if info.get("tools") and isinstance(last.get("content"), str):
                 last["content"] = readable_observation(last["content"])

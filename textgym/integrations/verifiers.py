@@ -170,11 +170,13 @@ def _tasks(config: Any, task_cls: type, data_cls: type) -> Iterator[Any]:
         for seed in seeds:
             obs, info = env.reset(seed=int(seed), options=dict(config.options) or None)
             task_id = info.get("task_id")
+            # A game started part-way through (info["history"]) is a conversation, not one turn.
+            history = [dict(m) for m in info.get("history", ())]
             yield task_cls(
                 data_cls(
                     id=None if task_id is None else f"{task_id}@seed{seed}",
                     name=f"{config.env}#seed{seed}",
-                    prompt=obs,
+                    prompt=[*history, {"role": "user", "content": obs}] if history else obs,
                     system_prompt=info.get("system_prompt") or None,
                     info={
                         "env": config.env,
