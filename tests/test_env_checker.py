@@ -110,6 +110,21 @@ def test_a_broken_env_fails_with_the_rule_it_breaks(cls, message):
         check_text_env(registered(cls), ["#### 7"])
 
 
+def test_an_optional_info_key_may_be_absent_but_a_required_one_may_not():
+    # TicTacToe-v0 documents history [reset, optional]: only games started part-way have it.
+    check_text_env(gym.make("textgym/TicTacToe-v0"), ["<move>4</move>"])
+    check_text_env(gym.make("textgym/TicTacToe-v0", start_boards=[[4, 0, 8]]), ["<move>1</move>"])
+    with pytest.raises(TextEnvCheckError, match=r"lists the reset info keys .*\(optional: \[\]\)"):
+        check_text_env(registered(_NoHint), ["#### 7"])
+
+
+class _NoHint(GSM8KEnv):  # no docstring: GSM8KEnv's Information: section is its contract
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {k: v for k, v in info.items() if k != "gold_answer"}
+
+
 def test_an_env_that_raises_on_hostile_text_is_not_excused():
     with pytest.raises(ValueError, match="too long to parse"):
         check_text_env(registered(_RaisesOnHostile), ["#### 7"])

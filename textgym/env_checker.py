@@ -97,7 +97,9 @@ def documented_info_keys(env_cls: type) -> dict[str, set[str]]:
     (the docstring of the nearest class in the MRO that has one).
 
     Lines of the form ``- ``key`` [reset, step]: ...`` between ``Information:`` and
-    ``Arguments:`` (the Gymnasium docstring sections textgym's envs use).
+    ``Arguments:`` (the Gymnasium docstring sections textgym's envs use); ``optional`` among
+    the brackets (``[reset, optional]``) marks a key only some episodes have, listed under
+    ``"optional"`` as well.
     """
     doc = inspect.getdoc(env_cls) or ""  # a subclass without a docstring: its base's
     section = doc.split("Information:", 1)[-1].split("Arguments:", 1)[0]
@@ -464,10 +466,12 @@ def _check_info_docs(
             made.reset(seed=seed)
             emitted["step"] |= set(made.step(action)[-1])
     documented = documented_info_keys(type(base))
+    optional = documented.get("optional", set())
     for where in ("reset", "step"):
+        listed = documented.get(where, set())
         _require(
-            emitted[where] == documented.get(where, set()),
-            f"{name}'s docstring (Information:) lists the {where} info keys "
-            f"{sorted(documented.get(where, set()))}, but {where} emitted "
+            listed - optional <= emitted[where] <= listed,
+            f"{name}'s docstring (Information:) lists the {where} info keys {sorted(listed)} "
+            f"(optional: {sorted(listed & optional)}), but {where} emitted "
             f"{sorted(emitted[where])}; document each key as - ``key`` [{where}]: ...",
         )

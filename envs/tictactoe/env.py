@@ -89,8 +89,8 @@ class TicTacToeEnv(TextEnv):
 
         - ``system_prompt`` [reset]: rules and answer format, for the chat's system message.
         - ``tools`` [reset]: always ``[]``; the task has no tools.
-        - ``history`` [reset, only for a game started from ``moves``]: the conversation before
-          the first observation (user and assistant messages, the agent's earlier moves written
+        - ``history`` [reset, optional]: only in a game started part-way through (``moves``): the
+          conversation before the first observation (user and assistant messages, the agent's earlier moves written
           as ``<move>N</move>``); rollouts put it between the system prompt and the first
           observation (:func:`textgym.policies.base.conversation_start`).
         - ``task_id`` [reset, step]: ``"tictactoe-{mark}-{opponent}-p{random_move_prob:.3f}"``.
