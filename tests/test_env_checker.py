@@ -119,7 +119,6 @@ def test_an_optional_info_key_may_be_absent_but_a_required_one_may_not():
 
 
 class _NoHint(GSM8KEnv):  # no docstring: GSM8KEnv's Information: section is its contract
-
     def reset(self, *, seed=None, options=None):
         obs, info = super().reset(seed=seed, options=options)
         return obs, {k: v for k, v in info.items() if k != "gold_answer"}
