@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from textgym.checks import check_choice, check_probability, excerpt
+from textgym.checks import check_choice, check_probability
 from textgym.core import TextEnv
 from textgym.envs.tictactoe import board as B
 from textgym.envs.tictactoe.expert import MinimaxPolicy
 from textgym.envs.tictactoe.opponent import (
     OPPONENT_STYLES,
     OPTIMAL_STYLES,
-    critical_positions,
     opponent_move,
 )
 from textgym.envs.tictactoe.parsing import is_well_formed
+from textgym.envs.tictactoe.start_positions import (
+    check_start_board,
+    check_start_boards,
+    check_start_moves,
+)
 from textgym.envs.tictactoe.text import (
     PROMPT_STYLES,
     game_conversation,
@@ -89,10 +91,11 @@ class TicTacToeEnv(TextEnv):
 
         - ``system_prompt`` [reset]: rules and answer format, for the chat's system message.
         - ``tools`` [reset]: always ``[]``; the task has no tools.
-        - ``history`` [reset, optional]: only in a game started part-way through (``moves``): the
-          conversation before the first observation (user and assistant messages, the agent's earlier moves written
-          as ``<move>N</move>``); rollouts put it between the system prompt and the first
-          observation (:func:`textgym.policies.base.conversation_start`).
+        - ``history`` [reset, optional]: only in a game started part-way through (``moves``):
+          the conversation before the first observation (user and assistant messages, the
+          agent's earlier moves written as ``<move>N</move>``); rollouts put it between the
+          system prompt and the first observation
+          (:func:`textgym.policies.base.conversation_start`).
         - ``task_id`` [reset, step]: ``"tictactoe-{mark}-{opponent}-p{random_move_prob:.3f}"``.
         - ``agent_mark`` [reset, step]: ``"X"`` or ``"O"``.
         - ``opponent`` [reset, step]: the opponent's style this episode (see Arguments).
@@ -146,8 +149,9 @@ class TicTacToeEnv(TextEnv):
 
         - ``start_boards``: ``None`` (default: every episode starts on the empty board), a
           list of start positions (each as the ``board`` reset option below, or a list of
-          cells as the ``moves`` reset option: the game so far, its conversation included), a path to a
-          ``.json`` file of such a list (for thousands of boards), or ``"critical"``: every reachable position where some move changes the game's result
+          cells as the ``moves`` reset option: the game so far, its conversation included), a
+          path to a ``.json`` file of such a list (for thousands of boards), or
+          ``"critical"``: every reachable position where some move changes the game's result
           (:func:`~textgym.envs.tictactoe.opponent.critical_positions`, 3,191 boards). Each
           episode starts, with probability ``start_board_prob``, from one of them drawn
           uniformly from the episode's seed (the copies of a GRPO group share it), the agent
@@ -238,7 +242,7 @@ class TicTacToeEnv(TextEnv):
         start_board_prob: float = 1.0,
     ):
         self.opponent = _check_opponent(opponent)
-        self.start_boards = _check_start_boards(start_boards)
+        self.start_boards = check_start_boards(start_boards)
         self.start_board_prob = check_probability("start_board_prob", start_board_prob)
         self.random_move_prob = check_probability("random_move_prob", random_move_prob)
         self.agent_mark = check_choice("agent_mark", agent_mark, AGENT_MARKS)
@@ -414,94 +418,6 @@ class TicTacToeEnv(TextEnv):
             "opponent_move_random": bool(opp_random),
             "outcome": outcome,
         }
-
-
-def check_start_board(board: Any, agent_mark: Any) -> str | None:
-    """The ``board`` reset option checked: ``None``, or a legal unfinished position whose mark
-    to move is ``agent_mark`` when that is given as ``"X"``/``"O"``.
-
-    Raises:
-        ValueError: a board that is not 9 characters of X/O/., unreachable in a legal game,
-            already won or full, or whose mark to move differs from ``agent_mark``.
-    """
-    if board is None:
-        return None
-    B.validate_board(board)
-    if B.winner(board) is not None or B.is_full(board):
-        raise ValueError(
-            f"Expected a start board with a move left to play, got the finished {excerpt(board)}"
-        )
-    mover = B.to_move(board)
-    if agent_mark in ("X", "O") and agent_mark != mover:
-        raise ValueError(
-            f"Expected agent_mark {mover!r} for the start board {excerpt(board)} ({mover} is to "
-            f"move), got {agent_mark!r}; leave agent_mark out to play the mark to move"
-        )
-    return board
-
-
-def check_start_moves(moves: Any, agent_mark: Any) -> tuple[int, ...]:
-    """The ``moves`` reset option checked, as a tuple: a list of cells from the empty board
-    that leaves a move to play, for ``agent_mark`` when that is given as ``"X"``/``"O"``.
-
-    Raises:
-        ValueError: not a list/tuple of ints, an illegal or occupied cell, a game over, or a
-            mark to move other than ``agent_mark``.
-    """
-    if not isinstance(moves, (list, tuple)) or any(
-        not isinstance(cell, int) or isinstance(cell, bool) for cell in moves
-    ):
-        raise ValueError(f"Expected moves as a list of cells 0-8, got {excerpt(moves)}")
-    board = B.board_after(moves)
-    if B.winner(board) is not None or B.is_full(board):
-        raise ValueError(f"Expected moves that leave a move to play, got {list(moves)}")
-    mover = B.to_move(board)
-    if agent_mark in ("X", "O") and agent_mark != mover:
-        raise ValueError(
-            f"Expected agent_mark {mover!r} after the moves {list(moves)} ({mover} is to move), "
-            f"got {agent_mark!r}; leave agent_mark out to play the mark to move"
-        )
-    return tuple(moves)
-
-
-def _check_start_boards(value: Any) -> tuple[str | tuple[int, ...], ...]:
-    """The ``start_boards`` argument as a tuple of checked boards and move tuples (empty for
-    ``None``).
-
-    Raises:
-        ValueError: a str other than ``"critical"``, a value that is not a list/tuple of
-            boards or move lists, an empty list, or an entry the ``board`` or ``moves`` reset
-            option would refuse.
-    """
-    if value is None:
-        return ()
-    if value == "critical":
-        return critical_positions()
-    if isinstance(value, str) and value.endswith(".json"):
-        value = _read_boards(Path(value))
-    if not isinstance(value, (list, tuple)) or not value:
-        raise ValueError(
-            f"Expected start_boards to be 'critical', a non-empty list of boards or a .json "
-            f"file of one, got {value!r}"
-        )
-    return tuple(
-        check_start_board(entry, None) if isinstance(entry, str) else check_start_moves(entry, None)
-        for entry in value
-    )
-
-
-def _read_boards(path: Path) -> Any:
-    """The JSON value of a ``start_boards`` file (checked by the caller).
-
-    Raises:
-        ValueError: the file cannot be read or is not JSON.
-    """
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(
-            f"start_boards: cannot read a JSON list of boards from {path}: {error}"
-        ) from None
 
 
 def _check_opponent(value: Any) -> str | tuple[str, ...]:

@@ -20,7 +20,8 @@ from pettingzoo.utils import wrappers
 
 from textgym.checks import check_choice, check_int
 from textgym.envs.tictactoe import board as B
-from textgym.envs.tictactoe.env import OUTCOME_REWARD, check_start_board
+from textgym.envs.tictactoe.env import OUTCOME_REWARD
+from textgym.envs.tictactoe.start_positions import check_start_board
 from textgym.envs.tictactoe.text import (  # shared with TicTacToe-v0 so the texts are the same
     PROMPT_STYLES,
     FullText,
