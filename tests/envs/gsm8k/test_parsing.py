@@ -191,4 +191,5 @@ def test_final_answer_extraction_is_linear_on_a_million_characters(text):
     """Nested boxes used to be copied one substring each: quadratic memory (10 GB and more)."""
     began = time.perf_counter()
     extract_final_answer(text)
-    assert time.perf_counter() - began < 1.0
+    # Linear runs take well under a second; 1.56 s was seen once on a busy 2-core machine.
+    assert time.perf_counter() - began < 3.0
