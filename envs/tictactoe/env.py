@@ -305,7 +305,7 @@ class TicTacToeEnv(TextEnv):
         if start is None and self.start_boards and self.np_random.random() < self.start_board_prob:
             start = self.start_boards[int(self.np_random.integers(len(self.start_boards)))]
         if start is not None:
-            mark = B.to_move(start if isinstance(start, str) else B.board_after(start))
+            mark = B.to_move(start) if isinstance(start, str) else "XO"[len(start) % 2]
         elif mark == "random":
             mark = "X" if self.np_random.random() < 0.5 else "O"
         self._mark = mark
