@@ -41,7 +41,6 @@ Peers are benchmark-only dependencies: ``pip install "textgym[bench]"``.
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import pstats
 import random
@@ -64,8 +63,9 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 
-__all__ = ["Bench", "main"]
+__all__ = ["Bench", "Config", "main"]
 
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "env_throughput.json"
 BENCH_EXTRA_HINT = 'install the benchmark peers with: pip install "textgym[bench]"'
@@ -314,55 +314,38 @@ def profile(bench: Bench, games: int, seed: int) -> None:
     stats.sort_stats("cumulative").print_stats(25)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--games", type=int, default=10000, help="games per timed repeat, per row (default 10000)"
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=3,
-        help="timed repeats per row; the median is reported (default 3)",
-    )
-    parser.add_argument(
-        "--warmup",
-        type=int,
-        default=None,
-        help="warm-up games per row (default: games // 10, at least 50)",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed for the agents' moves and the envs' first reset (default 0)",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=DEFAULT_OUTPUT,
-        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
-    )
-    parser.add_argument(
-        "--profile",
-        metavar="NAME",
-        default=None,
-        help="instead of the benchmark, cProfile the row NAME (e.g. textgym-random) for --games games",
-    )
-    args = parser.parse_args(argv)
-    if args.games < 1 or args.repeats < 1:
-        parser.error(
-            f"Expected --games >= 1 and --repeats >= 1, got {args.games} and {args.repeats}"
-        )
-    if args.warmup is None:
-        args.warmup = max(50, args.games // 10)
-    return args
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    games: int = 10000
+    """Games per timed repeat, per row."""
+    repeats: int = 3
+    """Timed repeats per row; the median is reported."""
+    warmup: int | None = None
+    """Warm-up games per row (None: games // 10, at least 50)."""
+    seed: int = 0
+    """Seed for the agents' moves and the envs' first reset."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+    profile: str | None = None
+    """Instead of the benchmark, cProfile this row (e.g. textgym-random) for --games games."""
+
+    def __post_init__(self) -> None:
+        if self.games < 1 or self.repeats < 1:
+            raise ValueError(
+                f"Expected --games >= 1 and --repeats >= 1, got {self.games} and {self.repeats}"
+            )
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "env_throughput.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
+    if args.warmup is None:
+        args.warmup = max(50, args.games // 10)
     benches = (
         textgym_benches(args.seed) + pettingzoo_benches(args.seed) + textarena_benches(args.seed)
     )

@@ -30,7 +30,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import random
 import statistics
 import sys
@@ -51,6 +50,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.envs.gsm8k.parsing import extract_final_answer, parse_number
 from textgym.envs.gsm8k.rewards import correct_reward
@@ -60,7 +60,7 @@ from textgym.envs.reverse_text.parsing import CLOSE_TAG, OPEN_TAG, extract_rever
 from textgym.envs.reverse_text.rewards import format_reward as reverse_format_reward
 from textgym.envs.reverse_text.rewards import lcs_similarity
 
-__all__ = ["Row", "main"]
+__all__ = ["Config", "Row", "main"]
 
 SHARED = REPO_ROOT.parent / "shared" / "data"
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "reward_cost.json"
@@ -260,36 +260,28 @@ def print_table(results: list[dict[str, Any]], sources: dict[str, str]) -> None:
     )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--repeats",
-        type=int,
-        default=7,
-        help="timed passes per row; the median is reported (default 7)",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed for sampling texts, problems and edits (default 0)",
-    )
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=DEFAULT_OUTPUT,
-        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
-    )
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"Expected --repeats >= 1, got {args.repeats}")
-    return args
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    repeats: int = 7
+    """Timed passes per row; the median is reported."""
+    seed: int = 0
+    """Seed for sampling texts, problems and edits."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+
+    def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise ValueError(f"Expected --repeats >= 1, got {self.repeats}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "reward_cost.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     info = machine_info()
     rows, sources = build_rows(args.seed)
     results = measure(rows, args.repeats)

@@ -25,9 +25,9 @@ torch first).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.wrappers.structured import StructuredTicTacToe
 
 try:
@@ -55,7 +56,7 @@ except ImportError as error:  # pragma: no cover - depends on the environment
         f'{error}; install the baseline dependencies with: pip install "textgym[sb3]"'
     ) from error
 
-__all__ = ["evaluate", "main", "make_env", "train"]
+__all__ = ["Config", "evaluate", "main", "make_env", "train"]
 
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "sb3_baseline.json"
 #: Evaluation seeds start here; training episodes use the vec env's seeds below it.
@@ -157,58 +158,42 @@ def train(
     return model, (curve.points if curve is not None else []), seconds
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--timesteps",
-        type=int,
-        default=150_000,
-        help="training steps per opponent setting (default 150000)",
-    )
-    parser.add_argument(
-        "--probs",
-        type=float,
-        nargs="+",
-        default=[1.0, 0.5],
-        help="opponent random_move_prob values (default 1.0 0.5)",
-    )
-    parser.add_argument(
-        "--eval-games",
-        type=int,
-        default=1000,
-        help="final evaluation games per setting (default 1000)",
-    )
-    parser.add_argument(
-        "--eval-every",
-        type=int,
-        default=10_000,
-        help="learning-curve interval in steps (default 10000)",
-    )
-    parser.add_argument(
-        "--curve-games", type=int, default=200, help="games per learning-curve point (default 200)"
-    )
-    parser.add_argument(
-        "--seed", type=int, default=0, help="seed for training and evaluation (default 0)"
-    )
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=DEFAULT_OUTPUT,
-        help=f"JSON path (default {DEFAULT_OUTPUT.relative_to(REPO_ROOT)})",
-    )
-    args = parser.parse_args(argv)
-    if args.timesteps < 1 or args.eval_games < 1 or args.curve_games < 1 or args.eval_every < 1:
-        parser.error("Expected --timesteps, --eval-games, --curve-games and --eval-every >= 1")
-    if not all(0.0 <= p <= 1.0 for p in args.probs):
-        parser.error(f"Expected every --probs value in [0, 1], got {args.probs}")
-    return args
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    timesteps: int = 150_000
+    """Training steps per opponent setting."""
+    probs: tuple[float, ...] = (1.0, 0.5)
+    """The opponent's random_move_prob values, one training run each."""
+    eval_games: int = 1000
+    """Final evaluation games per setting."""
+    eval_every: int = 10_000
+    """Learning-curve interval, in steps."""
+    curve_games: int = 200
+    """Games per learning-curve point."""
+    seed: int = 0
+    """Seed for training and evaluation."""
+    threads: int = 1
+    """Torch CPU threads."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+
+    def __post_init__(self) -> None:
+        if min(self.timesteps, self.eval_games, self.curve_games, self.eval_every) < 1:
+            raise ValueError(
+                "Expected --timesteps, --eval-games, --curve-games and --eval-every >= 1"
+            )
+        if not all(0.0 <= p <= 1.0 for p in self.probs):
+            raise ValueError(f"Expected every --probs value in [0, 1], got {list(self.probs)}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "sb3_baseline.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     torch.set_num_threads(args.threads)
     machine = machine_info()
     runs = []
