@@ -16,9 +16,10 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -33,6 +34,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import rollout
 
@@ -88,14 +90,28 @@ def measure(policy: HFPolicy, batch_size: int, episodes: int, seed: int) -> dict
     }
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    batch_sizes: tuple[int, ...] = (1, 8, 64)
+    """Episodes played together, one row each."""
+    episodes: int = 64
+    """Episodes per batch size (at least the batch size)."""
+    max_new_tokens: int = 32
+    """Tokens generated per turn, at most."""
+    seed: int = 0
+    """Seed of the model's sampling and the episodes."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 8, 64])
-    parser.add_argument("--episodes", type=int, default=64, help="episodes per batch size")
-    parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "rollout_throughput.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
 
     torch.manual_seed(args.seed)
     policy = HFPolicy.from_name(

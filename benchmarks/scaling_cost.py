@@ -20,11 +20,11 @@ Run: ``python benchmarks/scaling_cost.py`` (writes benchmarks/results/scaling_co
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from _provenance import (
 )  # sibling module
 
 import textgym  # noqa: F401  (registers the ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.policies import GoldPolicy
 from textgym.policies.base import conversation_start
@@ -117,12 +118,24 @@ def one_pass(make_env: Any, make_policy: Any, seeds: range, tokenizer: Any) -> d
     }
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    episodes: int = 100
+    """Seeded episodes per env and pass."""
+    repeats: int = 3
+    """Passes per env; the median is reported."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "scaling_cost.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     from textgym.models import load_model
 
     _, tokenizer = load_model("gemma-3-270m")

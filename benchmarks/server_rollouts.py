@@ -24,12 +24,13 @@ benchmarks/results/server_rollouts_cpu.json).
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import gymnasium as gym
@@ -45,6 +46,7 @@ from _provenance import (
 
 import textgym  # noqa: F401  (registers the ids)
 from textgym.algos.server_rollouts import gguf_architecture, server_model_path
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.models import load_model
 from textgym.policies.hf import HFPolicy
 from textgym.policies.llama_server import LlamaServerPolicy
@@ -96,14 +98,28 @@ def logprob_gap(model: Any, trajectories: list) -> float:
     return total / max(tokens, 1)
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    episodes: int = 32
+    """Episodes of the rollout, all in flight together (the server's slots)."""
+    repeats: int = 3
+    """Rollouts per engine; the median is reported."""
+    max_new_tokens: int = 16
+    """Tokens generated per turn, at most."""
+    threads: int | None = None
+    """llama-server's --threads (None: its own default)."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=32)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--threads", type=int, default=None, help="llama-server --threads")
-    parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "server_rollouts.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     from peft import PeftModel
 
     base, tokenizer = load_model("gemma-3-270m")
@@ -129,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         "results": {},
     }
     with tempfile.TemporaryDirectory() as scratch:
-        config = argparse.Namespace(server_model="", model="gemma-3-270m")
+        config = SimpleNamespace(server_model="", model="gemma-3-270m")
         gguf = server_model_path(config, Path(scratch))
         began = time.perf_counter()
         adapter = write_lora_gguf(

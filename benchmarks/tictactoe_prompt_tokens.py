@@ -10,12 +10,14 @@ Run: ``python benchmarks/tictactoe_prompt_tokens.py``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+import sys
+from dataclasses import dataclass
 
 import textgym  # noqa: F401
 from textgym.builder import EnvRecipe
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.collect import sft_record
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import load_model
@@ -23,10 +25,20 @@ from textgym.rollout import rollout
 from textgym.tokens import ChatTokenizer
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    games: int = 100
+    """Minimax games per prompt style."""
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--games", type=int, default=100)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "tictactoe_prompt_tokens.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     _, tokenizer = load_model("gemma-3-270m")
     chat = ChatTokenizer(tokenizer)
     result = {}

@@ -12,10 +12,10 @@ Run: ``python benchmarks/tool_env_cost.py`` (writes benchmarks/results/tool_env_
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers the ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.email_tool_use import EmailToolUseEnv
 from textgym.envs.workplace import WorkplaceEnv
 
@@ -71,12 +72,24 @@ def measure(env: Any, episodes: int, repeats: int) -> dict[str, float]:
     return {k: round(statistics.median(p[k] for p in passes), 1) for k in passes[0]}
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    episodes: int = 200
+    """Seeded episodes per env and pass."""
+    repeats: int = 3
+    """Passes per env; the median is reported."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--episodes", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "tool_env_cost.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     info = machine_info()
     real = (WORKPLACE / "workbench" / "tasks.jsonl").is_file()
     envs = {
