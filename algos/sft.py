@@ -133,6 +133,7 @@ def train(config: SFTConfig) -> dict[str, Any]:
         TrainingInterrupted: Ctrl-C; the last completed step was saved.
         FloatingPointError: optimizer steps keep having a non-finite loss or gradient norm.
     """
+    torch.manual_seed(config.seed)  # the LoRA adapter's initial weights, as in GRPO
     ctx, out = init_distributed(config.device), Path(config.output_dir)
     if config.resume and (out / "sft_summary.json").exists():
         print(f"{out} already finished its SFT run; nothing to do")

@@ -45,8 +45,8 @@ class SFTConfig(OptimizationConfig):
     which every prompt of the file still appears (textgym.collect.covering_records), e.g.
     expert games against mostly random opponents, whose common openings repeat."""
     seed: int = 0
-    """Seed of the shuffling of the conversations; an integer in [0, 2**32 - 1], as for every
-    command."""
+    """Seed of the shuffling of the conversations and of a new LoRA adapter's initial weights;
+    an integer in [0, 2**32 - 1], as for every command."""
     log_every: int = 10
     """Write metrics.jsonl every this many optimizer steps (the loss is averaged over them)."""
     save_every: int = 0

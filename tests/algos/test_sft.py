@@ -425,3 +425,25 @@ def test_a_resumed_run_reads_the_best_epoch_back_from_its_checkpoint(tmp_path, m
     assert summary["heldout_losses"] == [1.0, 0.5, 0.6, 0.7] and summary["saved_epoch"] == 1
     assert _same_weights(_weights(out), _weights(out / "checkpoint-4"))
     assert not _same_weights(_weights(out), _weights(out / "checkpoint-8"))
+
+
+def test_lora_sft_is_reproducible_from_its_seed(tmp_path):
+    """Two runs with the same settings save the same adapter; another seed another one (the
+    LoRA initialisation was once left to torch's global state: same-setting email SFT runs
+    scored 0.29, 0.47 and 0.55 on the same held-out tasks)."""
+    from safetensors.torch import load_file
+
+    data = tmp_path / "games.jsonl"
+    data.write_text("".join(json.dumps({"messages": CONVERSATION}) + "\n" for _ in range(4)))
+
+    def adapter(name: str, seed: int) -> dict:
+        torch.manual_seed(1000 + len(name))  # whatever the global state was before the run
+        settings = dict(data=str(data), model="tiny", lora_rank=4, batch_size=2, seed=seed)
+        out = tmp_path / name
+        train(SFTConfig(**settings, device="cpu", tensorboard=False, output_dir=str(out)))
+        return load_file(out / "adapter_model.safetensors")
+
+    first, again, other = adapter("a", 0), adapter("bb", 0), adapter("ccc", 1)
+    assert first.keys() == again.keys()
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert any(not torch.equal(first[k], other[k]) for k in first)
