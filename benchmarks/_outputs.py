@@ -1,11 +1,10 @@
-"""What the benchmark scripts share about their command line and outputs: integer options,
-one-line usage errors, ``benchmarks/results/`` read-only unless ``--update-results`` asks for
-it, and errors (:class:`~textgym.errors.SetupError`) printed as one line by :func:`run_main`.
+"""What the benchmark scripts share about their outputs: ``benchmarks/results/`` read-only
+unless ``--update-results`` asks for it, and errors (:class:`~textgym.errors.SetupError`)
+printed as one line by :func:`run_main`.
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,36 +14,9 @@ from _provenance import REPO_ROOT
 from textgym.cli.usage import UsageError
 from textgym.errors import SetupError, TextgymError
 
-__all__ = ["RESULTS_DIR", "at_least", "check_results_write", "one_line_errors", "run_main"]
+__all__ = ["RESULTS_DIR", "check_results_write", "run_main"]
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
-
-
-def at_least(low: int) -> Callable[[str], int]:
-    """An ``argparse`` type: an integer ``>= low`` (a bad one is a one-line usage error)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text[:40]!r}") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {value}")
-        return value
-
-    return parse
-
-
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """``parser`` with its usage errors printed as one ``PROG: error:`` line (no usage block),
-    exit code 2."""
-
-    def error(message: str) -> None:
-        print(f"{parser.prog}: error: {' '.join(message.split())}", file=sys.stderr)
-        raise SystemExit(2)
-
-    parser.error = error  # type: ignore[method-assign]
-    return parser
 
 
 def check_results_write(path: Path, flag: str, *, update_results: bool) -> None:

@@ -25,19 +25,23 @@ job, ``textgym eval ... --policy hf --model gemma-3-270m``, with ``--episodes``;
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result  # noqa: E402
 
+from textgym.cli.usage import UsageError, fail, parse_config  # noqa: E402
+
+Policy = Literal["default", "passive", "spin10k", "spin10k_1thread", "cli"]
+
 #: Environment variables per policy (libgomp's; other OpenMP runtimes ignore them).
-POLICIES = {
+POLICIES: dict[Policy, dict[str, str]] = {
     "default": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": ""},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": ""},
     "spin10k": {"OMP_WAIT_POLICY": "", "GOMP_SPINCOUNT": "10000"},
@@ -70,7 +74,7 @@ def _neighbours(count: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
 
 
-def _run(workload: str, policy: str, args: argparse.Namespace) -> dict[str, Any]:
+def _run(workload: str, policy: Policy, args: Config) -> dict[str, Any]:
     env = {**os.environ, **POLICIES[policy]}
     if policy == "cli":
         for name in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS"):
@@ -95,17 +99,34 @@ def _run(workload: str, policy: str, args: argparse.Namespace) -> dict[str, Any]
     return result
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    workload: Literal["micro", "main-job"] = "micro"
+    """What runs beside the neighbours (see the module docstring)."""
+    neighbours: tuple[int, ...] = (0, 1, 4)
+    """Counts of spinning neighbour processes, one set of rows each."""
+    policies: tuple[Policy, ...] = tuple(POLICIES)
+    """OpenMP wait policies, alternating within each repeat."""
+    repeats: int = 2
+    """Rounds over the policies per neighbour count."""
+    seconds: float = 4.0
+    """micro: seconds per run."""
+    episodes: int = 20
+    """main-job: episodes per run."""
+    note: str = ""
+    """What else ran on the machine (kept in the JSON)."""
+    output: str = "benchmarks/results/cpu_contention.json"
+    """JSON path, relative to the repository."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=["micro", "main-job"], default="micro")
-    parser.add_argument("--neighbours", type=int, nargs="+", default=[0, 1, 4])
-    parser.add_argument("--policies", nargs="+", choices=list(POLICIES), default=list(POLICIES))
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--seconds", type=float, default=4.0, help="micro: seconds per run")
-    parser.add_argument("--episodes", type=int, default=20, help="main-job: episodes per run")
-    parser.add_argument("--note", default="", help="what else ran on the machine")
-    parser.add_argument("--output", default="benchmarks/results/cpu_contention.json")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "cpu_contention.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
 
     rows: list[dict] = []
 
@@ -117,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 "commit": git("rev-parse", "HEAD"),
                 "dirty": git_dirty(),
                 "machine": machine_info(),
-                "settings": {k: v for k, v in vars(args).items() if k != "output"},
+                "settings": {k: v for k, v in asdict(args).items() if k != "output"},
                 "complete": complete,
                 "rows": rows,
             },

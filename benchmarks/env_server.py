@@ -32,7 +32,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import datetime
@@ -44,19 +43,22 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
-from _outputs import at_least, check_results_write, one_line_errors, run_main
+from _outputs import check_results_write, run_main
 from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
 
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.serving.client import text_client_class
 
 #: The envs measured: textgym's by id, the references by this script.
 TEXTGYM_IDS = {"tictactoe": "textgym/TicTacToe-v0", "email": "textgym/EmailToolUse-v1"}
 REFERENCES = ("echo", "textarena_tictactoe")
-ENVS = ("echo", "tictactoe", "email", "textarena_tictactoe")
+EnvName = Literal["echo", "tictactoe", "email", "textarena_tictactoe"]
+ENVS: tuple[EnvName, ...] = get_args(EnvName)
 DEFAULT_OUTPUT = REPO_ROOT / "benchmarks" / "results" / "env_server.json"
 
 
@@ -311,29 +313,53 @@ def _row(name: str, mode: str, sessions: int, result: dict[str, Any]) -> dict[st
     return row
 
 
+@dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    envs: tuple[EnvName, ...] = ENVS
+    """The envs measured: textgym's (tictactoe, email) and the references (echo, TextArena's)."""
+    sessions: tuple[int, ...] = (1, 16, 256, 1024)
+    """Concurrent sessions of the in-process and WebSocket rows, one row each."""
+    http_sessions: tuple[int, ...] = (1, 16)
+    """Concurrent requests of the HTTP /reset rows, one row each (none: no HTTP rows)."""
+    seconds: float = 4.0
+    """Seconds per timed window, in (0, 60]."""
+    repeats: int = 1
+    """Timed windows per row (their median and range)."""
+    budget_s: float = 420.0
+    """The whole run's bound in seconds, in (0, 3600]; rows with no time left are skipped."""
+    output: Path = DEFAULT_OUTPUT
+    """JSON path (under benchmarks/results/ only with --update-results)."""
+    update_results: bool = False
+    """Allow --output under benchmarks/results/."""
+    serve: tuple[str, int] | None = None
+    """Internal (how this script starts a reference's server): serve the env NAME on PORT."""
+    max_sessions: int | None = None
+    """Internal, with --serve: the server's most sessions (None: 512)."""
+
+    def __post_init__(self) -> None:
+        for flag, values in [
+            ("--sessions", self.sessions),
+            ("--http-sessions", self.http_sessions),
+            ("--repeats", (self.repeats,)),
+        ]:
+            if min(values, default=1) < 1:
+                raise ValueError(f"{flag}: expected an integer >= 1, got {min(values)}")
+        if not (0 < self.seconds <= 60 and 0 < self.budget_s <= 3600):
+            raise ValueError("expected 0 < --seconds <= 60 and 0 < --budget-s <= 3600")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = one_line_errors(argparse.ArgumentParser(description=__doc__.split("\n\n")[0]))
-    parser.add_argument("--envs", nargs="+", choices=ENVS, default=list(ENVS))
-    parser.add_argument("--sessions", type=at_least(1), nargs="+", default=[1, 16, 256, 1024])
-    parser.add_argument(
-        "--http-sessions", type=at_least(1), nargs="*", default=[1, 16], help="HTTP /reset rows"
-    )
-    parser.add_argument("--seconds", type=float, default=4.0, help="seconds per timed window")
-    parser.add_argument(
-        "--repeats", type=at_least(1), default=1, help="timed windows per row (median and range)"
-    )
-    parser.add_argument("--budget-s", type=float, default=420.0, help="the whole run's bound")
-    parser.add_argument("--output", default=str(DEFAULT_OUTPUT))
-    parser.add_argument("--update-results", action="store_true", help="allow benchmarks/results")
-    parser.add_argument("--serve", nargs=2, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--max-sessions", type=int, default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "env_server.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     if args.serve is not None:
-        serve_reference(args.serve[0], int(args.serve[1]), args.max_sessions or 512)
+        serve_reference(args.serve[0], args.serve[1], args.max_sessions or 512)
         return 0
-    if not (0 < args.seconds <= 60 and 0 < args.budget_s <= 3600):
-        parser.error("expected 0 < --seconds <= 60 and 0 < --budget-s <= 3600")
-    check_results_write(Path(args.output), "--output", update_results=args.update_results)
+    check_results_write(args.output, "--output", update_results=args.update_results)
     began, rows = time.monotonic(), []
     record: dict[str, Any] = {
         "benchmark": "env_server",

@@ -1,9 +1,8 @@
-"""``benchmarks/_outputs.py`` (what ``env_server.py`` uses): integer options, results kept
-read-only without ``--update-results``, and errors printed as one line with their exit code."""
+"""``benchmarks/_outputs.py`` (what ``env_server.py`` uses): results kept read-only without
+``--update-results``, and errors printed as one line with their exit code."""
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -12,17 +11,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from _outputs import RESULTS_DIR, at_least, check_results_write, run_main  # noqa: E402
+from _outputs import RESULTS_DIR, check_results_write, run_main  # noqa: E402
 
 from textgym.errors import SetupError  # noqa: E402
-
-
-def test_at_least_parses_integers_at_or_above_the_bound():
-    parse = at_least(1)
-    assert parse("3") == 3
-    for bad in ("0", "x", "1.5"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            parse(bad)
 
 
 def test_results_are_written_only_when_asked(tmp_path):
