@@ -32,7 +32,6 @@ optimal, greedy, as each mark; ``goals`` in the JSON says which were met.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import csv
 import hashlib
@@ -45,11 +44,14 @@ import subprocess
 import sys
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result
 from gpu_suite import run_capped
+
+from textgym.cli.usage import UsageError, fail, parse_config
 
 PY = sys.executable
 BENCH = REPO_ROOT / "benchmarks"
@@ -140,7 +142,7 @@ def _latest_checkpoint(folder: Path) -> Path | None:
     return steps[-1] if steps else None
 
 
-def _eval(model: Path, mark: str, opponent: str, out: Path, args: argparse.Namespace) -> list[str]:
+def _eval(model: Path, mark: str, opponent: str, out: Path, args: Config) -> list[str]:
     kwargs = {
         "prompt_style": "compact",
         "agent_mark": mark,
@@ -184,19 +186,36 @@ def _goals(rows: dict[str, Any]) -> dict[str, bool | None]:
     return goals
 
 
+@dataclass
+class Config:
+    """The command line of this script."""
+
+    wheels: Path | None = None
+    """Folder of Gemma's wheels (stage.sh's); None only with --smoke."""
+    site: Path = Path("/tmp/site-gemma")
+    """Folder the wheels are installed into, put on PYTHONPATH for each step."""
+    results: Path = BENCH / "results" / "gpu_learn"
+    """Folder of learn.json, the steps' logs and their work."""
+    budget: float = 480.0
+    """Seconds for every step together."""
+    eval_episodes: int = 200
+    """Games per evaluation row."""
+    smoke: bool = False
+    """Tiny model, 2 GRPO steps (CPU); no wheels."""
+
+    def __post_init__(self) -> None:
+        if self.budget <= 0 or self.eval_episodes < 1:
+            raise ValueError("--budget must be > 0 and --eval-episodes >= 1")
+        if not self.smoke and self.wheels is None:
+            raise ValueError("--wheels DIR is needed (the folder stage.sh fills), or --smoke")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--wheels", type=Path, help="folder of Gemma's wheels (stage.sh's)")
-    parser.add_argument("--site", type=Path, default=Path("/tmp/site-gemma"))
-    parser.add_argument("--results", type=Path, default=BENCH / "results" / "gpu_learn")
-    parser.add_argument("--budget", type=float, default=480.0, help="seconds for every step")
-    parser.add_argument("--eval-episodes", type=int, default=200, help="games per row")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 GRPO steps (CPU)")
-    args = parser.parse_args(argv)
-    if args.budget <= 0 or args.eval_episodes < 1:
-        parser.error("--budget must be > 0 and --eval-episodes >= 1")
-    if not args.smoke and args.wheels is None:
-        parser.error("--wheels DIR is needed (the folder stage.sh fills), or --smoke")
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "gpu_learn.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     began = time.perf_counter()
     results, work = args.results, args.results / "work"
     work.mkdir(parents=True, exist_ok=True)

