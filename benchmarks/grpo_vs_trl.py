@@ -90,7 +90,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -100,8 +99,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
 import torch
@@ -117,6 +117,7 @@ from _provenance import (  # sibling module of this script
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.reverse_text import ReverseTextEnv
 from textgym.envs.reverse_text.parsing import extract_reversed_text
 from textgym.envs.reverse_text.rewards import lcs_similarity
@@ -127,8 +128,84 @@ RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # ours_no_sharing: ours with share_prefix=False; trl_no_cudnn: TRL with cuDNN's attention
 # kernel off (torch.backends.cuda.enable_cudnn_sdp(False)), as our decode engine runs it
 # (textgym/policies/slot_decoder.py); on a machine without CUDA it equals trl and is left out.
-TRAINERS = ("ours", "trl", "trl_no_cudnn", "ours_no_sharing")
+Trainer = Literal["ours", "trl", "trl_no_cudnn", "ours_no_sharing"]
+TRAINERS: tuple[Trainer, ...] = get_args(Trainer)
 CUDA_ONLY_TRAINERS = ("trl_no_cudnn",)
+
+
+@dataclass
+class Config:
+    """The command line of this benchmark (and of its children, with ``--only``)."""
+
+    model: str = "tiny"
+    """tiny or gemma-3-270m (or a local directory)."""
+    groups_per_step: int = 4
+    """M: tasks (TRL: prompts) per step."""
+    group_size: int = 8
+    """G: completions per task (num_generations)."""
+    micro_batch_size: int = 8
+    """Completions per forward/backward pass; divides M x G."""
+    max_new_tokens: int = 64
+    """Tokens per completion, at most (= TRL's max_completion_length)."""
+    max_chars: int = 100
+    """Longest ReverseText passage in characters (the prompt's length)."""
+    learning_rate: float = 1e-5
+    """AdamW's learning rate, constant."""
+    reward: Literal["dense", "env"] = "dense"
+    """dense: ReverseText + dense_lcs (see the module docstring); env: ReverseText-v0 as is."""
+    warmup: int = 1
+    """Steps run and not timed, per run."""
+    steps: int = 5
+    """Timed steps per run."""
+    rounds: int = 2
+    """Runs of each trainer, in alternating order; their timed steps are pooled."""
+    decode_batch: int = 256
+    """CUDA only: prompts of the decode roofline."""
+    threads: int = os.cpu_count() or 1
+    """Torch threads, for both trainers (the default: every core of this machine)."""
+    seed: int = 0
+    """Seed of the tasks and of sampling."""
+    random_weights: bool = False
+    """The model's config and tokenizer, weights random (speed without the weights)."""
+    trainers: tuple[Trainer, ...] | None = None
+    """Which trainers to run (None: all, trl_no_cudnn only with CUDA; none listed: only the
+    CUDA decode roofline)."""
+    no_decode: bool = False
+    """Skip the CUDA decode roofline child."""
+    output: str | None = None
+    """JSON path (None: benchmarks/results/grpo_vs_trl_{cpu,cuda}.json)."""
+    profile_output: str | None = None
+    """With one of our trainers (--trainers ours --rounds 1 --no-decode, or --only ours): run it
+    under torch.profiler and write the per-step rollout / update ranges and the top operators
+    to this JSON (the profiler slows the run: time it without). None: no profile."""
+    only: Literal[Trainer, "decode"] | None = None
+    """Run one trainer (or the decode roofline) in this process, no rounds or comparison, and
+    write its JSON to --child-output. None: the whole comparison."""
+    child_output: str | None = None
+    """With --only: where its JSON goes."""
+
+    def __post_init__(self) -> None:
+        for flag, value, least in (
+            ("--steps", self.steps, 1),
+            ("--warmup", self.warmup, 0),
+            ("--rounds", self.rounds, 1),
+            ("--threads", self.threads, 1),
+        ):
+            if value < least:
+                raise ValueError(f"{flag}: expected an integer >= {least}, got {value}")
+        batch = self.groups_per_step * self.group_size
+        if batch % self.micro_batch_size:
+            raise ValueError(
+                f"batch M x G = {batch} is not divisible by --micro-batch-size "
+                f"{self.micro_batch_size}; TRL needs whole accumulation steps"
+            )
+        profiled = [self.only] if self.only else list(self.trainers or ())
+        one_run = self.only is not None or (self.rounds == 1 and self.no_decode)
+        if self.profile_output and (profiled not in (["ours"], ["ours_no_sharing"]) or not one_run):
+            raise ValueError(
+                "--profile-output profiles one of our runs: give --trainers ours (or "
+                "ours_no_sharing) with --rounds 1 --no-decode, or --only ours"
+            )
 
 
 class DenseLCS(gym.Wrapper):
@@ -168,7 +245,7 @@ def task_seed(seed: int, row: int) -> int:
     return seed * 10**6 + row
 
 
-def _env_id(args: argparse.Namespace) -> str:
+def _env_id(args: Config) -> str:
     return DENSE_ENV_ID if args.reward == "dense" else BASE_ENV_ID
 
 
@@ -193,7 +270,7 @@ def _summary(step_times: list[float], tokens: list[float]) -> dict[str, Any]:
     }
 
 
-def _weights(args: argparse.Namespace) -> str:
+def _weights(args: Config) -> str:
     """``"random"``, or the model as given (a name such as ``gemma-3-270m``, or the absolute
     path of a local folder)."""
     if args.random_weights:
@@ -202,7 +279,7 @@ def _weights(args: argparse.Namespace) -> str:
     return str(folder.resolve()) if folder.is_dir() else args.model
 
 
-def _settings(args: argparse.Namespace) -> dict[str, Any]:
+def _settings(args: Config) -> dict[str, Any]:
     """What both trainers were run with (recorded in every JSON, the children's included)."""
     device = _device()
     return {
@@ -234,7 +311,7 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def provenance(args: argparse.Namespace) -> dict[str, Any]:
+def provenance(args: Config) -> dict[str, Any]:
     """Which code ran where, on which weights and settings: the same block in the parent's
     JSON and in every child's (a child JSON read on its own says where it came from)."""
     device = _device()
@@ -263,7 +340,7 @@ def provenance(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> dict[str, Any]:
+def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, Any]:
     """Train with :func:`textgym.algos.grpo.train`; time the steps after the warm-up.
 
     ``share_prefix=False`` is the ablation: every row's prompt prefilled and forwarded on its own,
@@ -330,7 +407,7 @@ def run_ours(args: argparse.Namespace, out: Path, share_prefix: bool = True) -> 
     return result
 
 
-def _trl_dataset(args: argparse.Namespace) -> Any:
+def _trl_dataset(args: Config) -> Any:
     """One row per task: the conversational prompt of ``reset(seed=task_seed(seed, r))``."""
     from datasets import Dataset
 
@@ -348,7 +425,7 @@ def _trl_dataset(args: argparse.Namespace) -> Any:
     return Dataset.from_list(rows)
 
 
-def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+def run_trl(args: Config, out: Path) -> dict[str, Any]:
     """Train with ``trl.GRPOTrainer`` at the same settings; time the steps after the warm-up."""
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -501,7 +578,7 @@ def run_trl(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return result
 
 
-def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
+def decode_roofline(args: Config) -> dict[str, Any]:
     """Decode tokens/s of ``HFPolicy.generate`` as a fraction of the memory-bandwidth ceiling.
 
     CUDA only; this path has only run where CUDA exists. Decode time = time of a
@@ -575,7 +652,7 @@ def decode_roofline(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def child(args: argparse.Namespace) -> None:
+def child(args: Config) -> None:
     """Run one trainer (or the decode roofline) in this process and write its JSON."""
     from textgym.random_weights import random_weights_loading
 
@@ -728,112 +805,20 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--model", default="tiny", help="tiny or gemma-3-270m (or a local directory)"
-    )
-    parser.add_argument(
-        "--groups-per-step", type=int, default=4, help="M: tasks (TRL: prompts) per step"
-    )
-    parser.add_argument(
-        "--group-size", type=int, default=8, help="G: completions per task (num_generations)"
-    )
-    parser.add_argument(
-        "--micro-batch-size", type=int, default=8, help="completions per forward/backward pass"
-    )
-    parser.add_argument(
-        "--max-new-tokens", type=int, default=64, help="= TRL max_completion_length"
-    )
-    parser.add_argument(
-        "--max-chars", type=int, default=100, help="longest ReverseText passage (prompt length)"
-    )
-    parser.add_argument("--learning-rate", type=float, default=1e-5)
-    parser.add_argument(
-        "--reward",
-        choices=("dense", "env"),
-        default="dense",
-        help="dense: ReverseText + dense_lcs (see the docstring); env: ReverseText-v0 as is",
-    )
-    parser.add_argument("--warmup", type=int, default=1, help="steps run and not timed")
-    parser.add_argument("--steps", type=int, default=5, help="timed steps per run")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=2,
-        help="runs of each trainer, in alternating order; their timed steps are pooled",
-    )
-    parser.add_argument(
-        "--decode-batch", type=int, default=256, help="CUDA only: batch of the roofline"
-    )
-    parser.add_argument(
-        "--threads", type=int, default=os.cpu_count() or 1, help="torch threads for both"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="the model's config and tokenizer, weights random (speed without the weights)",
-    )
-    parser.add_argument(
-        "--trainers",
-        nargs="*",
-        choices=TRAINERS,
-        default=None,
-        help="which trainers to run (default all; trl_no_cudnn only with CUDA; none: only the "
-        "CUDA decode roofline)",
-    )
-    parser.add_argument(
-        "--no-decode", action="store_true", help="skip the CUDA decode roofline child"
-    )
-    parser.add_argument(
-        "--output", default=None, help="default benchmarks/results/grpo_vs_trl_{cpu,cuda}.json"
-    )
-    parser.add_argument(
-        "--profile-output",
-        default=None,
-        help="with one of our trainers (--trainers ours --rounds 1 --no-decode, or --only "
-        "ours): run it under torch.profiler and write the "
-        "per-step rollout / update ranges and the top operators to this JSON (the profiler "
-        "slows the run: time it without)",
-    )
-    parser.add_argument(
-        "--only",
-        choices=(*TRAINERS, "decode"),
-        help="run one trainer (or the decode roofline) in this process, no rounds or "
-        "comparison, and write its JSON to --child-output",
-    )
-    parser.add_argument("--child-output", help="with --only: where its JSON goes")
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "grpo_vs_trl.py", __doc__.splitlines()[0])
+    except UsageError as exc:
+        fail(str(exc))
     if args.trainers is None:
         cuda = torch.cuda.is_available()
-        args.trainers = [t for t in TRAINERS if cuda or t not in CUDA_ONLY_TRAINERS]
-    for flag, value, least in (
-        ("--steps", args.steps, 1),
-        ("--warmup", args.warmup, 0),
-        ("--rounds", args.rounds, 1),
-        ("--threads", args.threads, 1),
-    ):
-        if value < least:
-            parser.error(f"{flag}: expected an integer >= {least}, got {value}")
-    batch = args.groups_per_step * args.group_size
-    if batch % args.micro_batch_size:
-        parser.error(
-            f"batch M x G = {batch} is not divisible by --micro-batch-size {args.micro_batch_size}; "
-            "TRL needs whole accumulation steps"
-        )
-    profiled = [args.only] if args.only else args.trainers
-    one_run = args.only is not None or (args.rounds == 1 and args.no_decode)
-    if args.profile_output and (profiled not in (["ours"], ["ours_no_sharing"]) or not one_run):
-        parser.error(
-            "--profile-output profiles one of our runs: give --trainers ours (or "
-            "ours_no_sharing) with --rounds 1 --no-decode, or --only ours"
-        )
+        args.trainers = tuple(t for t in TRAINERS if cuda or t not in CUDA_ONLY_TRAINERS)
     if args.only:
         child(args)
         return 0
 
     machine = machine_info()  # before the runs: its load average is the one at the start
-    forwarded = list(sys.argv[1:] if argv is None else argv)
+    forwarded = list(argv)
     trainers = [name for name in TRAINERS if name in args.trainers]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trainers}
     failures: list[dict[str, Any]] = []

@@ -52,7 +52,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -61,8 +60,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
 import torch
@@ -71,13 +71,75 @@ from _provenance import dist_version, git, git_dirty, machine_info, write_result
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
+from textgym.cli._options import DType
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.tictactoe import MinimaxPolicy
-from textgym.models import DTYPE_NAMES, load_model
+from textgym.models import load_model
 from textgym.policies import conversation_start
 from textgym.policies.fused import fuse_for_decoding
 from textgym.tokens import ChatTokenizer
 
-ENGINES = ("before", "generate", "cb", "now", "now-fused", "now-fp32", "llama.cpp")
+Engine = Literal["before", "generate", "cb", "now", "now-fused", "now-fp32", "llama.cpp"]
+ENGINES: tuple[Engine, ...] = get_args(Engine)
+
+
+@dataclass
+class Config:
+    """The command line of this benchmark (and of its children, with ``--child``)."""
+
+    model: str = "gemma-3-270m"
+    """A model name or folder (--smoke: tiny)."""
+    # cb only where asked: on a CPU its paged cache is sized from free memory (14 GB RSS and
+    # 41 s an episode for the tiny model, measured on the 2-core Xeon).
+    engines: tuple[Engine, ...] = tuple(
+        e for e in ENGINES if e != "cb" or torch.cuda.is_available()
+    )
+    """The engines, alternating within each repeat and batch (cb only where CUDA is)."""
+    batches: tuple[int, ...] = (1, 8, 32)
+    """Episodes decoded together, one run per engine each."""
+    turns: int = 4
+    """Turns per episode (at most 5)."""
+    new_tokens: int = 32
+    """Tokens generated per turn."""
+    repeats: int = 1
+    """Rounds over all engines."""
+    threads: int = 2
+    """Torch threads of each child."""
+    seed: int = 0
+    """Seed of the games and of sampling."""
+    dtype: DType = "auto"
+    """Weights of 'now' (and of generate and cb)."""
+    smoke: bool = False
+    """Tiny model, small sizes, no llama.cpp."""
+    random_weights: bool = False
+    """The model's config and tokenizer, weights random (speed without the weights)."""
+    output: str | None = None
+    """JSON path (None: benchmarks/results/llm_decode_[smoke_]{cpu,cuda}.json)."""
+    note: str = ""
+    """Free text kept in the JSON (e.g. build flags)."""
+    profile_output: str | None = None
+    """With one engine and one batch: run it under torch.profiler and write the top operators
+    (with call counts) to this JSON (the profiler slows it: time it without). None: no profile."""
+    child: bool = False
+    """Internal (how this script starts a run): one engine at one batch in this process."""
+    engine: str | None = None
+    """Internal, with --child: the engine."""
+    batch: int | None = None
+    """Internal, with --child: the batch."""
+    child_output: str | None = None
+    """Internal, with --child: where its JSON goes."""
+    gguf: str | None = None
+    """Internal, with --child: llama.cpp's GGUF file."""
+
+    def __post_init__(self) -> None:
+        if (
+            self.profile_output
+            and not self.child
+            and (len(self.engines), len(self.batches)) != (1, 1)
+        ):
+            raise ValueError(
+                "--profile-output profiles one run: give one --engines and one --batches"
+            )
 
 
 def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> list[dict[str, Any]]:
@@ -139,7 +201,7 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
+def run_hf(args: Config, engine: str, batch: int) -> dict[str, Any]:
     """One HFPolicy engine at one batch size."""
     from textgym.policies.hf import HFPolicy
 
@@ -210,7 +272,7 @@ def run_hf(args: argparse.Namespace, engine: str, batch: int) -> dict[str, Any]:
     return result
 
 
-def run_continuous_batching(args: argparse.Namespace, batch: int) -> dict[str, Any]:
+def run_continuous_batching(args: Config, batch: int) -> dict[str, Any]:
     """``transformers``' continuous batching, one ``generate_batch`` call per turn."""
     from transformers import GenerationConfig
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -258,7 +320,7 @@ def run_continuous_batching(args: argparse.Namespace, batch: int) -> dict[str, A
     return result
 
 
-def run_llama_cpp(args: argparse.Namespace, batch: int) -> dict[str, Any]:
+def run_llama_cpp(args: Config, batch: int) -> dict[str, Any]:
     """llama.cpp, one episode after another, each keeping its state across turns."""
     import llama_cpp
 
@@ -333,7 +395,7 @@ def _roofline(
     }
 
 
-def child(args: argparse.Namespace) -> None:
+def child(args: Config) -> None:
     torch.set_num_threads(args.threads)
     with profiler() if args.profile_output else contextlib.nullcontext() as prof:
         if args.engine == "llama.cpp":
@@ -363,7 +425,7 @@ class ChildFailed(RuntimeError):
         }
 
 
-def _spawn(args: argparse.Namespace, engine: str, batch: int, gguf: str | None) -> dict[str, Any]:
+def _spawn(args: Config, engine: str, batch: int, gguf: str | None) -> dict[str, Any]:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
         output = handle.name
     argv = [
@@ -416,7 +478,7 @@ def _gguf_path(scratch: Path) -> str | None:
     return str(package.assemble(scratch / package.MODEL_NAME))
 
 
-def _header(args: argparse.Namespace, device: str) -> dict[str, Any]:
+def _header(args: Config, device: str) -> dict[str, Any]:
     """What the record says of the run before any result: commit, machine, versions, settings."""
     return {
         "benchmark": "llm_decode",
@@ -431,7 +493,7 @@ def _header(args: argparse.Namespace, device: str) -> dict[str, Any]:
         },
         "settings": {
             key: value
-            for key, value in vars(args).items()
+            for key, value in asdict(args).items()
             if key not in ("child", "engine", "batch", "child_output", "gguf")
         },
     }
@@ -468,52 +530,20 @@ def _record(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="gemma-3-270m")
-    # cb only where asked: on a CPU its paged cache is sized from free memory (14 GB RSS and
-    # 41 s an episode for the tiny model, measured on the 2-core Xeon).
-    default = [e for e in ENGINES if e != "cb" or torch.cuda.is_available()]
-    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=default)
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 8, 32])
-    parser.add_argument("--turns", type=int, default=4, help="turns per episode (at most 5)")
-    parser.add_argument("--new-tokens", type=int, default=32, help="tokens generated per turn")
-    parser.add_argument("--repeats", type=int, default=1, help="rounds over all engines")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", choices=DTYPE_NAMES, default="auto", help="weights of 'now'")
-    parser.add_argument(
-        "--smoke", action="store_true", help="tiny model, small sizes, no llama.cpp"
-    )
-    parser.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="the model's config and tokenizer, weights random (speed without the weights)",
-    )
-    parser.add_argument("--output", default=None)
-    parser.add_argument("--note", default="", help="free text kept in the JSON (e.g. build flags)")
-    parser.add_argument(
-        "--profile-output",
-        default=None,
-        help="with one engine and one batch: run it under torch.profiler and write the top "
-        "operators (with call counts) to this JSON (the profiler slows it: time it without)",
-    )
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--engine", help=argparse.SUPPRESS)
-    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--child-output", help=argparse.SUPPRESS)
-    parser.add_argument("--gguf", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "llm_decode.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     if args.child:
         child(args)
         return 0
-    if args.profile_output and (len(args.engines) != 1 or len(args.batches) != 1):
-        parser.error("--profile-output profiles one run: give one --engines and one --batches")
     if args.smoke:
-        args.model, args.batches, args.turns, args.new_tokens = "tiny", [1, 2], 2, 4
-        args.engines = [e for e in args.engines if e != "llama.cpp"]
+        args.model, args.batches, args.turns, args.new_tokens = "tiny", (1, 2), 2, 4
+        args.engines = tuple(e for e in args.engines if e != "llama.cpp")
     if args.random_weights and "llama.cpp" in args.engines:
         print("llama.cpp left out: it reads the real GGUF, not random weights")
-        args.engines = [e for e in args.engines if e != "llama.cpp"]
+        args.engines = tuple(e for e in args.engines if e != "llama.cpp")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     output = (
         args.output
