@@ -51,14 +51,14 @@ weights; the JSON says ``"weights": "random"``.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import json
 import os
 import statistics
+import sys
 import time
-from typing import Any
+from typing import Any, Literal, get_args
 
 import gymnasium as gym
 import torch
@@ -70,12 +70,54 @@ from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_update import update
 from textgym.algos.learner import make_learner
 from textgym.algos.sft_data import conversation_tokens
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.policies.scripted import RandomPolicy
 from textgym.random_weights import random_weights_loading
 from textgym.rollout import Trajectory, rollout
 from textgym.tokens import ChatTokenizer
 
-PADDED_MODES = ("padded_shared", "padded")
+PaddedMode = Literal["padded_shared", "padded"]
+PADDED_MODES: tuple[PaddedMode, ...] = get_args(PaddedMode)
+
+
+@dataclasses.dataclass
+class Config:
+    """The command line of this benchmark."""
+
+    model: str = "tiny"
+    """A model name or folder."""
+    groups: int = 4
+    """Tic-tac-toe tasks in the batch."""
+    group_size: int = 8
+    """Episodes per task."""
+    micro_batch_size: int = 16
+    """Sequences per padded micro-batch."""
+    micro_batch_tokens: tuple[int, ...] = (2048, 4096)
+    """Tokens per packed row, one packed_N mode each (none: no packed modes)."""
+    lora_rank: tuple[int, ...] = (0,)
+    """LoRA ranks, one run each (0: full fine-tuning)."""
+    modes: tuple[PaddedMode, ...] = PADDED_MODES
+    """The padded modes (the packed ones follow --micro-batch-tokens)."""
+    alternations: int = 5
+    """Rounds over the modes, in rotating order, each mode timed once a round."""
+    warmup_modes: int = 99
+    """Untimed updates first: of this many modes."""
+    prompt_style: Literal["full", "compact"] = "full"
+    """The tic-tac-toe prompts of the batch."""
+    threads: int = 1
+    """Torch threads."""
+    device: str = "cpu"
+    """cpu, or cuda (bf16 autocast there)."""
+    cpu_bf16: bool = False
+    """bf16 autocast on the CPU."""
+    seed: int = 0
+    """Seed of the games."""
+    random_weights: bool = False
+    """The model's config and tokenizer, weights random (speed without the weights)."""
+    output: str = str(REPO_ROOT / "benchmarks" / "results" / "update_packing_cpu.json")
+    """JSON path."""
+    append: bool = False
+    """Add to the runs already in --output."""
 
 
 def _trajectories(
@@ -129,7 +171,7 @@ def _layout(config: GRPOConfig, trajs: list[Trajectory]) -> dict[str, Any]:
     }
 
 
-def _measure(args: argparse.Namespace) -> dict[str, Any]:
+def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
     base = GRPOConfig(
         model=args.model,
         output_dir="/tmp/update_packing_unused",
@@ -137,7 +179,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         groups_per_step=args.groups,
         group_size=args.group_size,
         micro_batch_size=args.micro_batch_size,
-        lora_rank=args.lora_rank,
+        lora_rank=lora_rank,
         learning_rate=1e-9,
         device=args.device,
         cpu_bf16=args.cpu_bf16,
@@ -147,23 +189,23 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
     configs = {"padded_shared": base, "padded": dataclasses.replace(base, share_prefix=False)}
     for tokens in args.micro_batch_tokens:
         configs[f"packed_{tokens}"] = dataclasses.replace(base, micro_batch_tokens=tokens)
-    args.modes = [m for m in args.modes if m in configs] + [m for m in configs if "packed" in m]
+    modes = [m for m in args.modes if m in configs] + [m for m in configs if "packed" in m]
     weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
     with weights:  # the learner loads the model from the config's name
         learner = make_learner(base, max_turns=5)
-    learners = {m: dataclasses.replace(learner, config=configs[m]) for m in args.modes}
+    learners = {m: dataclasses.replace(learner, config=configs[m]) for m in modes}
     trajs = _trajectories(
         learner.tokenizer, args.groups, args.group_size, args.seed, args.prompt_style
     )
-    for mode in args.modes[: args.warmup_modes]:  # warm-up: allocator, first-call costs
+    for mode in modes[: args.warmup_modes]:  # warm-up: allocator, first-call costs
         began = time.perf_counter()
         update(learners[mode], trajs)
         print(f"  warm-up {mode}: {time.perf_counter() - began:.2f} s", flush=True)
-    times: dict[str, list[float]] = {m: [] for m in args.modes}
-    losses: dict[str, list[float]] = {m: [] for m in args.modes}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    losses: dict[str, list[float]] = {m: [] for m in modes}
     loads: list[float] = []
     for round_ in range(args.alternations):
-        order = args.modes[round_ % len(args.modes) :] + args.modes[: round_ % len(args.modes)]
+        order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
         for mode in order:
             loads.append(os.getloadavg()[0])
             began = time.perf_counter()
@@ -174,7 +216,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
             f"  round {round_ + 1}: " + ", ".join(f"{m} {times[m][-1]:.2f} s" for m in order),
             flush=True,
         )
-    reference = "padded_shared" if "padded_shared" in args.modes else args.modes[0]
+    reference = "padded_shared" if "padded_shared" in modes else modes[0]
     summary = {
         mode: {
             "update_s": times[mode],
@@ -184,11 +226,11 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
                 t / r for t, r in zip(times[mode], times[reference])
             ),
         }
-        for mode in args.modes
+        for mode in modes
     }
     return {
         "model": args.model,
-        "training": f"LoRA rank {args.lora_rank}" if args.lora_rank else "full fine-tuning",
+        "training": f"LoRA rank {lora_rank}" if lora_rank else "full fine-tuning",
         "sequences": len(trajs),
         "layout": {m: _layout(configs[m], trajs) for m in configs if "packed" in m},
         "modes": summary,
@@ -197,33 +239,10 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="tiny")
-    parser.add_argument("--groups", type=int, default=4)
-    parser.add_argument("--group-size", type=int, default=8)
-    parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--micro-batch-tokens", type=int, nargs="*", default=[2048, 4096])
-    parser.add_argument("--lora-rank", type=int, nargs="+", default=[0])
-    parser.add_argument("--modes", nargs="+", choices=PADDED_MODES, default=list(PADDED_MODES))
-    parser.add_argument("--alternations", type=int, default=5)
-    parser.add_argument(
-        "--warmup-modes", type=int, default=99, help="untimed updates first: of this many modes"
-    )
-    parser.add_argument("--prompt-style", default="full", choices=("full", "compact"))
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda (bf16 autocast there)")
-    parser.add_argument("--cpu-bf16", action="store_true")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--random-weights",
-        action="store_true",
-        help="the model's config and tokenizer, weights random (speed without the weights)",
-    )
-    parser.add_argument(
-        "--output", default=str(REPO_ROOT / "benchmarks" / "results" / "update_packing_cpu.json")
-    )
-    parser.add_argument("--append", action="store_true", help="add to the runs already in it")
-    args = parser.parse_args()
+    try:
+        args = parse_config(Config, sys.argv[1:], "update_packing.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     torch.set_num_threads(args.threads)
     record: dict[str, Any] = {
         "benchmark": "update_packing",
@@ -235,7 +254,9 @@ def main() -> None:
         "weights": "random" if args.random_weights else "checkpoint",
         "dtype": "bfloat16 autocast" if args.cpu_bf16 or args.device == "cuda" else "float32",
         "threads": args.threads,
-        "settings": {k: v for k, v in vars(args).items() if k not in ("output", "append")},
+        "settings": {
+            k: v for k, v in dataclasses.asdict(args).items() if k not in ("output", "append")
+        },
         "runs": [],
     }
     if args.append and os.path.exists(args.output):
@@ -247,7 +268,7 @@ def main() -> None:
         ]
     for rank in args.lora_rank:
         print(f"{args.model}, lora_rank {rank}:")
-        run = _measure(argparse.Namespace(**{**vars(args), "lora_rank": rank}))
+        run = _measure(args, rank)
         run["load_avg_1m_at_end"] = os.getloadavg()[0]
         record["runs"].append(run)
         for mode, result in run["modes"].items():
