@@ -14,13 +14,15 @@ is also a test text is dropped from training.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import random
 import re
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.reverse_text.env import load_passages
 
 
@@ -88,19 +90,32 @@ def passage_windows(
     return pieces
 
 
+@dataclass
+class Config:
+    """The command line of this script."""
+
+    corpus: str | None = None
+    """JSONL of {id, text} (None: the bundled corpus)."""
+    windows: int = 0
+    """Word-aligned pieces per passage, besides the whole passage."""
+    min_chars: int = 16
+    """Shortest piece, in characters."""
+    max_chars: int = 64
+    """Longest piece, in characters."""
+    test_fraction: float = 0.2
+    """About this share of the passages goes to test.jsonl."""
+    valid_fraction: float = 0.0
+    """About this share more goes to valid.jsonl (0: no valid.jsonl)."""
+
+    def __post_init__(self) -> None:
+        passage_split("", self.test_fraction, self.valid_fraction)  # checks the fractions
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--corpus", default=None, help="JSONL of {id, text} (None: bundled)")
-    parser.add_argument("--windows", type=int, default=0, help="pieces per passage")
-    parser.add_argument("--min-chars", type=int, default=16)
-    parser.add_argument("--max-chars", type=int, default=64)
-    parser.add_argument("--test-fraction", type=float, default=0.2)
-    parser.add_argument("--valid-fraction", type=float, default=0.0, help="0: no valid.jsonl")
-    args = parser.parse_args()
     try:
-        passage_split("", args.test_fraction, args.valid_fraction)
-    except ValueError as exc:
-        parser.error(str(exc))
+        args = parse_config(Config, sys.argv[1:], "reverse_text_split.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     try:
         passages = load_passages(data_path=args.corpus) if args.corpus else load_passages()
     except (OSError, ValueError) as exc:  # a missing or malformed corpus: one line, no traceback

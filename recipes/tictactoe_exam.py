@@ -25,15 +25,17 @@ result (rates with binomial standard errors, every unsafe move) to ``--output``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
+import sys
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 
 import textgym  # noqa: F401
+from textgym.cli.usage import UsageError, fail, parse_config
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.envs.tictactoe.board import to_move
 from textgym.envs.tictactoe.opponent import (
@@ -153,7 +155,7 @@ def explore_unsafe(
     }
 
 
-def _policies(args: argparse.Namespace) -> tuple[Any, Any]:
+def _policies(args: Config) -> tuple[Any, Any]:
     """The greedy (or scripted) policy and, with ``--explore-samples``, the sampled one."""
     if args.model is None:
         scripted = {"minimax": MinimaxPolicy, "random": RandomPolicy}[args.policy]
@@ -169,27 +171,53 @@ def _policies(args: argparse.Namespace) -> tuple[Any, Any]:
     return greedy, sampled if args.explore_samples else None
 
 
+@dataclass
+class Config:
+    """The command line of this script."""
+
+    model: str | None = None
+    """A model name or (adapter) directory; give this or --policy."""
+    policy: Literal["minimax", "random"] | None = None
+    """A scripted policy; give this or --model."""
+    exam_set: Literal["critical", "games"] = "critical"
+    """The positions of the exam (see the module docstring)."""
+    games: int = 4000
+    """With --exam-set games: the safe expert's games per mark."""
+    marks: tuple[Literal["X", "O"], ...] = ("X", "O")
+    """The marks examined, one exam each."""
+    explore_samples: int = 0
+    """Samples of the model in each position its greedy move gets wrong (needs --model)."""
+    temperature: float = 1.0
+    """Temperature of those samples."""
+    prompt_style: Literal["full", "compact"] = "compact"
+    """The env's prompts."""
+    dtype: str = "float32"
+    """The dtype of the model's weights."""
+    device: str | None = None
+    """The model's device (None: where load_model puts it)."""
+    batch_size: int = 64
+    """Positions played together (the policy's batch)."""
+    seed: int = 0
+    """Seed of the policies and of the games."""
+    output: str = "exam.json"
+    """JSON path."""
+
+    def __post_init__(self) -> None:
+        if (self.model is None) == (self.policy is None):
+            given = "neither" if self.model is None else "both"
+            raise ValueError(f"expected one of --model or --policy, got {given}")
+        if self.explore_samples and self.model is None:
+            raise ValueError("--explore-samples samples a model: give --model")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    who = parser.add_mutually_exclusive_group(required=True)
-    who.add_argument("--model", help="a model name or (adapter) directory")
-    who.add_argument("--policy", choices=["minimax", "random"], help="a scripted policy")
-    parser.add_argument("--exam-set", choices=["critical", "games"], default="critical")
-    parser.add_argument("--games", type=int, default=4000, help="with --exam-set games")
-    parser.add_argument("--marks", nargs="+", choices=["X", "O"], default=["X", "O"])
-    parser.add_argument("--explore-samples", type=int, default=0, help="needs --model")
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--prompt-style", choices=["full", "compact"], default="compact")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", default="exam.json")
-    args = parser.parse_args(argv)
-    if args.explore_samples and args.model is None:
-        parser.error("--explore-samples samples a model: give --model")
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_config(Config, argv, "tictactoe_exam.py", __doc__.split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
     greedy, sampled = _policies(args)
-    results: dict[str, Any] = {"settings": vars(args)}
+    results: dict[str, Any] = {"settings": asdict(args)}
     for mark in args.marks:
         if args.exam_set == "critical":
             positions = critical_exam_positions(mark, args.prompt_style)
