@@ -36,7 +36,7 @@ from typing import Any, Literal
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result  # noqa: E402
 
-from textgym.cli.usage import UsageError, fail, parse_config  # noqa: E402
+from textgym.cli.usage import script_config  # noqa: E402
 
 Policy = Literal["default", "passive", "spin10k", "spin10k_1thread", "cli"]
 
@@ -122,11 +122,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "cpu_contention.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "cpu_contention.py", __doc__)
 
     rows: list[dict] = []
 

@@ -51,7 +51,7 @@ import gymnasium as gym
 from _outputs import check_results_write, run_main
 from _provenance import REPO_ROOT, dist_version, git, git_dirty, machine_info, write_result
 
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.serving.client import text_client_class
 
 #: The envs measured: textgym's by id, the references by this script.
@@ -351,11 +351,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "env_server.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "env_server.py", __doc__)
     if args.serve is not None:
         serve_reference(args.serve[0], args.serve[1], args.max_sessions or 512)
         return 0

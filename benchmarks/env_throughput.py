@@ -63,7 +63,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 
 __all__ = ["Bench", "Config", "main"]
 
@@ -339,11 +339,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "env_throughput.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "env_throughput.py", __doc__)
     if args.warmup is None:
         args.warmup = max(50, args.games // 10)
     benches = (

@@ -51,7 +51,7 @@ from typing import Any
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result
 from gpu_suite import run_capped
 
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 
 PY = sys.executable
 BENCH = REPO_ROOT / "benchmarks"
@@ -211,11 +211,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "gpu_learn.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "gpu_learn.py", __doc__)
     began = time.perf_counter()
     results, work = args.results, args.results / "work"
     work.mkdir(parents=True, exist_ok=True)

@@ -72,7 +72,7 @@ from pathlib import Path
 import torch
 from _provenance import REPO_ROOT, git, git_dirty, machine_info  # sibling module of this script
 
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 
 PY = sys.executable
 BENCH = REPO_ROOT / "benchmarks"
@@ -493,11 +493,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "gpu_suite.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "gpu_suite.py", __doc__)
     if args.prep:
         prep_model_files(Path(args.prep))
         return 0

@@ -117,7 +117,7 @@ from _provenance import (  # sibling module of this script
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.reverse_text import ReverseTextEnv
 from textgym.envs.reverse_text.parsing import extract_reversed_text
 from textgym.envs.reverse_text.rewards import lcs_similarity
@@ -805,11 +805,7 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "grpo_vs_trl.py", __doc__.splitlines()[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "grpo_vs_trl.py", __doc__)
     if args.trainers is None:
         cuda = torch.cuda.is_available()
         args.trainers = tuple(t for t in TRAINERS if cuda or t not in CUDA_ONLY_TRAINERS)

@@ -72,7 +72,7 @@ from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.cli._options import DType
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import load_model
 from textgym.policies import conversation_start
@@ -530,11 +530,7 @@ def _record(
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "llm_decode.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "llm_decode.py", __doc__)
     if args.child:
         child(args)
         return 0

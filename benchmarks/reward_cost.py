@@ -50,7 +50,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.gsm8k.env import GSM8KEnv
 from textgym.envs.gsm8k.parsing import extract_final_answer, parse_number
 from textgym.envs.gsm8k.rewards import correct_reward
@@ -277,11 +277,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "reward_cost.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "reward_cost.py", __doc__)
     info = machine_info()
     rows, sources = build_rows(args.seed)
     results = measure(rows, args.repeats)

@@ -34,7 +34,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.policies.hf import HFPolicy
 from textgym.rollout import rollout
 
@@ -107,11 +107,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "rollout_throughput.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "rollout_throughput.py", __doc__)
 
     torch.manual_seed(args.seed)
     policy = HFPolicy.from_name(

@@ -42,7 +42,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.wrappers.structured import StructuredTicTacToe
 
 try:
@@ -189,11 +189,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "sb3_baseline.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "sb3_baseline.py", __doc__)
     torch.set_num_threads(args.threads)
     machine = machine_info()
     runs = []

@@ -39,7 +39,7 @@ from _provenance import (
 )  # sibling module
 
 import textgym  # noqa: F401  (registers the ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.policies import GoldPolicy
 from textgym.policies.base import conversation_start
@@ -131,11 +131,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "scaling_cost.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "scaling_cost.py", __doc__)
     from textgym.models import load_model
 
     _, tokenizer = load_model("gemma-3-270m")

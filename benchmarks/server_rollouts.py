@@ -46,7 +46,7 @@ from _provenance import (
 
 import textgym  # noqa: F401  (registers the ids)
 from textgym.algos.server_rollouts import gguf_architecture, server_model_path
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.models import load_model
 from textgym.policies.hf import HFPolicy
 from textgym.policies.llama_server import LlamaServerPolicy
@@ -115,11 +115,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "server_rollouts.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "server_rollouts.py", __doc__)
     from peft import PeftModel
 
     base, tokenizer = load_model("gemma-3-270m")

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from dataclasses import dataclass
 
 import textgym  # noqa: F401
 from textgym.builder import EnvRecipe
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.collect import sft_record
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import load_model
@@ -34,11 +33,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "tictactoe_prompt_tokens.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "tictactoe_prompt_tokens.py", __doc__)
     _, tokenizer = load_model("gemma-3-270m")
     chat = ChatTokenizer(tokenizer)
     result = {}

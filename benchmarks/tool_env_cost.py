@@ -29,7 +29,7 @@ from _provenance import (  # sibling module of this script
 )
 
 import textgym  # noqa: F401  (registers the ids)
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.email_tool_use import EmailToolUseEnv
 from textgym.envs.workplace import WorkplaceEnv
 
@@ -85,11 +85,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "tool_env_cost.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "tool_env_cost.py", __doc__)
     info = machine_info()
     real = (WORKPLACE / "workbench" / "tasks.jsonl").is_file()
     envs = {

@@ -56,7 +56,6 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 import time
 from typing import Any, Literal, get_args
 
@@ -70,7 +69,7 @@ from textgym.algos.grpo_config import GRPOConfig
 from textgym.algos.grpo_update import update
 from textgym.algos.learner import make_learner
 from textgym.algos.sft_data import conversation_tokens
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.policies.scripted import RandomPolicy
 from textgym.random_weights import random_weights_loading
 from textgym.rollout import Trajectory, rollout
@@ -239,10 +238,7 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    try:
-        args = parse_config(Config, sys.argv[1:], "update_packing.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, None, "update_packing.py", __doc__)
     torch.set_num_threads(args.threads)
     record: dict[str, Any] = {
         "benchmark": "update_packing",

@@ -25,13 +25,12 @@ random opponent, and the minimax player against the optimal opponent (all draws)
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal, NamedTuple
 
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.tictactoe.board import EMPTY_BOARD, apply_move, is_full, legal_moves, to_move
 from textgym.envs.tictactoe.board import winner as board_winner
 from textgym.envs.tictactoe.opponent import OPPONENT_STYLES, best_moves, value_preserving_moves
@@ -291,11 +290,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "tictactoe_ceilings.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "tictactoe_ceilings.py", __doc__)
     result = {"ceilings": ceilings(), "rows": exact_references()}
     for row, marks in result["rows"].items():
         for mark, refs in marks.items():

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +34,7 @@ from typing import Any, Literal
 import gymnasium as gym
 
 import textgym  # noqa: F401
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import script_config
 from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.envs.tictactoe.board import to_move
 from textgym.envs.tictactoe.opponent import (
@@ -211,11 +210,7 @@ class Config:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_config(Config, argv, "tictactoe_exam.py", __doc__.split("\n\n")[0])
-    except UsageError as exc:
-        fail(str(exc))
+    args = script_config(Config, argv, "tictactoe_exam.py", __doc__)
     greedy, sampled = _policies(args)
     results: dict[str, Any] = {"settings": asdict(args)}
     for mark in args.marks:

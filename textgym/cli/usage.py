@@ -39,6 +39,7 @@ __all__ = [
     "parse_config",
     "parse_env_kwargs",
     "plain_text",
+    "script_config",
 ]
 
 
@@ -234,6 +235,29 @@ def parse_config(config_class: type, argv: Sequence[str], prog: str, description
         raise
     _check_int_range(values)  # after the config's own checks, which say more where they apply
     return config
+
+
+def script_config(
+    config_class: type, argv: Sequence[str] | None, prog: str, doc: str | None
+) -> Any:
+    """:func:`parse_config` for a script's ``main`` (the benchmarks, the recipes' scripts): the
+    command line of ``textgym`` for a script of its own.
+
+    Args:
+        config_class: The script's options, a dataclass.
+        argv: The arguments; ``None`` reads ``sys.argv[1:]``.
+        prog: The script's name in the messages, e.g. ``"llm_decode.py"``.
+        doc: The script's module docstring; its first paragraph is the ``--help`` description.
+
+    Raises:
+        SystemExit: code 2 after one ``textgym: error:`` line for a :class:`UsageError`;
+            code 0 after ``--help``.
+    """
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return parse_config(config_class, argv, prog, (doc or "").split("\n\n")[0])
+    except UsageError as exc:
+        fail(str(exc))
 
 
 #: The largest magnitude of an integer option: a signed 64-bit integer, what torch, NumPy and
