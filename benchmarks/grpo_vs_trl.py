@@ -814,7 +814,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     machine = machine_info()  # before the runs: its load average is the one at the start
-    forwarded = list(argv)
+    forwarded = list(sys.argv[1:] if argv is None else argv)
     trainers = [name for name in TRAINERS if name in args.trainers]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trainers}
     failures: list[dict[str, Any]] = []
