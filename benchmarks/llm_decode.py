@@ -71,10 +71,9 @@ from _provenance import dist_version, git, git_dirty, machine_info, write_result
 from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
-from textgym.cli._options import DType
 from textgym.cli.usage import script_config
 from textgym.envs.tictactoe import MinimaxPolicy
-from textgym.models import load_model
+from textgym.models import DType, load_model
 from textgym.policies import conversation_start
 from textgym.policies.fused import fuse_for_decoding
 from textgym.tokens import ChatTokenizer

@@ -16,7 +16,8 @@ The modes share one model and optimizer and run in rotating order, ``--alternati
 after one untimed warm-up update of each (of the first ``--warmup-modes`` modes); only their ratio within an alternation is meaningful on
 a machine that other jobs load (the 1-minute load average is recorded before each update). The
 learning rate is 1e-9 so that the weights stay practically equal and the modes' losses can be
-compared (they must agree to float rounding), while every update does the full work.
+compared (they must agree to float rounding; a ``_bf16`` mode of ``--bf16-pairs`` to bf16's), while
+every update does the full work.
 
 The batch: ``--groups`` tic-tac-toe tasks (``--prompt-style``, a random opponent) x
 ``--group-size`` episodes played by :class:`~textgym.policies.scripted.RandomPolicy`
@@ -29,6 +30,7 @@ Usage::
 
     python benchmarks/update_packing.py                                  # tiny, ~1 minute
     python benchmarks/update_packing.py --model gemma-3-270m --lora-rank 16 0
+    python benchmarks/update_packing.py --bf16-pairs --micro-batch-tokens   # float32 vs bf16
     python benchmarks/update_packing.py --model gemma-3-270m --device cuda --groups 32 \
         --micro-batch-size 32 --micro-batch-tokens 4096 16384 --output results/x.json
 
@@ -70,6 +72,7 @@ from textgym.algos.grpo_update import update
 from textgym.algos.learner import make_learner
 from textgym.algos.sft_data import conversation_tokens
 from textgym.cli.usage import script_config
+from textgym.models import cpu_has_fast_bf16
 from textgym.policies.scripted import RandomPolicy
 from textgym.random_weights import random_weights_loading
 from textgym.rollout import Trajectory, rollout
@@ -109,6 +112,9 @@ class Config:
     """cpu, or cuda (bf16 autocast there)."""
     cpu_bf16: bool = False
     """bf16 autocast on the CPU."""
+    bf16_pairs: bool = False
+    """Each padded mode also under bf16 autocast on the CPU (``MODE_bf16``), in the same rotation:
+    the dtype's speed-up side by side (it needs a CPU with native bf16 to pay)."""
     seed: int = 0
     """Seed of the games."""
     random_weights: bool = False
@@ -186,9 +192,13 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
         progress=False,
     )
     configs = {"padded_shared": base, "padded": dataclasses.replace(base, share_prefix=False)}
+    paired = [m for m in args.modes if m in configs] if args.bf16_pairs else []
+    for mode in paired:
+        configs[f"{mode}_bf16"] = dataclasses.replace(configs[mode], cpu_bf16=True)
     for tokens in args.micro_batch_tokens:
         configs[f"packed_{tokens}"] = dataclasses.replace(base, micro_batch_tokens=tokens)
-    modes = [m for m in args.modes if m in configs] + [m for m in configs if "packed" in m]
+    modes = [m for m in args.modes if m in configs] + [f"{m}_bf16" for m in paired]
+    modes += [m for m in configs if "packed" in m]
     weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
     with weights:  # the learner loads the model from the config's name
         learner = make_learner(base, max_turns=5)
@@ -249,6 +259,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "weights": "random" if args.random_weights else "checkpoint",
         "dtype": "bfloat16 autocast" if args.cpu_bf16 or args.device == "cuda" else "float32",
+        "cpu_has_fast_bf16": cpu_has_fast_bf16(),
         "threads": args.threads,
         "settings": {
             k: v for k, v in dataclasses.asdict(args).items() if k not in ("output", "append")

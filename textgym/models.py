@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from textgym.chat_templates import ensure_chat_template, stop_token_ids
 from textgym.checks import one_line
@@ -48,6 +48,7 @@ from textgym.model_files import (
 __all__ = [
     "require_llm",
     "DTYPE_NAMES",
+    "DType",
     "GEMMA_NAME",
     "MODEL_NAMES",
     "adapter_base",
@@ -196,7 +197,8 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
 
 
 #: Weight dtypes a user may name; ``"auto"`` is resolved by :func:`resolve_dtype`.
-DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")
+DType = Literal["auto", "float32", "bfloat16", "float16"]
+DTYPE_NAMES: tuple[str, ...] = get_args(DType)
 
 
 @lru_cache(maxsize=1)

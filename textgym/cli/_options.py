@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from textgym.checks import check_seed
 from textgym.errors import SetupError
+from textgym.models import DType
 
 __all__ = [
     "DEFAULT_EPISODES",
@@ -32,7 +33,6 @@ DEFAULT_MODEL = "gemma-3-270m"
 #: Episodes on an env without a task list, or with ``--sample-tasks``.
 DEFAULT_EPISODES = 100
 
-DType = Literal["auto", "float32", "bfloat16", "float16"]  # textgym.models.DTYPE_NAMES
 #: textgym.builder.policy_names() but human, and "expert": the env's own, whatever its name
 #: (an env outside textgym brings its expert through TextEnv.make_expert, not this list).
 PolicyName = Literal["expert", "minimax", "lookup_expert", "random", "gold", "hf", "openai"]

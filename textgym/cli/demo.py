@@ -20,11 +20,11 @@ from typing import Any
 
 from textgym.checks import check_seed
 from textgym.cli import batch_play, building
-from textgym.cli._options import DType
 from textgym.cli.evaluate import EvalConfig
 from textgym.cli.usage import UsageError
 from textgym.errors import TextgymError
 from textgym.evaluation import RunningSummary
+from textgym.models import DType
 
 __all__ = ["DEFAULT_ADAPTER", "OPPONENT_SETTINGS", "DemoConfig", "model_rows", "run", "table"]
 
