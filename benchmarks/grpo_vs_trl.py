@@ -805,6 +805,7 @@ def _print_table(results: dict[str, dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)  # forwarded to the child runs
     args = script_config(Config, argv, "grpo_vs_trl.py", __doc__)
     if args.trainers is None:
         cuda = torch.cuda.is_available()
@@ -814,14 +815,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     machine = machine_info()  # before the runs: its load average is the one at the start
-    forwarded = list(sys.argv[1:] if argv is None else argv)
     trainers = [name for name in TRAINERS if name in args.trainers]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trainers}
     failures: list[dict[str, Any]] = []
 
     def attempt(only: str, round_: int | None) -> dict[str, Any] | None:
         try:
-            return _spawn(forwarded, only)
+            return _spawn(argv, only)
         except ChildFailed as error:
             print(f"{error}; recorded under 'failures'", flush=True)
             failures.append({"round": round_, **error.record})

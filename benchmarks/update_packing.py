@@ -15,9 +15,11 @@ one AdamW step) on the same batch of tic-tac-toe trajectories, in the same proce
 The modes share one model and optimizer and run in rotating order, ``--alternations`` times,
 after one untimed warm-up update of each (of the first ``--warmup-modes`` modes); only their ratio within an alternation is meaningful on
 a machine that other jobs load (the 1-minute load average is recorded before each update). The
-learning rate is 1e-9 so that the weights stay practically equal and the modes' losses can be
-compared (they must agree to float rounding; a ``_bf16`` mode of ``--bf16-pairs`` to bf16's), while
-every update does the full work.
+learning rate is 1e-9 so that the weights stay practically equal and the modes can be compared
+by their gradient norm before clipping (``grad_norm``: equal to float rounding between layouts,
+to bf16's between a mode and its ``_bf16`` pair of ``--bf16-pairs``), while every update does
+the full work. The loss is recorded too but compares nothing: at the first iteration over a
+batch the policy ratio is 1, so it is the advantages' mean whatever the log-probs.
 
 The batch: ``--groups`` tic-tac-toe tasks (``--prompt-style``, a random opponent) x
 ``--group-size`` episodes played by :class:`~textgym.policies.scripted.RandomPolicy`
@@ -212,6 +214,7 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
         print(f"  warm-up {mode}: {time.perf_counter() - began:.2f} s", flush=True)
     times: dict[str, list[float]] = {m: [] for m in modes}
     losses: dict[str, list[float]] = {m: [] for m in modes}
+    grad_norms: dict[str, list[float]] = {m: [] for m in modes}
     loads: list[float] = []
     for round_ in range(args.alternations):
         order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
@@ -221,6 +224,7 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
             metrics = update(learners[mode], trajs)
             times[mode].append(time.perf_counter() - began)
             losses[mode].append(metrics["loss"])
+            grad_norms[mode].append(metrics["grad_norm"])
         print(
             f"  round {round_ + 1}: " + ", ".join(f"{m} {times[m][-1]:.2f} s" for m in order),
             flush=True,
@@ -230,7 +234,11 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
         mode: {
             "update_s": times[mode],
             "median_s": statistics.median(times[mode]),
+            "dtype": "bfloat16 autocast"
+            if configs[mode].cpu_bf16 or args.device == "cuda"
+            else "float32",
             "loss": losses[mode],
+            "grad_norm": grad_norms[mode],
             "median_ratio_to_" + reference: statistics.median(
                 t / r for t, r in zip(times[mode], times[reference])
             ),
@@ -258,7 +266,11 @@ def main() -> None:
         "machine": machine_info(),
         "device": torch.cuda.get_device_name() if args.device == "cuda" else args.device,
         "weights": "random" if args.random_weights else "checkpoint",
-        "dtype": "bfloat16 autocast" if args.cpu_bf16 or args.device == "cuda" else "float32",
+        "dtype": "per mode (runs[].modes[].dtype)"
+        if args.bf16_pairs
+        else "bfloat16 autocast"
+        if args.cpu_bf16 or args.device == "cuda"
+        else "float32",
         "cpu_has_fast_bf16": cpu_has_fast_bf16(),
         "threads": args.threads,
         "settings": {

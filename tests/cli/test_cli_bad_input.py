@@ -330,3 +330,22 @@ def test_a_hub_id_that_is_not_cached_fails_fast_offline(workdir, capsys, hub_unr
 def test_play_against_checks_the_sampling_options(workdir, capsys):
     code = run_main(["play", TTT, "--against", "minimax", "--temperature", "-1"])
     one_error_line(capsys, code, "--temperature", "-1")
+
+
+def test_a_scripts_bad_option_is_one_line_and_exit_2(capsys, monkeypatch):
+    from dataclasses import dataclass
+
+    from textgym.cli.usage import script_config
+
+    @dataclass
+    class Options:
+        steps: int = 1
+        """Steps."""
+
+    monkeypatch.setattr("sys.argv", ["script.py", "--steps", "3"])
+    assert script_config(Options, None, "script.py", "A script.\n\nMore.").steps == 3
+    with pytest.raises(SystemExit) as exited:
+        script_config(Options, ["--steps", "many"], "script.py", "A script.")
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("textgym: error:") and "--steps" in err[0]
