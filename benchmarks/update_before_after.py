@@ -21,7 +21,7 @@ no checkout: this record names both.)
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import io
 import json
 import os
@@ -30,10 +30,13 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from _provenance import REPO_ROOT, dist_version, git, machine_info, write_result
+
+from textgym.cli.usage import fail, script_config
 
 #: Run a script with the editable finder's folders moved to another tree (argv: tree, script,
 #: its arguments). setuptools' editable finder keeps them in a module-level MAPPING.
@@ -87,19 +90,36 @@ def _summary(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--before", required=True, help="the earlier commit (any git revision)")
-    parser.add_argument("--after", default="HEAD", help="the later commit (default HEAD)")
-    parser.add_argument("--rounds", type=int, default=3, help="children per version")
-    parser.add_argument(
-        "--output",
-        default=str(REPO_ROOT / "benchmarks" / "results" / "update_before_after_cpu.json"),
-    )
-    parser.add_argument("child_args", nargs=argparse.REMAINDER, help="-- update_packing.py args")
-    args = parser.parse_args()
-    child_args = [a for a in args.child_args if a != "--"]
-    shas = {"before": git("rev-parse", args.before), "after": git("rev-parse", args.after)}
+@dataclasses.dataclass
+class Config:
+    """The command line of this benchmark (``update_packing.py``'s own options after ``--``)."""
+
+    before: str
+    """The earlier commit (any git revision)."""
+    after: str = "HEAD"
+    """The later commit."""
+    rounds: int = 3
+    """Children per version."""
+    output: str = str(REPO_ROOT / "benchmarks" / "results" / "update_before_after_cpu.json")
+    """The JSON record."""
+
+    def __post_init__(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be at least 1, got {self.rounds}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = script_config(Config, argv[:split], "update_before_after.py", __doc__)
+    child_args = argv[split + 1 :]
+    shas = {
+        v: git("rev-parse", "--verify", "--quiet", f"{getattr(args, v)}^{{commit}}")
+        for v in ("before", "after")
+    }
+    for version, sha in shas.items():
+        if sha is None:
+            fail(f"--{version} {getattr(args, version)!r} is not a commit of this repository")
     records: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
     loads: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="update_before_") as scratch:

@@ -10,14 +10,16 @@ exact-reversal rate and pass@1 / pass@k per bucket
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
+import tyro
+
+from textgym.cli.usage import script_config
 from textgym.evaluation import mean_stderr, pass_at_k
 
 
@@ -123,17 +125,30 @@ def buckets(eval_dir: Path, edges: list[int]) -> list[dict]:
     return length_bucket_summary(episodes, edges, sorted({1, max(rollouts.values())}))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--edges",
-        type=lambda s: [int(e) for e in s.split(",")],
-        required=True,
-        help="comma-separated, e.g. 32 or 32,64",
-    )
-    parser.add_argument("eval_dirs", nargs="+")
-    args = parser.parse_args()
-    result = {path: buckets(Path(path), args.edges) for path in args.eval_dirs}
+@dataclass
+class Config:
+    """The command line of this script."""
+
+    eval_dirs: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="EVAL_DIR")]
+    """The evaluations' run folders (``textgym eval --output-dir``)."""
+    edges: str
+    """Inclusive upper bounds of the buckets but the last, comma-separated, e.g. 32 or 32,64."""
+
+    def __post_init__(self) -> None:
+        if not self.eval_dirs:
+            raise ValueError("name at least one EVAL_DIR")
+        if not all(e.strip().isdigit() for e in self.edges.split(",")):
+            raise ValueError(f"--edges takes comma-separated integers, got {self.edges!r}")
+
+    @property
+    def bounds(self) -> list[int]:
+        """``--edges`` as integers."""
+        return [int(e) for e in self.edges.split(",")]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = script_config(Config, argv, "reverse_text_buckets.py", __doc__)
+    result = {path: buckets(Path(path), args.bounds) for path in args.eval_dirs}
     for path, rows in result.items():
         for row in rows:
             lcs = row["lcs"]

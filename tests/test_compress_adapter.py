@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ _SPEC = importlib.util.spec_from_file_location(
     "compress_adapter", Path(__file__).parents[1] / "tools" / "compress_adapter.py"
 )
 compress_adapter = importlib.util.module_from_spec(_SPEC)
+sys.modules["compress_adapter"] = compress_adapter  # its dataclass looks its module up there
 _SPEC.loader.exec_module(compress_adapter)
 
 
@@ -127,3 +129,12 @@ def test_onto_folds_only_the_adapters_above_it_and_cast_only_keeps_the_factors(t
         compress_adapter.adapter_chain(sft, onto=tmp_path / "grpo")
     with pytest.raises(ValueError, match="got itself"):
         compress_adapter.adapter_chain(sft, onto=sft)
+
+
+def test_cast_only_with_a_rank_is_one_line_and_exit_2(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exited:
+        compress_adapter.main([str(tmp_path), str(tmp_path), "--cast-only", "--rank", "2"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "textgym: error: --cast-only writes one adapter as it is: drop --rank and --onto"
+    ]

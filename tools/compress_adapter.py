@@ -23,16 +23,18 @@ of the written delta against the exact one (computed in float64 before the cast 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
+import tyro
 from safetensors.torch import load_file, save_file
 
+from textgym.cli.usage import script_config
 from textgym.models import ADAPTER_CONFIG, MODEL_NAMES, adapter_base
 
 __all__ = ["adapter_chain", "cast_adapter", "fold_chain", "write_adapter", "main"]
@@ -215,24 +217,31 @@ def cast_adapter(
     return _save(output, load_file(adapter / WEIGHTS), config, dtype)
 
 
+@dataclass
+class Config:
+    """The command line of this tool."""
+
+    adapter: tyro.conf.Positional[str]
+    """The last adapter of the chain."""
+    output: tyro.conf.Positional[str]
+    """The directory to write the folded adapter to."""
+    onto: str | None = None
+    """Fold only the adapters above this one (default: all)."""
+    rank: int | None = None
+    """The rank kept (default: all)."""
+    cast_only: bool = False
+    """Write ADAPTER's own factors in --dtype, no fold (ADAPTER alone, no --rank/--onto)."""
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """The factors' dtype."""
+
+    def __post_init__(self) -> None:
+        if self.cast_only and (self.rank is not None or self.onto is not None):
+            raise ValueError("--cast-only writes one adapter as it is: drop --rank and --onto")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("adapter", help="the last adapter of the chain")
-    parser.add_argument("output", help="directory to write the folded adapter to")
-    parser.add_argument(
-        "--onto", default=None, help="fold only the adapters above this one (default: all)"
-    )
-    parser.add_argument("--rank", type=int, default=None, help="rank kept (default: all)")
-    parser.add_argument(
-        "--cast-only",
-        action="store_true",
-        help="write ADAPTER's own factors in --dtype, no fold (ADAPTER alone, no --rank/--onto)",
-    )
-    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default="bfloat16")
-    args = parser.parse_args(argv)
+    args = script_config(Config, argv, "compress_adapter.py", __doc__)
     if args.cast_only:
-        if args.rank is not None or args.onto is not None:
-            parser.error("--cast-only writes one adapter as it is: drop --rank and --onto")
         written = cast_adapter(args.adapter, args.output, getattr(torch, args.dtype))
         print(
             json.dumps(

@@ -138,3 +138,15 @@ def test_split_script_refuses_a_missing_corpus_in_one_line(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "nope.jsonl" in done.stderr
     assert not (tmp_path / "train.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [(["--edges", "32,x", "eval"], "comma-separated integers"), (["--edges", "32"], "EVAL_DIR")],
+)
+def test_buckets_bad_command_line_is_one_line_and_exit_2(argv, says, capsys):
+    with pytest.raises(SystemExit) as exited:
+        load("reverse_text_buckets").main(argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0]
