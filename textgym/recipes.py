@@ -293,9 +293,22 @@ def stage_argv(stage: Stage, config_file: Path) -> list[str]:
 
 
 def script_argv(recipe: Recipe, stage: Stage) -> list[str]:
-    """``python SCRIPT ARGS`` of a script stage (the script beside the recipe)."""
+    """``python SCRIPT ARGS`` of a script stage (the script beside the recipe).
+
+    Raises:
+        RecipeError: ``args`` not a list of strings, or ``script`` not an existing ``.py``
+            file in the recipe's folder (or a folder below it).
+    """
     args: Sequence[Any] = stage.options.get("args", [])
     if not isinstance(args, list) or not all(isinstance(a, (str, int, float)) for a in args):
         raise RecipeError(f"{recipe.path.name}: stage {stage.name}: args must be a list of strings")
-    script = recipe.path.absolute().parent / stage.options["script"]
+    folder = recipe.path.absolute().parent
+    script = (folder / stage.options["script"]).resolve()
+    if script.suffix != ".py" or not script.is_relative_to(folder.resolve()):
+        raise RecipeError(
+            f"{recipe.path.name}: stage {stage.name}: script must be a .py file in the recipe's "
+            f"folder {folder}, got {stage.options['script']!r}"
+        )
+    if not script.is_file():
+        raise RecipeError(f"{recipe.path.name}: stage {stage.name}: no script {script}")
     return [sys.executable, str(script), *map(str, args)]

@@ -164,6 +164,27 @@ def test_a_script_stage_runs_beside_the_recipe_in_its_output_dir(tmp_path):
     assert (tmp_path / "w" / "data" / "made.txt").read_text() == str(tmp_path / "w" / "data")
 
 
+@pytest.mark.parametrize(
+    ("script", "words"),
+    [
+        ("../outside.py", "must be a .py file in the recipe's folder"),
+        ("notes.txt", "must be a .py file in the recipe's folder"),
+        ("missing.py", "no script"),
+    ],
+)
+def test_a_script_outside_the_recipes_folder_or_missing_is_one_line(
+    tmp_path, capsys, script, words
+):
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (tmp_path / "outside.py").write_text("raise SystemExit(0)\n")
+    (folder / "notes.txt").write_text("not python\n")
+    text = f"[[stage]]\nname = 'data'\ncommand = 'script'\nscript = '{script}'\n"
+    recipe = str(_recipe(folder, text))
+    assert words in _one_error(capsys, ["run", recipe, "--work-dir", str(tmp_path / "w")])
+    assert not (tmp_path / "w" / ".textgym-run" / "data.json").exists()
+
+
 def test_a_failing_stage_stops_the_run_without_a_mark(tmp_path, capsys):
     (tmp_path / "fail.py").write_text("raise SystemExit(3)\n")
     text = "[[stage]]\nname = 'data'\ncommand = 'script'\nscript = 'fail.py'\n"
