@@ -19,7 +19,7 @@ from textgym.algos.distributed import DistributedContext
 from textgym.algos.dynamic_sampling import EXTRA_ROUND_SEEDS, MAX_DYNAMIC_SAMPLING_ROUNDS
 from textgym.algos.losses import LOSS_VARIANTS, LossType
 from textgym.builder import check_wrapper_names
-from textgym.checks import check_seed
+from textgym.checks import check_seed, check_urls
 from textgym.errors import SetupError
 from textgym.mixture import members_from_ids
 
@@ -255,6 +255,15 @@ def _wrapper_problem(config: GRPOConfig) -> str | None:
     return None
 
 
+def _url_problem(config: GRPOConfig) -> str | None:
+    """What :func:`~textgym.checks.check_urls` says of ``env_url`` (``None``: fine)."""
+    try:
+        check_urls("env_url", config.env_url)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _opponent_range_broken(config: GRPOConfig) -> bool:
     prob = config.opponent_random_move_prob
     return prob is not None and not (len(prob) == 2 and 0 <= prob[0] <= prob[1] <= 1)
@@ -404,6 +413,7 @@ _RULES = (
             f"expected (low, high) with 0 <= low <= high <= 1, got {c.opponent_random_move_prob}"
         ),
     ),
+    _Rule("env_url", lambda c: _url_problem(c) is not None, lambda c: _url_problem(c) or ""),
     _Rule(
         "env_url",
         lambda c: bool(c.env_url) and c.opponent_random_move_prob is not None,

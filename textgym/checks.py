@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import reprlib
+import urllib.parse
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
@@ -34,6 +35,7 @@ __all__ = [
     "check_probability",
     "check_seed",
     "check_stop_strings",
+    "check_urls",
     "excerpt",
     "is_finite_number",
     "is_number",
@@ -232,6 +234,26 @@ def check_stop_strings(name: str, value: Any) -> tuple[str, ...]:
             f"got {value!r}"
         )
     return tuple(value)
+
+
+def check_urls(name: str, value: Sequence[str]) -> tuple[str, ...]:
+    """``value`` must be server base URLs: ``http://`` or ``https://`` with a host.
+
+    Returns:
+        The URLs as a tuple, in order.
+
+    Raises:
+        ValueError: ``Expected {name} to be http(s)://HOST[:PORT] URLs, got {value!r}``.
+    """
+    urls = (value,) if isinstance(value, str) else tuple(value)
+    for url in urls:
+        parts = urllib.parse.urlsplit(url) if isinstance(url, str) else None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise SetupError(
+                f"Expected {name} to be http(s)://HOST[:PORT] URLs (e.g. http://127.0.0.1:8000), "
+                f"got {excerpt(url)}"
+            )
+    return urls
 
 
 def one_line(exc: BaseException, limit: int = 500) -> str:

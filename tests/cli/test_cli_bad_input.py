@@ -349,3 +349,10 @@ def test_a_scripts_bad_option_is_one_line_and_exit_2(capsys, monkeypatch):
     assert exited.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("textgym: error:") and "--steps" in err[0]
+
+
+@pytest.mark.parametrize("command", ["eval", "collect"])
+@pytest.mark.parametrize("url", ["notaurl", "ftp://host", "http://"])
+def test_a_bad_env_url_is_one_line_before_any_episode(workdir, capsys, command, url):
+    code = run_main([command, TTT, "--policy", "random", "--episodes", "1", "--env-url", url])
+    one_error_line(capsys, code, "--env-url", url)

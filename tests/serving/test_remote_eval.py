@@ -99,3 +99,13 @@ def test_a_server_killed_mid_eval_stops_it_in_one_line_keeping_what_finished(
     assert len(kept) >= 8  # every finished episode kept, each a whole JSON line
     summary = json.loads((out / "summary.json").read_text())
     assert summary["complete"] is False and summary["episodes"] == len(kept)
+
+
+@pytest.mark.parametrize(("urls", "words"), [((), "got none"), (("host:8000",), "http(s)://")])
+def test_remote_env_factory_refuses_no_or_bad_urls_at_once(urls, words) -> None:
+    from textgym.errors import SetupError
+    from textgym.serving.client import remote_env_factory
+
+    with pytest.raises(SetupError) as raised:
+        remote_env_factory(urls, {"env_id": "textgym/TicTacToe-v0"})
+    assert words in str(raised.value)

@@ -79,8 +79,9 @@ def test_grpo_over_two_servers_logs_the_in_process_metrics(tmp_path: Path) -> No
     [
         ({"opponent_random_move_prob": (0.5, 1.0)}, "env_url: the opponent range"),
         ({"env_workers": True}, "env_url: the env servers step"),
+        ({"env_url": ("localhost:8000",)}, "http\\(s\\)://HOST\\[:PORT\\] URLs"),
     ],
 )
 def test_env_url_refuses_what_a_served_env_cannot_do(tmp_path: Path, overrides, message) -> None:
     with pytest.raises(ValueError, match=message):
-        _config(tmp_path, env_url=("http://127.0.0.1:1",), **overrides)
+        _config(tmp_path, **{"env_url": ("http://127.0.0.1:1",), **overrides})

@@ -19,7 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from textgym.builder import GENERAL_POLICIES, env_bound_expert_ids, gold_env_ids
-from textgym.checks import one_line
+from textgym.checks import check_urls, one_line
 from textgym.cli._options import (
     DEFAULT_EPISODES,
     EnvOptions,
@@ -69,6 +69,8 @@ class BatchPlayConfig(EpisodeOptions, PolicyOptions, EnvOptions):
     the optimal one); None keeps the env's own setting. Not with --env-url."""
 
     def __post_init__(self) -> None:
+        if hasattr(self, "env_url"):  # the commands that take EnvUrlOptions
+            self.env_url = check_urls("--env-url", self.env_url)
         if getattr(self, "env_url", ()) and self.opponent_random_move_prob is not None:
             raise ValueError(
                 "--opponent-random-move-prob applies to a local env; a served env keeps its "

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from textgym.cli import batch_play, building
+from textgym.cli._options import EnvUrlOptions
 from textgym.cli.batch_play import BatchPlayConfig
 from textgym.cli.collect import env_stem
 from textgym.cli.outputs import claim_dir, json_safe
@@ -31,7 +32,7 @@ __all__ = ["EvalConfig", "run", "verdict"]
 
 
 @dataclasses.dataclass(kw_only=True)
-class EvalConfig(BatchPlayConfig):
+class EvalConfig(BatchPlayConfig, EnvUrlOptions):
     """Play episodes with a policy and report statistics."""
 
     output_dir: str | None = None
@@ -41,9 +42,6 @@ class EvalConfig(BatchPlayConfig):
     overwrite: bool = False
     """Replace the results already in --output-dir (its summary.json, trajectories.jsonl and
     per_task.jsonl)."""
-    env_url: tuple[str, ...] = ()
-    """Play the episodes on env servers (textgym serve ENV_ID, same --env-kwargs and
-    --wrappers), e.g. http://host:8000; several URLs share the episodes."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -21,7 +21,8 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.errors import MissingExtraError, TextgymError
+from textgym.checks import check_urls
+from textgym.errors import MissingExtraError, SetupError, TextgymError
 from textgym.spaces import UnicodeText
 
 __all__ = [
@@ -145,11 +146,15 @@ def remote_env_factory(urls: Sequence[str], recipe: dict[str, Any]) -> Callable[
     to serve ``recipe`` (``env_id``, ``env_kwargs``, ``wrappers``).
 
     Raises:
+        SetupError: ``urls`` empty or not ``http(s)://HOST[:PORT]`` URLs.
         MissingExtraError: OpenEnv is not installed (at once, before any server is asked).
         RemoteEnvError: (when called) a server that serves another env or cannot be reached.
     """
+    urls = check_urls("urls", urls)
+    if not urls:
+        raise SetupError("Expected one or more env server URLs in urls, got none")
     text_client_class()  # the extra is checked now, not at the first episode
-    turn, lock = itertools.cycle(list(urls)), threading.Lock()
+    turn, lock = itertools.cycle(urls), threading.Lock()
 
     def make_env() -> gym.Env:
         with lock:
