@@ -168,7 +168,8 @@ def run(config: DemoConfig) -> int:
     print(
         f"base: {config.model} as it ships. trained: a LoRA adapter of it ({config.adapter}), "
         "after SFT on the safe expert's games and GRPO against a league of opponents. To "
-        f"train one: `textgym collect {ENV_ID} --policy minimax ...`, `textgym sft`, then "
-        "`textgym train` (README, 'Training'); the recipe is in docs/mastery_study.md."
+        "train one: `textgym run recipes/tictactoe.toml --work-dir runs/tictactoe`, then "
+        "`textgym run recipes/tictactoe_league.toml --work-dir runs/tictactoe` (the recipes "
+        "lie in the repository; README, 'Training')."
     )
     return 0
