@@ -11,7 +11,6 @@ from pathlib import Path
 
 from _provenance import REPO_ROOT
 
-from textgym.cli.usage import UsageError
 from textgym.errors import SetupError, TextgymError
 
 __all__ = ["RESULTS_DIR", "check_results_write", "run_main"]
@@ -37,11 +36,11 @@ def check_results_write(path: Path, flag: str, *, update_results: bool) -> None:
 
 
 def run_main(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
-    """``main(argv)``, with a :class:`TextgymError` (or ``UsageError``) printed as one
-    ``SCRIPT: error:`` line and its exit code returned (2 for bad input)."""
+    """``main(argv)``, with a :class:`TextgymError` printed as one ``SCRIPT: error:`` line and
+    its exit code returned (2 for bad input)."""
     try:
         return main(argv)
-    except (TextgymError, UsageError) as exc:
+    except TextgymError as exc:
         name = Path(sys.argv[0]).name
         print(f"{name}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return getattr(exc, "exit_code", 2)
+        return exc.exit_code

@@ -22,8 +22,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from textgym.cli.usage import UsageError, fail, parse_config
+from textgym.cli.usage import fail, parse_config
 from textgym.envs.reverse_text.env import load_passages
+from textgym.errors import UsageError
 
 
 def passage_split(task_id: str, test_fraction: float = 0.2, valid_fraction: float = 0.0) -> str:

@@ -21,7 +21,7 @@ import pytest
 import textgym.results
 from textgym.cli import main
 from textgym.cli.outputs import claim_dir, claim_file, clear_run_dir
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 from textgym.results import open_jsonl
 
 TTT = "textgym/TicTacToe-v0"

@@ -22,6 +22,7 @@ __all__ = [
     "OutputWriteError",
     "SetupError",
     "TextgymError",
+    "UsageError",
 ]
 
 
@@ -36,6 +37,14 @@ class TextgymError(Exception):
 class SetupError(TextgymError, ValueError):
     """Input the user can fix, found before or while setting a run up: a model, data file,
     checkpoint, config or program that cannot be used. Exit status 2."""
+
+    exit_code = 2
+
+
+class UsageError(TextgymError):
+    """A bad command line: an unknown option, a value of the wrong type, a missing argument.
+    Printed as one ``textgym: error:`` line, whole (a list of choices may be long). Exit
+    status 2."""
 
     exit_code = 2
 

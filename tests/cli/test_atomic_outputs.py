@@ -150,7 +150,7 @@ def test_report_on_a_full_disk_is_one_line_and_keeps_the_old_page(
 @pytest.mark.parametrize("leftover", [False, True])
 def test_overwrite_never_deletes_a_user_folder_named_like_the_trash(tmp_path, leftover):
     from textgym.cli.outputs import clear_run_dir
-    from textgym.cli.usage import UsageError
+    from textgym.errors import UsageError
 
     out = tmp_path / "run"
     out.mkdir()

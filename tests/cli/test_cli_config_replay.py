@@ -9,7 +9,7 @@ import pytest
 from textgym.algos.sft_config import SFTConfig
 from textgym.cli import main
 from textgym.cli.config_file import take_config_file
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 CONVERSATION = [
     {"role": "user", "content": "Your move."},

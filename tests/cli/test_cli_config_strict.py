@@ -30,7 +30,8 @@ from textgym.cli.config_file import (
     STRING_MAX,
     check_replayed_env_ids,
 )
-from textgym.cli.usage import UsageError, parse_config
+from textgym.cli.usage import parse_config
+from textgym.errors import UsageError
 
 TTT = "textgym/TicTacToe-v0"
 

@@ -56,8 +56,8 @@ from typing import NamedTuple
 from textgym.checks import one_line
 from textgym.cli import hub_offline
 from textgym.cli.cpu_share import share_the_cpu
-from textgym.cli.usage import UsageError, fail, parse_config, plain_text
-from textgym.errors import SetupError, TextgymError
+from textgym.cli.usage import fail, parse_config, plain_text
+from textgym.errors import SetupError, TextgymError, UsageError
 
 __all__ = ["SUBCOMMANDS", "Subcommand", "main"]
 

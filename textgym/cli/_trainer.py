@@ -34,7 +34,7 @@ from typing import Any
 
 from textgym.cli.building import build_env
 from textgym.cli.outputs import claim_dir, json_safe
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 __all__ = ["TERMINATED", "OutputOptions", "check_device", "run_trainer", "trainer_config"]
 

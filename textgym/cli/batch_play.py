@@ -28,8 +28,7 @@ from textgym.cli._options import (
     split_list,
 )
 from textgym.cli.building import build_env
-from textgym.cli.usage import UsageError
-from textgym.errors import EndpointError, NonFiniteError, OutputWriteError
+from textgym.errors import EndpointError, NonFiniteError, OutputWriteError, UsageError
 from textgym.evaluation import (
     GroupSeeds,
     RunningSummary,

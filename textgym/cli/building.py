@@ -16,7 +16,8 @@ import gymnasium as gym
 from textgym.builder import GENERAL_POLICIES
 from textgym.checks import one_line
 from textgym.cli._options import ModelOptions, PolicyOptions, split_list
-from textgym.cli.usage import UsageError, fail
+from textgym.cli.usage import fail
+from textgym.errors import UsageError
 
 __all__ = ["build_env", "build_policy", "episode_policy", "policy_kwargs"]
 

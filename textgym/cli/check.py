@@ -22,7 +22,7 @@ import gymnasium as gym
 import tyro
 
 from textgym.checks import check_seed, one_line
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 __all__ = ["CheckConfig", "card_row", "run"]
 

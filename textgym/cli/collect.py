@@ -23,8 +23,8 @@ from textgym.cli import batch_play, building
 from textgym.cli._options import EnvUrlOptions
 from textgym.cli.batch_play import BatchPlayConfig
 from textgym.cli.outputs import claim_dir, claim_file, json_safe
-from textgym.cli.usage import UsageError
 from textgym.collect import RECORDS_FILE
+from textgym.errors import UsageError
 from textgym.evaluation import RunningSummary
 from textgym.results import hold_interrupts, open_jsonl, write_json
 from textgym.rollout import Trajectory

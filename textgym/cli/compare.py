@@ -25,7 +25,8 @@ from typing import Any
 import tyro
 
 from textgym.checks import is_number
-from textgym.cli.usage import UsageError, fail
+from textgym.cli.usage import fail
+from textgym.errors import UsageError
 
 __all__ = ["CompareConfig", "eval_rows", "run"]
 

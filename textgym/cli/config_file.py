@@ -14,7 +14,7 @@
   it is used only when the command line names it: a file cannot make textgym import a module.
 
 Each refusal is one line naming the file, the option, what was expected and what was seen
-(a bounded excerpt), raised as :class:`~textgym.cli.usage.UsageError` (exit code 2).
+(a bounded excerpt), raised as :class:`~textgym.errors.UsageError` (exit code 2).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from textgym.checks import excerpt, one_line
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 __all__ = [
     "CONFIG_MAX_BYTES",

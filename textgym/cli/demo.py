@@ -21,8 +21,7 @@ from typing import Any
 from textgym.checks import check_seed
 from textgym.cli import batch_play, building
 from textgym.cli.evaluate import EvalConfig
-from textgym.cli.usage import UsageError
-from textgym.errors import TextgymError
+from textgym.errors import TextgymError, UsageError
 from textgym.evaluation import RunningSummary
 from textgym.models import DType
 

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 import tyro
 
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 __all__ = ["ExportConfig", "run"]
 

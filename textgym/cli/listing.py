@@ -13,7 +13,7 @@ import gymnasium as gym
 import textgym
 from textgym.builder import load_entry_points
 from textgym.checks import one_line
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 from textgym.registration import COMPOSITES
 
 __all__ = ["ListConfig", "run"]

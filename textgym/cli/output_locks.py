@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 __all__ = ["DIR_LOCK", "flock_held", "flocked", "lock_path", "locked", "refuse_held_folders"]
 

@@ -36,8 +36,8 @@ from textgym.cli.output_locks import (
     locked,
     refuse_held_folders,
 )
-from textgym.cli.usage import UsageError
 from textgym.collect import RECORDS_FILE
+from textgym.errors import UsageError
 
 __all__ = [
     "check_run_dir",

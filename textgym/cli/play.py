@@ -19,7 +19,8 @@ from typing import Any, Literal
 from textgym.checks import check_seed
 from textgym.cli import building
 from textgym.cli._options import EnvOptions, ModelOptions
-from textgym.cli.usage import UsageError, fail
+from textgym.cli.usage import fail
+from textgym.errors import UsageError
 from textgym.policies import Policy
 
 __all__ = ["PlayConfig", "Tally", "readable_observation", "run", "tool_setup_text"]

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import tyro
 
-from textgym.cli.usage import UsageError
 from textgym.data import file_kind
-from textgym.errors import OutputWriteError
+from textgym.errors import OutputWriteError, UsageError
 from textgym.report import DEFAULT_MAX_EPISODES, NotARunError, write_report
 from textgym.results import check_file
 

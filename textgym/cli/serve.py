@@ -16,7 +16,7 @@ import json
 
 from textgym.cli._options import EnvOptions
 from textgym.cli.building import build_env
-from textgym.cli.usage import UsageError
+from textgym.errors import UsageError
 
 __all__ = ["ServeConfig", "run"]
 

@@ -30,21 +30,17 @@ from collections.abc import Sequence
 from typing import Annotated, Any, NoReturn
 
 from textgym.checks import one_line
+from textgym.errors import UsageError
 from textgym.wrappers import REWARD_WRAPPERS
 
 __all__ = [
     "INT_LIMIT",
-    "UsageError",
     "fail",
     "parse_config",
     "parse_env_kwargs",
     "plain_text",
     "script_config",
 ]
-
-
-class UsageError(Exception):
-    """A bad command-line argument: reported in one line, exit code 2."""
 
 
 def fail(message: str) -> NoReturn:
