@@ -433,7 +433,8 @@ def prep_model_files(target: Path) -> None:
     """Write Gemma 3 270M's config and tokenizer (no weights) to ``target``, the tokenizer as
     ``tokenizer.json.xz`` (33 MB -> 3.4 MB), for ``--quick --random-weights --model
     target`` on a machine without the weights. Converts the packaged GGUF once if needed."""
-    from textgym.models import default_cache_dir, load_model
+    from textgym.gemma import default_cache_dir
+    from textgym.models import load_model
 
     cache = default_cache_dir() / "gemma-3-270m"
     if not (cache / "config.json").is_file():
@@ -498,10 +499,10 @@ def main(argv: list[str] | None = None) -> int:
         prep_model_files(Path(args.prep))
         return 0
     if args.learn is not None:
-        from gpu_learn import main as learn  # sibling module; imports this one
-
         options = ["--smoke"] if args.smoke else ["--wheels", args.learn]
-        return learn([*options, *(["--results", args.results] if args.results else [])])
+        options += ["--results", args.results] if args.results else []
+        # A child process: gpu_learn.py imports this module (run_capped), not the reverse.
+        return subprocess.run([sys.executable, str(BENCH / "gpu_learn.py"), *options]).returncode
     if args.quick:
         parts = quick_parts(args.model, args.random_weights)
         default = "gpu_quick_smoke" if args.smoke else "gpu_quick"

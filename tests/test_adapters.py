@@ -16,7 +16,8 @@ pytest.importorskip("peft")
 
 from textgym.algos.checkpoints import save_model
 from textgym.algos.model_loading import autocast
-from textgym.models import ADAPTER_CONFIG, adapter_base, cpu_has_fast_bf16, load_model
+from textgym.model_files import ADAPTER_CONFIG
+from textgym.models import adapter_base, cpu_has_fast_bf16, load_model
 
 from ._runs import seeded_lora
 

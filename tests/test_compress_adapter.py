@@ -18,7 +18,8 @@ pytest.importorskip("peft")
 from safetensors.torch import load_file
 
 from textgym.algos.checkpoints import save_model
-from textgym.models import ADAPTER_CONFIG, load_model
+from textgym.model_files import ADAPTER_CONFIG
+from textgym.models import load_model
 
 from ._runs import seeded_lora
 

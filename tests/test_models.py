@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from textgym import models  # noqa: E402
+from textgym import gemma  # noqa: E402
 from textgym.chat_templates import (  # noqa: E402
     DEFAULT_CHAT_TEMPLATE,
     GEMMA_CHAT_TEMPLATE,
@@ -207,6 +207,6 @@ def test_missing_torch_explains_the_fix(monkeypatch):
 
 def test_default_cache_dir_follows_env(monkeypatch, tmp_path):
     monkeypatch.setenv("TEXTGYM_CACHE", str(tmp_path))
-    assert models.default_cache_dir() == tmp_path / "models"
+    assert gemma.default_cache_dir() == tmp_path / "models"
     monkeypatch.delenv("TEXTGYM_CACHE")
-    assert models.default_cache_dir().parts[-3:] == (".cache", "textgym", "models")
+    assert gemma.default_cache_dir().parts[-3:] == (".cache", "textgym", "models")

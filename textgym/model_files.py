@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from textgym.checks import one_line
-from textgym.errors import SetupError
+from textgym.errors import MissingExtraError, SetupError
 
 __all__ = [
+    "ADAPTER_CONFIG",
     "ALLOW_PICKLE_ENV",
     "SAFE_LOADING",
     "ModelLoadError",
@@ -44,8 +45,29 @@ __all__ = [
     "quiet_loading",
     "read_json_object",
     "read_weight_header",
+    "require_llm",
 ]
 
+_LLM_HINT = 'install the LLM extra: pip install "textgym[llm]"'
+
+
+def require_llm() -> None:
+    """Check that the LLM extra (torch, transformers) is installed.
+
+    Raises:
+        MissingExtraError: (an ``ImportError``) naming the ``pip install`` that adds it.
+    """
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as error:
+        raise MissingExtraError(
+            f"Local models need torch and transformers ({error}); {_LLM_HINT}"
+        ) from error
+
+
+#: The file that makes a folder a LoRA adapter (peft's ``adapter_config.json``).
+ADAPTER_CONFIG = "adapter_config.json"
 #: Set to ``1`` to let a folder whose weights are pickled (``*.bin``) load; see the module doc.
 ALLOW_PICKLE_ENV = "TEXTGYM_ALLOW_PICKLE"
 #: Names of pickled weight files that ``transformers`` or ``peft`` would load.

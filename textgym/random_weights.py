@@ -13,13 +13,13 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from textgym.model_files import ModelLoadError, guarded, quiet_loading, read_json_object
-from textgym.models import (
+from textgym.gemma import GEMMA_NAME, convert_gemma, default_cache_dir
+from textgym.model_files import (
     ADAPTER_CONFIG,
-    GEMMA_NAME,
-    MODEL_NAMES,
-    convert_gemma,
-    default_cache_dir,
+    ModelLoadError,
+    guarded,
+    quiet_loading,
+    read_json_object,
 )
 
 __all__ = [
@@ -74,7 +74,7 @@ def _model_files(name: str, cache_dir: Any) -> Path:
         )
     if not path.is_dir():
         raise ModelLoadError(
-            f"Random weights need one of {', '.join(MODEL_NAMES)} or a local folder with "
+            f"Random weights need tiny, {GEMMA_NAME} or a local folder with "
             f"config.json and tokenizer files, got {name!r}"
         )
     return path

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from textgym.chat_templates import DEFAULT_CHAT_TEMPLATE
-from textgym.models import require_llm
+from textgym.model_files import require_llm
 
 __all__ = ["build_tiny_model"]
 

@@ -35,7 +35,8 @@ import tyro
 from safetensors.torch import load_file, save_file
 
 from textgym.cli.usage import script_config
-from textgym.models import ADAPTER_CONFIG, MODEL_NAMES, adapter_base
+from textgym.model_files import ADAPTER_CONFIG
+from textgym.models import MODEL_NAMES, adapter_base
 
 __all__ = ["adapter_chain", "cast_adapter", "fold_chain", "write_adapter", "main"]
 
