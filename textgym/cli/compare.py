@@ -20,7 +20,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import tyro
 
@@ -36,7 +36,7 @@ class CompareConfig:
     """Compare eval, train and SFT runs: a table of their numbers side by side, and overlaid
     plots of the training curves."""
 
-    runs: tyro.conf.Positional[tuple[str, ...]]
+    runs: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="RUN")]
     """Two or more run directories, space-separated: eval (--output-dir of textgym eval),
     train or sft runs, in any mix."""
     plots: str | None = None

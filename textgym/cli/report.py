@@ -14,6 +14,7 @@ import json
 import os
 import stat
 from pathlib import Path
+from typing import Annotated
 
 import tyro
 
@@ -29,7 +30,7 @@ __all__ = ["ReportConfig", "run"]
 class ReportConfig:
     """Write one self-contained HTML report of eval, collect and train runs."""
 
-    runs: tyro.conf.Positional[tuple[str, ...]]
+    runs: Annotated[tyro.conf.Positional[tuple[str, ...]], tyro.conf.arg(metavar="RUN")]
     """Run directories (eval --output-dir, train or sft --output-dir) or collect JSONL files,
     space-separated; one column each."""
     output: str = "report.html"

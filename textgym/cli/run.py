@@ -9,7 +9,7 @@ import json
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import filelock
 import tyro
@@ -27,7 +27,7 @@ _MARKS = ".textgym-run"
 class RunConfig:
     """Run a recipe: its stages in order, each skipped when it already finished."""
 
-    recipe: tyro.conf.Positional[str]
+    recipe: Annotated[tyro.conf.Positional[str], tyro.conf.arg(metavar="RECIPE")]
     """The recipe, a TOML file of stages (recipes/ holds the committed studies)."""
     work_dir: str
     """Folder of every stage's outputs and of the run's marks (.textgym-run/)."""
