@@ -10,9 +10,16 @@ runs first; the 1-minute load average is recorded before each round. The earlier
 ``textgym/tokens.py`` at ``--before`` (``git show``), loaded as a module beside this tree's; the
 two must give identical ids and masks (checked, recorded as ``identical``).
 
+``--rollout-episodes N`` also times what the change does to a rollout: ``N`` tic-tac-toe
+episodes played greedily by :class:`~textgym.policies.hf.HFPolicy` (``--model``'s weights,
+bfloat16 where the CPU computes it natively, else float32; batch ``--rollout-batch-size``) with
+its ``ChatTokenizer`` of one version, then of the other, alternating per round; the
+trajectories' token ids must be identical too.
+
 Usage::
 
     python benchmarks/chat_tokenize.py --before HEAD~1 --model gemma-3-270m
+    python benchmarks/chat_tokenize.py --before HEAD~2 --rollout-episodes 64 --rounds 3
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.algos.sft_data import conversation_tokens
 from textgym.cli.usage import fail, script_config
 from textgym.models import load_model
+from textgym.policies.hf import HFPolicy
 from textgym.policies.scripted import RandomPolicy
 from textgym.rollout import rollout
 from textgym.tokens import ChatTokenizer
@@ -52,12 +60,18 @@ class Config:
     """Tic-tac-toe conversations tokenized per version and round."""
     rounds: int = 5
     """Timed rounds per version, alternating which version goes first."""
+    rollout_episodes: int = 0
+    """Also time rollouts of this many episodes with each version (0: no rollouts)."""
+    rollout_batch_size: int = 64
+    """Episodes played together in the rollouts."""
     output: str = str(REPO_ROOT / "benchmarks" / "results" / "chat_tokenize_cpu.json")
     """The JSON record."""
 
     def __post_init__(self) -> None:
-        if self.episodes < 1 or self.rounds < 1:
-            raise ValueError("--episodes and --rounds must be at least 1")
+        if self.episodes < 1 or self.rounds < 1 or self.rollout_batch_size < 1:
+            raise ValueError("--episodes, --rounds and --rollout-batch-size must be at least 1")
+        if self.rollout_episodes < 0:
+            raise ValueError(f"--rollout-episodes must be >= 0, got {self.rollout_episodes}")
 
 
 def _old_chat_tokenizer(rev: str) -> type:
@@ -74,16 +88,41 @@ def _old_chat_tokenizer(rev: str) -> type:
     return module.ChatTokenizer
 
 
-def _conversations(episodes: int) -> list[list[dict[str, Any]]]:
-    """Tic-tac-toe conversations (compact prompts, either mark) of a random player."""
+def _play(policy: Any, episodes: int, batch_size: int) -> list[Any]:
+    """Tic-tac-toe episodes (compact prompts, either mark) of ``policy``, seeds 0.."""
     env_kwargs = {"prompt_style": "compact", "agent_mark": "random"}
-    played = rollout(
-        lambda: gym.make("textgym/TicTacToe-v0", **env_kwargs),
-        RandomPolicy(seed=0),
-        list(range(episodes)),
-        batch_size=min(episodes, 64),
-    )
-    return [traj.messages for traj in played]
+    make = lambda: gym.make("textgym/TicTacToe-v0", **env_kwargs)  # noqa: E731
+    return rollout(make, policy, list(range(episodes)), batch_size=min(episodes, batch_size))
+
+
+def _rollouts(args: Config, versions: dict[str, type], model: Any, tokenizer: Any) -> Any:
+    """Seconds per round and version of ``--rollout-episodes`` greedy episodes, and whether
+    both versions played the same token ids."""
+    policy = HFPolicy(model, tokenizer, max_new_tokens=16, temperature=0.0, stop=["</move>"])
+    seconds: dict[str, list[float]] = {"before": [], "after": []}
+    played: dict[str, list[Any]] = {}
+    _play(policy, min(args.rollout_batch_size, args.rollout_episodes), args.rollout_batch_size)
+    for round_ in range(args.rounds):
+        for version in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
+            policy.chat_tokenizer = versions[version](tokenizer)
+            began = time.perf_counter()
+            trajectories = _play(policy, args.rollout_episodes, args.rollout_batch_size)
+            seconds[version].append(time.perf_counter() - began)
+            played[version] = [t.token_ids for t in trajectories]
+    return seconds, played["before"] == played["after"]
+
+
+def _summary(seconds: dict[str, list[float]], items: int) -> dict[str, Any]:
+    return {
+        version: {
+            "seconds": times,
+            "median_s": statistics.median(times),
+            "min_s": min(times),
+            "max_s": max(times),
+            "ms_each": 1000 * statistics.median(times) / items,
+        }
+        for version, times in seconds.items()
+    }
 
 
 def _timed(chat_class: type, tokenizer: Any, conversations: Sequence[Any]) -> tuple[float, Any]:
@@ -96,8 +135,8 @@ def _timed(chat_class: type, tokenizer: Any, conversations: Sequence[Any]) -> tu
 def main(argv: Sequence[str] | None = None) -> None:
     args = script_config(Config, argv, "chat_tokenize.py", __doc__)
     versions = {"before": _old_chat_tokenizer(args.before), "after": ChatTokenizer}
-    _, tokenizer = load_model(args.model, random_weights=True)  # the tokenizer is what counts
-    conversations = _conversations(args.episodes)
+    model, tokenizer = load_model(args.model, dtype="auto", random_weights=not args.rollout_episodes)
+    conversations = [t.messages for t in _play(RandomPolicy(seed=0), args.episodes, 64)]
     seconds: dict[str, list[float]] = {"before": [], "after": []}
     loads, outputs = [], {}
     for round_ in range(args.rounds):
@@ -106,16 +145,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         for version in order:
             elapsed, outputs[version] = _timed(versions[version], tokenizer, conversations)
             seconds[version].append(elapsed)
-    summary = {
-        version: {
-            "seconds": times,
-            "median_s": statistics.median(times),
-            "min_s": min(times),
-            "max_s": max(times),
-            "ms_per_conversation": 1000 * statistics.median(times) / len(conversations),
+    summary = _summary(seconds, len(conversations))
+    rollouts = None
+    if args.rollout_episodes:
+        timed, same = _rollouts(args, versions, model, tokenizer)
+        rollouts = {
+            "dtype": str(next(model.parameters()).dtype),
+            "identical_token_ids": same,
+            "speedup_median_before_over_after": statistics.median(timed["before"])
+            / statistics.median(timed["after"]),
+            "modes": _summary(timed, args.rollout_episodes),
         }
-        for version, times in seconds.items()
-    }
     record = {
         "benchmark": "chat_tokenize",
         "commit": git("rev-parse", "HEAD"),
@@ -131,17 +171,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         "speedup_median_before_over_after": summary["before"]["median_s"]
         / summary["after"]["median_s"],
         "modes": summary,
+        "rollouts": rollouts,
     }
     write_result(args.output, record)
     for version, entry in summary.items():
         print(
             f"{version:6s} {entry['median_s']:.2f} s [{entry['min_s']:.2f}-{entry['max_s']:.2f}] "
-            f"for {len(conversations)} conversations: {entry['ms_per_conversation']:.1f} ms each"
+            f"for {len(conversations)} conversations: {entry['ms_each']:.1f} ms each"
         )
     print(
         f"speed-up {record['speedup_median_before_over_after']:.1f}x, "
         f"identical: {record['identical']}"
     )
+    for version, entry in (rollouts or {}).get("modes", {}).items():
+        print(
+            f"rollout {version:6s} {entry['median_s']:.2f} s "
+            f"[{entry['min_s']:.2f}-{entry['max_s']:.2f}] for {args.rollout_episodes} episodes"
+        )
 
 
 if __name__ == "__main__":

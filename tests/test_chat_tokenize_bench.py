@@ -28,11 +28,14 @@ def _benchmark():
 def test_both_versions_are_timed_and_give_the_same_tokens(tmp_path):
     out = tmp_path / "ct.json"
     argv = ["--before", "HEAD", "--model", "tiny", "--episodes", "3", "--rounds", "2"]
-    _benchmark().main([*argv, "--output", str(out)])
+    _benchmark().main([*argv, "--rollout-episodes", "2", "--output", str(out)])
     record = json.loads(out.read_text())
     assert record["identical"] is True
     assert [len(m["seconds"]) for m in record["modes"].values()] == [2, 2]
     assert record["conversations"] == 3 and record["machine"]
+    rollouts = record["rollouts"]
+    assert rollouts["identical_token_ids"] is True
+    assert [len(m["seconds"]) for m in rollouts["modes"].values()] == [2, 2]
 
 
 def test_a_bad_revision_is_one_line_and_exit_2(capsys):
