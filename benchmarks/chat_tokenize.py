@@ -135,7 +135,9 @@ def _timed(chat_class: type, tokenizer: Any, conversations: Sequence[Any]) -> tu
 def main(argv: Sequence[str] | None = None) -> None:
     args = script_config(Config, argv, "chat_tokenize.py", __doc__)
     versions = {"before": _old_chat_tokenizer(args.before), "after": ChatTokenizer}
-    model, tokenizer = load_model(args.model, dtype="auto", random_weights=not args.rollout_episodes)
+    model, tokenizer = load_model(
+        args.model, dtype="auto", random_weights=not args.rollout_episodes
+    )
     conversations = [t.messages for t in _play(RandomPolicy(seed=0), args.episodes, 64)]
     seconds: dict[str, list[float]] = {"before": [], "after": []}
     loads, outputs = [], {}
