@@ -229,10 +229,10 @@ class EpisodeOptions:
         """Refuse counts out of range and task options that contradict each other.
 
         Raises:
-            ValueError: naming the option.
+            SetupError: naming the option.
         """
         if self.episodes is not None and not 1 <= self.episodes <= sys.maxsize:
-            raise SetupError(f"--episodes must be in [1, {sys.maxsize}], got {self.episodes}")
+            raise SetupError(f"--episodes must be at least 1 and below 2**63, got {self.episodes}")
         for name, value, low in (
             ("rollout_batch_size", self.rollout_batch_size, 1),
             ("rollouts_per_task", self.rollouts_per_task, 1),
