@@ -425,30 +425,10 @@ def _trl_dataset(args: Config) -> Any:
     return Dataset.from_list(rows)
 
 
-def run_trl(args: Config, out: Path) -> dict[str, Any]:
-    """Train with ``trl.GRPOTrainer`` at the same settings; time the steps after the warm-up."""
+def _step_timer() -> Any:
+    """A ``TrainerCallback`` that times each optimizer step (``on_step_begin`` to
+    ``on_step_end``), keeps the CUDA peak memory after it and the logged rows of completions."""
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from textgym.models import load_model
-    from textgym.tokens import ChatTokenizer
-
-    batch = args.groups_per_step * args.group_size
-    env = gym.make(_env_id(args), max_chars=args.max_chars)
-    tokens_per_call: list[int] = []
-    rewards_per_call: list[float] = []
-
-    def env_reward(
-        prompts: list, completions: list, completion_ids: list, task_seed: list, **_: Any
-    ) -> list[float]:
-        """The env's own reward: reset with the task's seed, step with the completion text."""
-        tokens_per_call.append(sum(len(ids) for ids in completion_ids))
-        scores = []
-        for completion, seed in zip(completions, task_seed, strict=True):
-            env.reset(seed=seed)
-            scores.append(float(env.step(completion[0]["content"])[1]))
-        rewards_per_call.append(statistics.fmean(scores))
-        return scores
 
     class StepTimer(TrainerCallback):
         def __init__(self) -> None:
@@ -471,8 +451,19 @@ def run_trl(args: Config, out: Path) -> dict[str, Any]:
             if logs and "completions/mean_length" in logs:
                 self.logs.append(dict(logs))
 
+    return StepTimer()
+
+
+def _trl_config(args: Config, out: Path) -> Any:
+    """TRL's ``GRPOConfig`` at the settings of the module docstring ("Equal settings").
+
+    Raises:
+        RuntimeError: where TRL would not generate exactly one optimizer step's batch at once.
+    """
+    from trl import GRPOConfig
+
+    batch = args.groups_per_step * args.group_size
     cuda = torch.cuda.is_available()
-    model, tokenizer = load_model(args.model, device=_device())
     config = GRPOConfig(
         output_dir=str(out),
         max_steps=args.warmup + args.steps,
@@ -517,17 +508,35 @@ def run_trl(args: Config, out: Path) -> dict[str, Any]:
             f"TRL generation batch {config.generation_batch_size} (steps_per_generation "
             f"{config.steps_per_generation}) is not one optimizer step of {batch} completions"
         )
-    dataset = _trl_dataset(args)
-    timer = StepTimer()
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=env_reward,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[timer],
-    )
+    return config
 
+
+class _EnvReward:
+    """TRL's reward function: the env's own reward (reset with the task's seed, step with the
+    completion text); counts each call's generated tokens and keeps its mean reward."""
+
+    __name__ = "env_reward"  # TRL names the reward's metrics after it
+
+    def __init__(self, args: Config) -> None:
+        self.env = gym.make(_env_id(args), max_chars=args.max_chars)
+        self.tokens_per_call: list[int] = []
+        self.rewards_per_call: list[float] = []
+
+    def __call__(
+        self, prompts: list, completions: list, completion_ids: list, task_seed: list, **_: Any
+    ) -> list[float]:
+        self.tokens_per_call.append(sum(len(ids) for ids in completion_ids))
+        scores = []
+        for completion, seed in zip(completions, task_seed, strict=True):
+            self.env.reset(seed=seed)
+            scores.append(float(self.env.step(completion[0]["content"])[1]))
+        self.rewards_per_call.append(statistics.fmean(scores))
+        return scores
+
+
+def _time_generation(trainer: Any) -> list[float]:
+    """Wrap the trainer's ``_generate_single_turn`` (timing only); returns the list that each
+    call's seconds are appended to."""
     generate_times: list[float] = []
     generate = trainer._generate_single_turn
 
@@ -538,18 +547,45 @@ def run_trl(args: Config, out: Path) -> dict[str, Any]:
         finally:
             generate_times.append(time.perf_counter() - began)
 
-    trainer._generate_single_turn = timed_generate  # timing only
+    trainer._generate_single_turn = timed_generate
+    return generate_times
+
+
+def run_trl(args: Config, out: Path) -> dict[str, Any]:
+    """Train with ``trl.GRPOTrainer`` at the same settings; time the steps after the warm-up.
+
+    Raises:
+        RuntimeError: where TRL ran another number of steps or reward calls than asked.
+    """
+    from trl import GRPOTrainer
+
+    from textgym.models import load_model
+    from textgym.tokens import ChatTokenizer
+
+    model, tokenizer = load_model(args.model, device=_device())
+    config, dataset = _trl_config(args, out), _trl_dataset(args)
+    reward, timer = _EnvReward(args), _step_timer()
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    generate_times = _time_generation(trainer)
     trainer.train()
 
-    if not len(timer.times) == len(tokens_per_call) == args.warmup + args.steps:
+    tokens = reward.tokens_per_call
+    if not len(timer.times) == len(tokens) == args.warmup + args.steps:
         raise RuntimeError(
             f"Expected {args.warmup + args.steps} steps and reward calls, got "
-            f"{len(timer.times)} steps and {len(tokens_per_call)} reward calls"
+            f"{len(timer.times)} steps and {len(tokens)} reward calls"
         )
     ours_ids = ChatTokenizer(tokenizer).prompt(dataset[0]["prompt"], tools=[])
     trl_ids = trainer._tokenize_prompts([dataset[0]["prompt"]])[0][0]
     w = args.warmup
-    result = _summary(timer.times[w:], [float(t) for t in tokens_per_call[w:]])
+    result = _summary(timer.times[w:], [float(t) for t in tokens[w:]])
     per_step = len(generate_times) == len(timer.times)  # one generation per optimizer step
     result.update(
         # Per step, as ours: generation, and the rest of the step (rewards, the accumulated
@@ -562,8 +598,8 @@ def run_trl(args: Config, out: Path) -> dict[str, Any]:
         cuda_max_memory_gib=timer.cuda_max_memory_gib[w:] or None,
         cudnn_sdp_enabled=torch.backends.cuda.cudnn_sdp_enabled(),
         generate_time_mean_s=statistics.fmean(generate_times[w:]),
-        generate_tokens_per_s=sum(tokens_per_call[w:]) / sum(generate_times[w:]),
-        reward_mean=statistics.fmean(rewards_per_call[w:]),
+        generate_tokens_per_s=sum(tokens[w:]) / sum(generate_times[w:]),
+        reward_mean=statistics.fmean(reward.rewards_per_call[w:]),
         logged_completion_mean_length=[log["completions/mean_length"] for log in timer.logs[w:]],
         prompt_ids_match_ours=list(trl_ids) == list(ours_ids),
         trl_config={
