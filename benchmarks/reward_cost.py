@@ -133,8 +133,25 @@ def near_miss(text: str, rng: random.Random, rate: float = 0.05) -> str:
 
 # -- rows ---------------------------------------------------------------------------------------
 def build_rows(seed: int) -> tuple[list[Row], dict[str, str]]:
+    """Every row of the table (the order of the draws from ``seed`` fixes the items) and the
+    name of each task's data source."""
     rng = random.Random(seed)
     texts = [p.text for p in ReverseTextEnv(**reverse_text_kwargs()).passages]
+    problems = list(GSM8KEnv(**gsm8k_kwargs()).problems)
+    rows = [
+        *_reverse_text_rows(texts, rng),
+        *_gsm8k_rows(problems, rng),
+        *_episode_rows(len(texts), len(problems), rng),
+    ]
+    sources = {
+        "reverse_text": source_name(reverse_text_kwargs(), "bundled corpus"),
+        "gsm8k": source_name(gsm8k_kwargs(), "bundled sample set"),
+    }
+    return rows, sources
+
+
+def _reverse_text_rows(texts: list[str], rng: random.Random) -> list[Row]:
+    """Exact, near-miss and unreversed answers at three passage lengths."""
     rows: list[Row] = []
     for length in (100, 300, 600):
         bucket = texts_near(texts, length, rng)
@@ -154,8 +171,12 @@ def build_rows(seed: int) -> tuple[list[Row], dict[str, str]]:
                     mean_chars,
                 )
             )
+    return rows
 
-    problems = list(GSM8KEnv(**gsm8k_kwargs()).problems)
+
+def _gsm8k_rows(problems: list[Any], rng: random.Random) -> list[Row]:
+    """Gold, off-by-one, long boxed and answerless solutions of sampled problems."""
+    rows: list[Row] = []
     sample = [
         problems[i % len(problems)]
         for i in rng.sample(range(max(len(problems), ITEMS_PER_ROW)), ITEMS_PER_ROW)
@@ -186,10 +207,15 @@ def build_rows(seed: int) -> tuple[list[Row], dict[str, str]]:
                 statistics.mean(len(c) for c, _ in items),
             )
         )
+    return rows
 
+
+def _episode_rows(texts: int, problems: int, rng: random.Random) -> list[Row]:
+    """A whole episode (reset + step with the gold completion) of each env."""
+    rows: list[Row] = []
     for name, env_id, kwargs, n in [
-        ("reverse_text/episode", "textgym/ReverseText-v0", reverse_text_kwargs(), len(texts)),
-        ("gsm8k/episode", "textgym/GSM8K-v0", gsm8k_kwargs(), len(problems)),
+        ("reverse_text/episode", "textgym/ReverseText-v0", reverse_text_kwargs(), texts),
+        ("gsm8k/episode", "textgym/GSM8K-v0", gsm8k_kwargs(), problems),
     ]:
         wrapped = gym.make(env_id, **kwargs)
 
@@ -199,11 +225,7 @@ def build_rows(seed: int) -> tuple[list[Row], dict[str, str]]:
 
         indices = rng.sample(range(n), min(n, ITEMS_PER_ROW))
         rows.append(Row(name, f"{env_id}: reset + step(gold)", episode, indices, float("nan")))
-    sources = {
-        "reverse_text": source_name(reverse_text_kwargs(), "bundled corpus"),
-        "gsm8k": source_name(gsm8k_kwargs(), "bundled sample set"),
-    }
-    return rows, sources
+    return rows
 
 
 # -- measurement --------------------------------------------------------------------------------
