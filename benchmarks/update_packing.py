@@ -178,7 +178,9 @@ def _layout(config: GRPOConfig, trajs: list[Trajectory]) -> dict[str, Any]:
     }
 
 
-def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
+def _configs(args: Config, lora_rank: int) -> tuple[dict[str, GRPOConfig], list[str]]:
+    """The config of every mode (the first is the base the learner loads) and the order the
+    modes are timed in."""
     base = GRPOConfig(
         model=args.model,
         output_dir="/tmp/update_packing_unused",
@@ -201,20 +203,19 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
         configs[f"packed_{tokens}"] = dataclasses.replace(base, micro_batch_tokens=tokens)
     modes = [m for m in args.modes if m in configs] + [f"{m}_bf16" for m in paired]
     modes += [m for m in configs if "packed" in m]
-    weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
-    with weights:  # the learner loads the model from the config's name
-        learner = make_learner(base, max_turns=5)
-    learners = {m: dataclasses.replace(learner, config=configs[m]) for m in modes}
-    trajs = _trajectories(
-        learner.tokenizer, args.groups, args.group_size, args.seed, args.prompt_style
-    )
+    return configs, modes
+
+
+def _alternate(
+    args: Config, learners: dict[str, Any], modes: list[str], trajs: list[Any]
+) -> tuple[dict[str, dict[str, list[float]]], list[float]]:
+    """Warm-up, then ``--alternations`` rounds of one update per mode, each round starting one
+    mode later; per mode its seconds, losses and gradient norms, and the load before each."""
     for mode in modes[: args.warmup_modes]:  # warm-up: allocator, first-call costs
         began = time.perf_counter()
         update(learners[mode], trajs)
         print(f"  warm-up {mode}: {time.perf_counter() - began:.2f} s", flush=True)
-    times: dict[str, list[float]] = {m: [] for m in modes}
-    losses: dict[str, list[float]] = {m: [] for m in modes}
-    grad_norms: dict[str, list[float]] = {m: [] for m in modes}
+    runs = {m: {"update_s": [], "loss": [], "grad_norm": []} for m in modes}
     loads: list[float] = []
     for round_ in range(args.alternations):
         order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
@@ -222,13 +223,29 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
             loads.append(os.getloadavg()[0])
             began = time.perf_counter()
             metrics = update(learners[mode], trajs)
-            times[mode].append(time.perf_counter() - began)
-            losses[mode].append(metrics["loss"])
-            grad_norms[mode].append(metrics["grad_norm"])
+            runs[mode]["update_s"].append(time.perf_counter() - began)
+            runs[mode]["loss"].append(metrics["loss"])
+            runs[mode]["grad_norm"].append(metrics["grad_norm"])
         print(
-            f"  round {round_ + 1}: " + ", ".join(f"{m} {times[m][-1]:.2f} s" for m in order),
+            f"  round {round_ + 1}: "
+            + ", ".join(f"{m} {runs[m]['update_s'][-1]:.2f} s" for m in order),
             flush=True,
         )
+    return runs, loads
+
+
+def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
+    configs, modes = _configs(args, lora_rank)
+    base = next(iter(configs.values()))
+    weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
+    with weights:  # the learner loads the model from the config's name
+        learner = make_learner(base, max_turns=5)
+    learners = {m: dataclasses.replace(learner, config=configs[m]) for m in modes}
+    trajs = _trajectories(
+        learner.tokenizer, args.groups, args.group_size, args.seed, args.prompt_style
+    )
+    runs, loads = _alternate(args, learners, modes, trajs)
+    times = {m: runs[m]["update_s"] for m in modes}
     reference = "padded_shared" if "padded_shared" in modes else modes[0]
     summary = {
         mode: {
@@ -237,8 +254,8 @@ def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
             "dtype": "bfloat16 autocast"
             if configs[mode].cpu_bf16 or args.device == "cuda"
             else "float32",
-            "loss": losses[mode],
-            "grad_norm": grad_norms[mode],
+            "loss": runs[mode]["loss"],
+            "grad_norm": runs[mode]["grad_norm"],
             "median_ratio_to_" + reference: statistics.median(
                 t / r for t, r in zip(times[mode], times[reference])
             ),
