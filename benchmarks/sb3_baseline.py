@@ -188,6 +188,27 @@ class Config:
             raise ValueError(f"Expected every --probs value in [0, 1], got {list(self.probs)}")
 
 
+def _report(runs: list[dict[str, Any]]) -> dict[str, bool]:
+    """Print one row per opponent and return the issue's goals that these runs can judge."""
+    print(
+        f"\n{'random_move_prob':>16} {'steps':>8} {'train s':>8} {'win':>6} {'draw':>6} {'loss':>6}"
+    )
+    for run in runs:
+        f = run["final"]
+        print(
+            f"{run['random_move_prob']:>16.1f} {run['timesteps']:>8} {run['train_seconds']:>8.1f} "
+            f"{f['win']:>6.3f} {f['draw']:>6.3f} {f['loss']:>6.3f}"
+        )
+    by_prob = {run["random_move_prob"]: run["final"] for run in runs}
+    goals = {}
+    if 1.0 in by_prob:
+        goals["win_at_least_0.90_vs_random"] = by_prob[1.0]["win"] >= 0.90
+    if 0.5 in by_prob:
+        goals["non_loss_at_least_0.95_at_0.5"] = by_prob[0.5]["win"] + by_prob[0.5]["draw"] >= 0.95
+    print(f"goals: {goals}")
+    return goals
+
+
 def main(argv: list[str] | None = None) -> int:
     args = script_config(Config, argv, "sb3_baseline.py", __doc__)
     torch.set_num_threads(args.threads)
@@ -213,23 +234,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
 
-    print(
-        f"\n{'random_move_prob':>16} {'steps':>8} {'train s':>8} {'win':>6} {'draw':>6} {'loss':>6}"
-    )
-    for run in runs:
-        f = run["final"]
-        print(
-            f"{run['random_move_prob']:>16.1f} {run['timesteps']:>8} {run['train_seconds']:>8.1f} "
-            f"{f['win']:>6.3f} {f['draw']:>6.3f} {f['loss']:>6.3f}"
-        )
-    by_prob = {run["random_move_prob"]: run["final"] for run in runs}
-    goals = {}
-    if 1.0 in by_prob:
-        goals["win_at_least_0.90_vs_random"] = by_prob[1.0]["win"] >= 0.90
-    if 0.5 in by_prob:
-        goals["non_loss_at_least_0.95_at_0.5"] = by_prob[0.5]["win"] + by_prob[0.5]["draw"] >= 0.95
-    print(f"goals: {goals}")
-
+    goals = _report(runs)
     result = {
         "benchmark": "sb3_baseline",
         "commit": git("rev-parse", "HEAD"),
