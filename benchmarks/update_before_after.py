@@ -108,6 +108,26 @@ class Config:
             raise ValueError(f"--rounds must be at least 1, got {self.rounds}")
 
 
+def _rounds(
+    shas: dict[str, str], rounds: int, child_args: list[str]
+) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Export both commits, then run one child per version and round, the order alternating;
+    each version's child JSONs and the load average before each child."""
+    records: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    loads: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="update_before_") as scratch:
+        trees = {version: Path(scratch) / version for version in shas}
+        for version, tree in trees.items():
+            _export(shas[version], tree)
+        for round_ in range(rounds):
+            for version in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
+                print(f"round {round_ + 1}: {version}", flush=True)
+                loads.append({"round": round_ + 1, "version": version, "load": os.getloadavg()[0]})
+                out = Path(scratch) / f"{version}_{round_}.json"
+                records[version].append(_child(trees[version], out, child_args))
+    return records, loads
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     split = argv.index("--") if "--" in argv else len(argv)
@@ -120,18 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for version, sha in shas.items():
         if sha is None:
             fail(f"--{version} {getattr(args, version)!r} is not a commit of this repository")
-    records: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
-    loads: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="update_before_") as scratch:
-        trees = {version: Path(scratch) / version for version in shas}
-        for version, tree in trees.items():
-            _export(shas[version], tree)
-        for round_ in range(args.rounds):
-            for version in ("before", "after") if round_ % 2 == 0 else ("after", "before"):
-                print(f"round {round_ + 1}: {version}", flush=True)
-                loads.append({"round": round_ + 1, "version": version, "load": os.getloadavg()[0]})
-                out = Path(scratch) / f"{version}_{round_}.json"
-                records[version].append(_child(trees[version], out, child_args))
+    records, loads = _rounds(shas, args.rounds, child_args)
     summary = {version: _summary(recs) for version, recs in records.items()}
     ratios = {
         mode: summary["before"][mode]["median_s"] / summary["after"][mode]["median_s"]
