@@ -200,6 +200,27 @@ def _synchronize() -> None:
         torch.cuda.synchronize()
 
 
+def _engine_stats(
+    engine: Any, captured_before: float, generated: int, decode_s: float
+) -> dict[str, Any]:
+    """What textgym's decode engine counted: graphs, host syncs, kernels, captures, steps."""
+    stats = engine.stats
+    timed_capture_s = stats.graph_capture_s - captured_before
+    return {
+        "cuda_graphs": engine.graphs.enabled,
+        "host_syncs": stats.host_syncs,
+        "kernels_per_step_batch_1": stats.kernels_per_step,
+        "graph_captures": stats.graph_captures,
+        "graph_capture_s": stats.graph_capture_s,
+        "timed_graph_capture_s": timed_capture_s,
+        # decode_tokens_per_s counts the captures made during the timed turns; this one does
+        # not (the steady state once every width is captured).
+        "decode_tokens_per_s_without_captures": generated / max(decode_s - timed_capture_s, 1e-9),
+        "row_steps": stats.row_steps,
+        "decode_steps": stats.decode_steps,
+    }
+
+
 def run_hf(args: Config, engine: str, batch: int) -> dict[str, Any]:
     """One HFPolicy engine at one batch size."""
     from textgym.policies.hf import HFPolicy
@@ -251,21 +272,7 @@ def run_hf(args: Config, engine: str, batch: int) -> dict[str, Any]:
     result = _rates(wall, timer.prefill_s, timer.prefill_tokens, generated, batch)
     result["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     if decoder == "textgym":
-        stats = policy.engine.stats
-        result["cuda_graphs"] = policy.engine.graphs.enabled
-        result["host_syncs"] = stats.host_syncs
-        result["kernels_per_step_batch_1"] = stats.kernels_per_step
-        result["graph_captures"] = stats.graph_captures
-        result["graph_capture_s"] = stats.graph_capture_s
-        timed_capture_s = stats.graph_capture_s - captured_before
-        result["timed_graph_capture_s"] = timed_capture_s
-        # decode_tokens_per_s counts the captures made during the timed turns; this one does
-        # not (the steady state once every width is captured).
-        result["decode_tokens_per_s_without_captures"] = generated / max(
-            result["decode_s"] - timed_capture_s, 1e-9
-        )
-        result["row_steps"] = stats.row_steps
-        result["decode_steps"] = stats.decode_steps
+        result.update(_engine_stats(policy.engine, captured_before, generated, result["decode_s"]))
     if device == "cuda" and engine in ("now", "now-fused", "generate"):
         result.update(_roofline(model, result, batch, sequences))
     return result
