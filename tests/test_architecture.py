@@ -388,17 +388,25 @@ def test_config_checks_raise_typed_errors(path):
     assert bare == [], f"{path}: raise SetupError, not ValueError, at lines {bare}"
 
 
-#: The architecture bar (issue 57): a package module holds at most 500 lines and a function
-#: body (its docstring left out) at most 60. What is over it, at its size when it was let in: a
-#: module here may shrink, not grow, and leaves the table once under the bar (empty today).
+#: The architecture bar (issue 57): a module holds at most 500 lines and a function body (its
+#: docstring left out) at most 60, in the package and in the scripts beside it. What is over
+#: it, at its size when it was let in: it may shrink, not grow, and leaves the table once under
+#: the bar. The package is under it; these scripts are not yet (the GPU benchmarks, whose CUDA
+#: paths only a GPU machine can check after a change).
 MODULE_LINES, FUNCTION_LINES = 500, 60
-OVER_THE_BAR: dict[str, int] = {}
+OVER_THE_BAR: dict[str, int] = {
+    "benchmarks/grpo_vs_trl.py": 906,
+    "benchmarks/grpo_vs_trl.py:decode_roofline": 63,
+    "benchmarks/llm_decode.py": 590,
+    "benchmarks/gpu_suite.py": 541,
+    "benchmarks/gpu_learn.py:main": 69,
+}
 
 
 def _sizes() -> dict[str, int]:
-    """Lines of every package module, and of every function body over the bar."""
+    """Lines of every module, and of every function body over the bar."""
     sizes = {}
-    for folder in ("textgym", "envs", "algos", "wrappers"):
+    for folder in ("textgym", "envs", "algos", "wrappers", "benchmarks", "recipes", "tools"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             name, text = path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8")
             sizes[name] = text.count("\n")
