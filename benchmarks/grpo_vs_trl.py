@@ -614,6 +614,22 @@ def run_trl(args: Config, out: Path) -> dict[str, Any]:
     return result
 
 
+def roofline_prompts(args: Config, probe: Any) -> list[list[int]]:
+    """Token ids of the first ``--decode-batch`` tasks' prompts, as ``probe`` (an ``HFPolicy``)
+    renders them."""
+    env = gym.make(_env_id(args), max_chars=args.max_chars)
+    prompts = []
+    for r in range(args.decode_batch):
+        obs, info = env.reset(seed=task_seed(args.seed, r))
+        messages = [
+            {"role": "system", "content": info["system_prompt"]},
+            {"role": "user", "content": obs},
+        ]
+        prompts.append(probe.prompt_ids(messages, info))
+    env.close()
+    return prompts
+
+
 def decode_roofline(args: Config) -> dict[str, Any]:
     """Decode tokens/s of ``HFPolicy.generate`` as a fraction of the memory-bandwidth ceiling.
 
@@ -629,20 +645,7 @@ def decode_roofline(args: Config) -> dict[str, Any]:
     device = torch.device("cuda")
     model, tokenizer = load_model(args.model, device=device)
     batch, length = args.decode_batch, args.max_new_tokens
-    env = gym.make(_env_id(args), max_chars=args.max_chars)
-    probe = HFPolicy(model, tokenizer, max_new_tokens=1, batch_size=batch, seed=args.seed)
-    prompts = []
-    for r in range(batch):
-        obs, info = env.reset(seed=task_seed(args.seed, r))
-        prompts.append(
-            probe.prompt_ids(
-                [
-                    {"role": "system", "content": info["system_prompt"]},
-                    {"role": "user", "content": obs},
-                ],
-                info,
-            )
-        )
+    prompts = roofline_prompts(args, HFPolicy(model, tokenizer, max_new_tokens=1, batch_size=1))
 
     def timed(max_new_tokens: int) -> tuple[float, list[Any]]:
         policy = HFPolicy(
