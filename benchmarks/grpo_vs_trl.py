@@ -105,6 +105,12 @@ from typing import Any, Literal, get_args
 
 import gymnasium as gym
 import torch
+from _grpo_task import (  # sibling module of this script
+    device_type,
+    env_id,
+    step_summary,
+    task_seed,
+)
 from _profiling import profile_summary, profiler  # sibling module of this script
 from _provenance import (  # sibling module of this script
     REPO_ROOT,
@@ -115,15 +121,11 @@ from _provenance import (  # sibling module of this script
     write_result,
 )
 from _roofline import copy_bandwidth, kv_bytes_per_row
+from _trl_arm import run_trl
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.cli.usage import script_config
-from textgym.envs.reverse_text import ReverseTextEnv
-from textgym.envs.reverse_text.parsing import extract_reversed_text
-from textgym.envs.reverse_text.rewards import lcs_similarity
 
-BASE_ENV_ID = "textgym/ReverseText-v0"
-DENSE_ENV_ID = "textgym-bench/ReverseTextDense-v0"
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # ours_no_sharing: ours with share_prefix=False; trl_no_cudnn: TRL with cuDNN's attention
 # kernel off (torch.backends.cuda.enable_cudnn_sdp(False)), as our decode engine runs it
@@ -208,68 +210,6 @@ class Config:
             )
 
 
-class DenseLCS(gym.Wrapper):
-    """Adds ``dense_lcs``: LCS similarity of the whole completion to the reversed text.
-
-    Benchmark-only: it gives an untrained model rewards that differ within a group, so that
-    both trainers run their backward pass (see the module docstring). The target is read from
-    the public ``info["gold_completion"]`` at reset.
-    """
-
-    def __init__(self, env: gym.Env):
-        super().__init__(env)
-        self._target = ""
-
-    def reset(self, **kwargs: Any):
-        obs, info = self.env.reset(**kwargs)
-        self._target = extract_reversed_text(info["gold_completion"]) or ""
-        return obs, info
-
-    def step(self, action: str):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        dense = lcs_similarity(action.strip(), self._target)
-        info = dict(info, reward_components={**info["reward_components"], "dense_lcs": dense})
-        return obs, float(reward) + dense, terminated, truncated, info
-
-
-def _make_dense_env(**kwargs: Any) -> gym.Env:
-    return DenseLCS(ReverseTextEnv(**kwargs))
-
-
-if DENSE_ENV_ID not in gym.registry:
-    gym.register(id=DENSE_ENV_ID, entry_point=_make_dense_env)
-
-
-def task_seed(seed: int, row: int) -> int:
-    """Reset seed of task ``row`` (0-based over the run), as ``textgym.algos.grpo`` sets it."""
-    return seed * 10**6 + row
-
-
-def _env_id(args: Config) -> str:
-    return DENSE_ENV_ID if args.reward == "dense" else BASE_ENV_ID
-
-
-def _device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _summary(step_times: list[float], tokens: list[float]) -> dict[str, Any]:
-    """Step time (s) over the timed steps: mean, median and their spread (standard deviation,
-    min, max, interquartile range), and generated tokens/s."""
-    quartiles = statistics.quantiles(step_times, n=4) if len(step_times) > 1 else step_times * 3
-    return {
-        "step_time_s": step_times,
-        "step_time_mean_s": statistics.fmean(step_times),
-        "step_time_std_s": statistics.stdev(step_times) if len(step_times) > 1 else 0.0,
-        "step_time_median_s": statistics.median(step_times),
-        "step_time_min_s": min(step_times),
-        "step_time_max_s": max(step_times),
-        "step_time_iqr_s": quartiles[2] - quartiles[0],
-        "generated_tokens": tokens,
-        "tokens_per_s": sum(tokens) / sum(step_times),
-    }
-
-
 def _weights(args: Config) -> str:
     """``"random"``, or the model as given (a name such as ``gemma-3-270m``, or the absolute
     path of a local folder)."""
@@ -281,11 +221,11 @@ def _weights(args: Config) -> str:
 
 def _settings(args: Config) -> dict[str, Any]:
     """What both trainers were run with (recorded in every JSON, the children's included)."""
-    device = _device()
+    device = device_type()
     return {
-        "task": _env_id(args),
+        "task": env_id(args.reward),
         "model": args.model,
-        "env_id": _env_id(args),
+        "env_id": env_id(args.reward),
         "reward": args.reward,
         "env_kwargs": {"max_chars": args.max_chars},
         "groups_per_step": args.groups_per_step,
@@ -314,7 +254,7 @@ def _settings(args: Config) -> dict[str, Any]:
 def provenance(args: Config) -> dict[str, Any]:
     """Which code ran where, on which weights and settings: the same block in the parent's
     JSON and in every child's (a child JSON read on its own says where it came from)."""
-    device = _device()
+    device = device_type()
     return {
         "benchmark": "grpo_vs_trl",
         "commit": git("rev-parse", "HEAD"),
@@ -353,7 +293,7 @@ def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, An
     config = GRPOConfig(
         model=args.model,
         output_dir=str(out),
-        env_id=_env_id(args),
+        env_id=env_id(args.reward),
         env_kwargs={"max_chars": args.max_chars},
         wrappers=(),
         seed=args.seed,
@@ -372,7 +312,7 @@ def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, An
         scale_rewards="group",
         beta=0.0,
         num_iterations=1,
-        device=_device(),
+        device=device_type(),
         bf16=True,
         gradient_checkpointing=False,
         eval_every=0,
@@ -386,7 +326,7 @@ def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, An
     rows = sorted((r for r in rows if r["stage"] == "train"), key=lambda r: r["step"])[
         args.warmup :
     ]
-    result = _summary(
+    result = step_summary(
         [r["step_time_s"] for r in rows], [r["completion_tokens_mean"] * batch for r in rows]
     )
     rollout = [r["rollout_time_s"] for r in rows]
@@ -407,217 +347,10 @@ def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, An
     return result
 
 
-def _trl_dataset(args: Config) -> Any:
-    """One row per task: the conversational prompt of ``reset(seed=task_seed(seed, r))``."""
-    from datasets import Dataset
-
-    env = gym.make(_env_id(args), max_chars=args.max_chars)
-    rows = []
-    for r in range(args.groups_per_step * (args.warmup + args.steps)):
-        seed = task_seed(args.seed, r)
-        obs, info = env.reset(seed=seed)
-        prompt = [
-            {"role": "system", "content": info["system_prompt"]},
-            {"role": "user", "content": obs},
-        ]
-        rows.append({"prompt": prompt, "task_seed": seed, "task_id": info["task_id"]})
-    env.close()
-    return Dataset.from_list(rows)
-
-
-def _step_timer() -> Any:
-    """A ``TrainerCallback`` that times each optimizer step (``on_step_begin`` to
-    ``on_step_end``), keeps the CUDA peak memory after it and the logged rows of completions."""
-    from transformers import TrainerCallback
-
-    class StepTimer(TrainerCallback):
-        def __init__(self) -> None:
-            self.times: list[float] = []
-            self.logs: list[dict[str, float]] = []
-            self.cuda_max_memory_gib: list[float] = []
-            self._began = 0.0
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self._began = time.perf_counter()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            self.times.append(time.perf_counter() - self._began)
-            if torch.cuda.is_available():
-                self.cuda_max_memory_gib.append(torch.cuda.max_memory_allocated() / 2**30)
-
-        def on_log(
-            self, args: Any, state: Any, control: Any, logs: dict | None = None, **kwargs: Any
-        ) -> None:
-            if logs and "completions/mean_length" in logs:
-                self.logs.append(dict(logs))
-
-    return StepTimer()
-
-
-def _trl_config(args: Config, out: Path) -> Any:
-    """TRL's ``GRPOConfig`` at the settings of the module docstring ("Equal settings").
-
-    Raises:
-        RuntimeError: where TRL would not generate exactly one optimizer step's batch at once.
-    """
-    from trl import GRPOConfig
-
-    batch = args.groups_per_step * args.group_size
-    cuda = torch.cuda.is_available()
-    config = GRPOConfig(
-        output_dir=str(out),
-        max_steps=args.warmup + args.steps,
-        seed=args.seed,
-        per_device_train_batch_size=args.micro_batch_size,
-        gradient_accumulation_steps=batch // args.micro_batch_size,
-        num_generations=args.group_size,
-        max_completion_length=args.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
-        top_k=0,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        optim="adamw_torch",
-        weight_decay=0.0,
-        max_grad_norm=1.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
-        scale_rewards="group",
-        beta=0.0,
-        num_iterations=1,
-        mask_truncated_completions=False,
-        use_vllm=False,
-        bf16=cuda,
-        use_cpu=not cuda,
-        gradient_checkpointing=False,
-        shuffle_dataset=False,
-        logging_steps=1,
-        save_strategy="no",
-        eval_strategy="no",
-        report_to=[],
-        log_completions=False,
-        dataloader_num_workers=0,
-    )
-    if (
-        config.generation_batch_size != batch
-        or config.steps_per_generation != config.gradient_accumulation_steps
-    ):
-        raise RuntimeError(
-            f"TRL generation batch {config.generation_batch_size} (steps_per_generation "
-            f"{config.steps_per_generation}) is not one optimizer step of {batch} completions"
-        )
-    return config
-
-
-class _EnvReward:
-    """TRL's reward function: the env's own reward (reset with the task's seed, step with the
-    completion text); counts each call's generated tokens and keeps its mean reward."""
-
-    __name__ = "env_reward"  # TRL names the reward's metrics after it
-
-    def __init__(self, args: Config) -> None:
-        self.env = gym.make(_env_id(args), max_chars=args.max_chars)
-        self.tokens_per_call: list[int] = []
-        self.rewards_per_call: list[float] = []
-
-    def __call__(
-        self, prompts: list, completions: list, completion_ids: list, task_seed: list, **_: Any
-    ) -> list[float]:
-        self.tokens_per_call.append(sum(len(ids) for ids in completion_ids))
-        scores = []
-        for completion, seed in zip(completions, task_seed, strict=True):
-            self.env.reset(seed=seed)
-            scores.append(float(self.env.step(completion[0]["content"])[1]))
-        self.rewards_per_call.append(statistics.fmean(scores))
-        return scores
-
-
-def _time_generation(trainer: Any) -> list[float]:
-    """Wrap the trainer's ``_generate_single_turn`` (timing only); returns the list that each
-    call's seconds are appended to."""
-    generate_times: list[float] = []
-    generate = trainer._generate_single_turn
-
-    def timed_generate(*a: Any, **k: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return generate(*a, **k)
-        finally:
-            generate_times.append(time.perf_counter() - began)
-
-    trainer._generate_single_turn = timed_generate
-    return generate_times
-
-
-def run_trl(args: Config, out: Path) -> dict[str, Any]:
-    """Train with ``trl.GRPOTrainer`` at the same settings; time the steps after the warm-up.
-
-    Raises:
-        RuntimeError: where TRL ran another number of steps or reward calls than asked.
-    """
-    from trl import GRPOTrainer
-
-    from textgym.models import load_model
-    from textgym.tokens import ChatTokenizer
-
-    model, tokenizer = load_model(args.model, device=_device())
-    config, dataset = _trl_config(args, out), _trl_dataset(args)
-    reward, timer = _EnvReward(args), _step_timer()
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=reward,
-        args=config,
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        callbacks=[timer],
-    )
-    generate_times = _time_generation(trainer)
-    trainer.train()
-
-    tokens = reward.tokens_per_call
-    if not len(timer.times) == len(tokens) == args.warmup + args.steps:
-        raise RuntimeError(
-            f"Expected {args.warmup + args.steps} steps and reward calls, got "
-            f"{len(timer.times)} steps and {len(tokens)} reward calls"
-        )
-    ours_ids = ChatTokenizer(tokenizer).prompt(dataset[0]["prompt"], tools=[])
-    trl_ids = trainer._tokenize_prompts([dataset[0]["prompt"]])[0][0]
-    w = args.warmup
-    result = _summary(timer.times[w:], [float(t) for t in tokens[w:]])
-    per_step = len(generate_times) == len(timer.times)  # one generation per optimizer step
-    result.update(
-        # Per step, as ours: generation, and the rest of the step (rewards, the accumulated
-        # forward/backward passes, the optimizer step), None where generation did not run
-        # once per step.
-        generate_time_s=generate_times[w:] if per_step else None,
-        update_time_s=[t - g for t, g in zip(timer.times[w:], generate_times[w:], strict=True)]
-        if per_step
-        else None,
-        cuda_max_memory_gib=timer.cuda_max_memory_gib[w:] or None,
-        cudnn_sdp_enabled=torch.backends.cuda.cudnn_sdp_enabled(),
-        generate_time_mean_s=statistics.fmean(generate_times[w:]),
-        generate_tokens_per_s=sum(tokens[w:]) / sum(generate_times[w:]),
-        reward_mean=statistics.fmean(reward.rewards_per_call[w:]),
-        logged_completion_mean_length=[log["completions/mean_length"] for log in timer.logs[w:]],
-        prompt_ids_match_ours=list(trl_ids) == list(ours_ids),
-        trl_config={
-            "generation_batch_size": config.generation_batch_size,
-            "steps_per_generation": config.steps_per_generation,
-            "per_device_train_batch_size": config.per_device_train_batch_size,
-            "gradient_accumulation_steps": config.gradient_accumulation_steps,
-            "optim": str(config.optim),
-            "bf16": config.bf16,
-        },
-    )
-    return result
-
-
 def roofline_prompts(args: Config, probe: Any) -> list[list[int]]:
     """Token ids of the first ``--decode-batch`` tasks' prompts, as ``probe`` (an ``HFPolicy``)
     renders them."""
-    env = gym.make(_env_id(args), max_chars=args.max_chars)
+    env = gym.make(env_id(args.reward), max_chars=args.max_chars)
     prompts = []
     for r in range(args.decode_batch):
         obs, info = env.reset(seed=task_seed(args.seed, r))
@@ -756,7 +489,7 @@ def _spawn(argv: list[str], only: str) -> dict[str, Any]:
 
 def _pool(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One trainer's rounds: step times and token counts pooled, scalars averaged, peaks maxed."""
-    pooled = _summary(
+    pooled = step_summary(
         [t for r in rounds for t in r["step_time_s"]],
         [n for r in rounds for n in r["generated_tokens"]],
     )

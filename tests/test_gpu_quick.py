@@ -304,7 +304,9 @@ def test_grpo_vs_trl_profiles_one_run_step_by_step(tmp_path):
     assert record["trainer"] == "ours"
     origin = record["provenance"]
     assert origin["device"] == "cpu" and origin["commit"] and origin["weights"] == "tiny"
-    assert origin["settings"]["task"] == bench.DENSE_ENV_ID
+    assert (
+        origin["settings"]["task"] == bench.env_id("dense") == "textgym-bench/ReverseTextDense-v0"
+    )
     assert origin["settings"]["timed_steps"] == 2
     summary = json.loads(profile.read_text())
     # One range per step, the warm-up included, in step order.
@@ -316,9 +318,9 @@ def test_grpo_vs_trl_profiles_one_run_step_by_step(tmp_path):
 
 def test_grpo_vs_trl_summarises_steps_by_mean_and_median_with_spread():
     bench = _benchmark("grpo_vs_trl")
-    ours = bench._summary([1.0, 1.0, 1.2, 5.0, 1.1], [10.0] * 5)
-    trl = bench._summary([2.0, 2.2, 2.1, 2.0, 2.4], [10.0] * 5)
-    faster_trl = bench._summary([1.5] * 5, [10.0] * 5)
+    ours = bench.step_summary([1.0, 1.0, 1.2, 5.0, 1.1], [10.0] * 5)
+    trl = bench.step_summary([2.0, 2.2, 2.1, 2.0, 2.4], [10.0] * 5)
+    faster_trl = bench.step_summary([1.5] * 5, [10.0] * 5)
     assert ours["step_time_median_s"] == 1.1 and ours["step_time_max_s"] == 5.0
     assert ours["step_time_mean_s"] == pytest.approx(1.86)
     ratios = bench.speedups({"ours": ours, "trl": trl, "trl_no_cudnn": faster_trl})
