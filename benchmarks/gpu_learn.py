@@ -210,6 +210,32 @@ class Config:
             raise ValueError("--wheels DIR is needed (the folder stage.sh fills), or --smoke")
 
 
+class _Steps:
+    """Runs the learning run's commands within one deadline, each capped at the time left,
+    and writes the record after each (a step with under 10 s left is skipped)."""
+
+    def __init__(self, record: dict[str, Any], results: Path, deadline: float) -> None:
+        self.record, self.results, self.deadline = record, results, deadline
+        self.output = results / "learn.json"
+
+    def left(self) -> float:
+        """Seconds until the deadline (``time.perf_counter`` clock)."""
+        return self.deadline - time.perf_counter()
+
+    def run(self, name: str, command: list[str], env: dict[str, str]) -> bool:
+        """Run ``command`` logged to ``<results>/<name>.log``; whether it exited with 0."""
+        cap = self.left()
+        if cap < 10:
+            self.record["steps"][name] = {"status": "skipped", "reason": "no time left"}
+            return False
+        returncode, seconds = run_capped(command, self.results / f"{name}.log", cap, env=env)
+        status = "timed out" if returncode is None else "ok" if returncode == 0 else "failed"
+        self.record["steps"][name] = {"status": status, "seconds": round(seconds, 1),
+                                      "command": shlex.join(command)}  # fmt: skip
+        write_result(self.output, self.record)
+        return status == "ok"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = script_config(Config, argv, "gpu_learn.py", __doc__)
     began = time.perf_counter()
@@ -230,39 +256,22 @@ def main(argv: list[str] | None = None) -> int:
         "steps": {},
         "evaluations": {},
     }  # fmt: skip
-    output = results / "learn.json"
-
-    def left() -> float:
-        return args.budget - (time.perf_counter() - began)
-
-    def step(name: str, command: list[str], env: dict[str, str]) -> bool:
-        cap = left()
-        if cap < 10:
-            record["steps"][name] = {"status": "skipped", "reason": "no time left"}
-            return False
-        log = results / f"{name}.log"
-        returncode, seconds = run_capped(command, log, cap, env=env)
-        status = "timed out" if returncode is None else "ok" if returncode == 0 else "failed"
-        record["steps"][name] = {"status": status, "seconds": round(seconds, 1),
-                                 "command": shlex.join(command)}  # fmt: skip
-        write_result(output, record)
-        return status == "ok"
-
+    steps = _Steps(record, results, began + args.budget)
     env = dict(os.environ)
     if not args.smoke:
         try:
             record["installed"] = install_wheels(args.wheels, args.site)
         except WheelCheckError as error:
             record["install_error"] = str(error)
-            write_result(output, record)
+            write_result(steps.output, record)
             print(f"gpu_learn: {error}", file=sys.stderr)
             return 1
         env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(args.site), env.get("PYTHONPATH"))))
     eval_share = 0.3  # of the budget kept for the evaluations after GRPO
-    if not step("sft", _recipe("sft", work, args.smoke, 1.0), env):
+    if not steps.run("sft", _recipe("sft", work, args.smoke, 1.0), env):
         return 1
-    grpo_minutes = max(0.5, (left() * (1 - eval_share)) / 60)
-    step("grpo", _recipe("grpo", work, args.smoke, grpo_minutes), env)
+    grpo_minutes = max(0.5, (steps.left() * (1 - eval_share)) / 60)
+    steps.run("grpo", _recipe("grpo", work, args.smoke, grpo_minutes), env)
     models = {"grpo": _latest_checkpoint(work / "grpo"), "sft": work / "sft"}
     for stage, model in models.items():  # GRPO's rows first: they are the headline
         for mark in MARKS:
@@ -271,13 +280,12 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 name = f"{stage}/{mark}/{opponent}"
                 out = work / "eval" / stage / f"{mark}_{opponent}"
-                step(
-                    f"eval-{stage}-{mark}-{opponent}", _eval(model, mark, opponent, out, args), env
-                )
+                command = _eval(model, mark, opponent, out, args)
+                steps.run(f"eval-{stage}-{mark}-{opponent}", command, env)
                 record["evaluations"][name] = _row(out / "summary.json")
     record["goals"] = _goals(record["evaluations"])
     record["seconds"] = round(time.perf_counter() - began, 1)
-    write_result(output, record)
+    write_result(steps.output, record)
     failed = [n for n, s in record["steps"].items() if s["status"] == "failed"]
     return 1 if failed else 0
 

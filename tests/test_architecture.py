@@ -398,7 +398,6 @@ OVER_THE_BAR: dict[str, int] = {
     "benchmarks/grpo_vs_trl.py": 642,
     "benchmarks/llm_decode.py": 590,
     "benchmarks/gpu_suite.py": 541,
-    "benchmarks/gpu_learn.py:main": 69,
 }
 
 
