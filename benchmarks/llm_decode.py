@@ -64,19 +64,22 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import gymnasium as gym
 import torch
+from _decode_peers import (  # sibling module
+    episode_scripts,
+    rates,
+    roofline,
+    run_continuous_batching,
+    run_llama_cpp,
+    synchronize,
+)
 from _profiling import profile_summary, profiler  # sibling module
 from _provenance import dist_version, git, git_dirty, machine_info, write_result  # sibling module
-from _roofline import copy_bandwidth, kv_bytes_per_row
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.cli.usage import script_config
-from textgym.envs.tictactoe import MinimaxPolicy
 from textgym.models import DType, load_model
-from textgym.policies import conversation_start
 from textgym.policies.fused import fuse_for_decoding
-from textgym.tokens import ChatTokenizer
 
 Engine = Literal["before", "generate", "cb", "now", "now-fused", "now-fp32", "llama.cpp"]
 ENGINES: tuple[Engine, ...] = get_args(Engine)
@@ -141,29 +144,6 @@ class Config:
             )
 
 
-def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> list[dict[str, Any]]:
-    """Per episode: the first prompt's ids and, for each later turn, the ids that follow the
-    generated tokens (turn markers and the next observation), from real games."""
-    chat = ChatTokenizer(tokenizer)
-    agent = MinimaxPolicy(seed=seed)
-    scripts = []
-    for episode in range(episodes):
-        env = gym.make("textgym/TicTacToe-v0")
-        observation, info = env.reset(seed=seed + episode)
-        messages = conversation_start(observation, info)
-        script = {"prompt": chat.prompt(messages), "continuations": []}
-        for _ in range(turns - 1):
-            (move,) = agent.act([messages], [info])
-            observation, _, terminated, truncated, info = env.step(move.text)
-            if terminated or truncated:
-                raise ValueError(f"episode {episode} ended before {turns} turns; use fewer turns")
-            new = [{"role": "user", "content": observation}]
-            script["continuations"].append(chat.continuation(messages, [], new))
-            messages = [*messages, {"role": "assistant", "content": move.text}, *new]
-        scripts.append(script)
-    return scripts
-
-
 class ForwardTimer:
     """Times a model's forward passes; multi-token passes count as prefill."""
 
@@ -179,13 +159,13 @@ class ForwardTimer:
     def _pre(self, module: Any, args: Any, kwargs: dict[str, Any]) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids.shape[1] > 1:  # decode steps are not touched: no sync inside a CUDA graph capture
-            _synchronize()
+            synchronize()
             self._began = time.perf_counter()
 
     def _post(self, module: Any, args: Any, kwargs: dict[str, Any], output: Any) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids.shape[1] > 1:
-            _synchronize()
+            synchronize()
             self.prefill_s += time.perf_counter() - self._began
             mask = kwargs.get("attention_mask")
             if isinstance(mask, torch.Tensor) and mask.dim() == 2:  # generate's padding mask
@@ -193,11 +173,6 @@ class ForwardTimer:
             elif mask is None:
                 self.prefill_tokens += ids.numel()
             # textgym's engine passes 4-D slot masks: its own counter gives the real tokens
-
-
-def _synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
 
 
 def _engine_stats(
@@ -256,7 +231,7 @@ def run_hf(args: Config, engine: str, batch: int) -> dict[str, Any]:
     captured_before = policy.engine.stats.graph_capture_s if decoder == "textgym" else 0.0
     sequences = [list(s["prompt"]) for s in scripts]
     generated = 0
-    _synchronize()
+    synchronize()
     began = time.perf_counter()
     for turn in range(args.turns):
         completions = policy.generate(sequences)
@@ -265,140 +240,17 @@ def run_hf(args: Config, engine: str, batch: int) -> dict[str, Any]:
             generated += len(completion.completion_ids)
             if turn + 1 < args.turns:
                 sequence.extend(script["continuations"][turn])
-    _synchronize()
+    synchronize()
     wall = time.perf_counter() - began
     if decoder == "textgym":
         timer.prefill_tokens = policy.engine.stats.prefill_tokens - prefilled_before
-    result = _rates(wall, timer.prefill_s, timer.prefill_tokens, generated, batch)
+    result = rates(wall, timer.prefill_s, timer.prefill_tokens, generated, batch)
     result["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     if decoder == "textgym":
         result.update(_engine_stats(policy.engine, captured_before, generated, result["decode_s"]))
     if device == "cuda" and engine in ("now", "now-fused", "generate"):
-        result.update(_roofline(model, result, batch, sequences))
+        result.update(roofline(model, result, batch, sequences))
     return result
-
-
-def run_continuous_batching(args: Config, batch: int) -> dict[str, Any]:
-    """``transformers``' continuous batching, one ``generate_batch`` call per turn."""
-    from transformers import GenerationConfig
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
-
-    device = "cuda" if torch.cuda.is_available() else None
-    model, tokenizer = load_model(
-        args.model, dtype=args.dtype, device=device, random_weights=args.random_weights
-    )
-    scripts = episode_scripts(tokenizer, batch, args.turns, args.seed)
-    generation = GenerationConfig(
-        max_new_tokens=args.new_tokens,
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        eos_token_id=-1,  # every turn generates exactly --new-tokens tokens
-        pad_token_id=tokenizer.pad_token_id or 0,
-    )
-    batching = ContinuousBatchingConfig(return_logprobs=True)
-    sequences = [list(s["prompt"]) for s in scripts]
-    model.generate_batch(  # warm-up (CUDA graphs are captured here)
-        [sequences[0]], generation_config=generation, continuous_batching_config=batching
-    )
-    generated = 0
-    _synchronize()
-    began = time.perf_counter()
-    for turn in range(args.turns):
-        outputs = model.generate_batch(
-            sequences, generation_config=generation, continuous_batching_config=batching
-        )
-        ordered = [outputs[key] for key in sorted(outputs, key=lambda k: int(k.split("_")[-1]))]
-        for sequence, script, output in zip(sequences, scripts, ordered, strict=True):
-            if len(output.logprobs or ()) != len(output.generated_tokens):
-                raise RuntimeError("generate_batch returned no log-prob per generated token")
-            sequence.extend(output.generated_tokens)
-            generated += len(output.generated_tokens)
-            if turn + 1 < args.turns:
-                sequence.extend(script["continuations"][turn])
-    _synchronize()
-    wall = time.perf_counter() - began
-    result = _rates(wall, 0.0, 0, generated, batch)
-    result["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
-    result["note"] = "no prefill/decode split: decode_tokens_per_s = generated / wall"
-    if device == "cuda":
-        result.update(_roofline(model, result, batch, sequences))
-    return result
-
-
-def run_llama_cpp(args: Config, batch: int) -> dict[str, Any]:
-    """llama.cpp, one episode after another, each keeping its state across turns."""
-    import llama_cpp
-
-    _, tokenizer = load_model(args.model, dtype="float32")  # the same ids as textgym's engines
-    scripts = episode_scripts(tokenizer, batch, args.turns, args.seed)
-    del tokenizer
-    context = max(len(s["prompt"]) + sum(map(len, s["continuations"])) for s in scripts)
-    llm = llama_cpp.Llama(
-        model_path=args.gguf,
-        n_ctx=context + args.turns * args.new_tokens + 16,
-        n_threads=args.threads,
-        n_threads_batch=args.threads,
-        n_batch=512,
-        seed=args.seed,
-        logits_all=False,
-        verbose=False,
-    )
-    llm.eval(scripts[0]["prompt"][:8])  # warm-up
-    prefill_s, prefill_tokens, generated = 0.0, 0, 0
-    began = time.perf_counter()
-    for script in scripts:
-        llm.reset()
-        pending = list(script["prompt"])
-        for turn in range(args.turns):
-            start = time.perf_counter()
-            llm.eval(pending)
-            prefill_s += time.perf_counter() - start
-            prefill_tokens += len(pending)
-            for step in range(args.new_tokens):
-                token = llm.sample(temp=1.0, top_k=0, top_p=1.0, min_p=0.0)
-                generated += 1
-                if step + 1 < args.new_tokens:
-                    llm.eval([token])
-            if turn + 1 < args.turns:
-                pending = [token, *script["continuations"][turn]]
-    wall = time.perf_counter() - began
-    result = _rates(wall, prefill_s, prefill_tokens, generated, batch)
-    result["dtype"] = "Q4_K_M (GGUF, 4-bit weights)"
-    return result
-
-
-def _rates(
-    wall: float, prefill_s: float, prefill_tokens: int, generated: int, batch: int
-) -> dict[str, Any]:
-    return {
-        "wall_s": wall,
-        "wall_s_per_episode": wall / batch,
-        "prefill_tokens": prefill_tokens,
-        "prefill_s": prefill_s,
-        "prefill_tokens_per_s": prefill_tokens / max(prefill_s, 1e-9),
-        "generated_tokens": generated,
-        "decode_s": wall - prefill_s,
-        "decode_tokens_per_s": generated / max(wall - prefill_s, 1e-9),
-    }
-
-
-def _roofline(
-    model: Any, result: dict[str, Any], batch: int, sequences: list[list[int]]
-) -> dict[str, Any]:
-    """Decode tokens/s against ``batch * bandwidth / (weights + KV read per step)``."""
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    dtype_bytes = next(model.parameters()).element_size()
-    context = sum(len(s) for s in sequences) / len(sequences) / 2  # mean over the run
-    step_bytes = weight_bytes + batch * kv_bytes_per_row(model.config, context, dtype_bytes)
-    bandwidth = copy_bandwidth(model.device)
-    ceiling = batch * bandwidth / step_bytes
-    return {
-        "device": torch.cuda.get_device_name(),
-        "measured_bandwidth_bytes_per_s": bandwidth,
-        "ceiling_tokens_per_s": ceiling,
-        "fraction_of_ceiling": result["decode_tokens_per_s"] / ceiling,
-    }
 
 
 def child(args: Config) -> None:

@@ -391,12 +391,11 @@ def test_config_checks_raise_typed_errors(path):
 #: The architecture bar (issue 57): a module holds at most 500 lines and a function body (its
 #: docstring left out) at most 60, in the package and in the scripts beside it. What is over
 #: it, at its size when it was let in: it may shrink, not grow, and leaves the table once under
-#: the bar. The package is under it; these scripts are not yet (the GPU benchmarks, whose CUDA
-#: paths only a GPU machine can check after a change).
+#: the bar. The package is under it; one GPU benchmark is not yet (its CUDA paths only a GPU
+#: machine can check after a change).
 MODULE_LINES, FUNCTION_LINES = 500, 60
 OVER_THE_BAR: dict[str, int] = {
     "benchmarks/grpo_vs_trl.py": 642,
-    "benchmarks/llm_decode.py": 590,
 }
 
 
