@@ -1,4 +1,5 @@
-"""The task both trainers of ``grpo_vs_trl.py`` train on, and how their steps are summarised.
+"""What both trainers of ``grpo_vs_trl.py`` share: the task they train on, the settings and
+provenance every JSON records, and how their steps are summarised.
 
 ``textgym-bench/ReverseTextDense-v0`` is ReverseText-v0 plus one reward component,
 ``dense_lcs`` (why: ``grpo_vs_trl.py``'s module docstring, "Reward signal"); task ``r`` of a run
@@ -9,10 +10,12 @@ the same prompts.
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import torch
+from _provenance import dist_version, git, git_dirty, machine_info  # sibling module
 
 from textgym.envs.reverse_text import ReverseTextEnv
 from textgym.envs.reverse_text.parsing import extract_reversed_text
@@ -83,4 +86,74 @@ def step_summary(step_times: list[float], tokens: list[float]) -> dict[str, Any]
         "step_time_iqr_s": quartiles[2] - quartiles[0],
         "generated_tokens": tokens,
         "tokens_per_s": sum(tokens) / sum(step_times),
+    }
+
+
+def weights_name(args: Any) -> str:
+    """``"random"``, or the model as given (a name such as ``gemma-3-270m``, or the absolute
+    path of a local folder)."""
+    if args.random_weights:
+        return "random"
+    folder = Path(args.model)
+    return str(folder.resolve()) if folder.is_dir() else args.model
+
+
+def _settings(args: Any) -> dict[str, Any]:
+    """What both trainers were run with (recorded in every JSON, the children's included)."""
+    device = device_type()
+    return {
+        "task": env_id(args.reward),
+        "model": args.model,
+        "env_id": env_id(args.reward),
+        "reward": args.reward,
+        "env_kwargs": {"max_chars": args.max_chars},
+        "groups_per_step": args.groups_per_step,
+        "group_size": args.group_size,
+        "batch": args.groups_per_step * args.group_size,
+        "micro_batch_size": args.micro_batch_size,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "learning_rate": args.learning_rate,
+        "loss_type": "dapo",
+        "epsilon": [0.2, 0.28],
+        "beta": 0.0,
+        "num_iterations": 1,
+        "scale_rewards": "group",
+        "dtype": "bf16 autocast" if device == "cuda" else "float32",
+        "warmup_steps_dropped": args.warmup,
+        "timed_steps": args.steps,
+        "rounds": args.rounds,
+        "torch_threads": args.threads,
+        "trainers": list(args.trainers),
+        "random_weights": args.random_weights,
+    }
+
+
+def provenance(args: Any) -> dict[str, Any]:
+    """Which code ran where, on which weights and settings: the same block in the parent's
+    JSON and in every child's (a child JSON read on its own says where it came from)."""
+    device = device_type()
+    return {
+        "benchmark": "grpo_vs_trl",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": git_dirty(),
+        "machine": machine_info(),
+        "device": device,
+        "cuda_device": torch.cuda.get_device_name() if device == "cuda" else None,
+        "weights": weights_name(args),
+        "versions": {
+            name: dist_version(name)
+            for name in (
+                "textgym",
+                "torch",
+                "transformers",
+                "trl",
+                "accelerate",
+                "datasets",
+                "gymnasium",
+            )
+        },
+        "seed": args.seed,
+        "settings": _settings(args),
     }

@@ -108,15 +108,14 @@ import torch
 from _grpo_task import (  # sibling module of this script
     device_type,
     env_id,
+    provenance,
     step_summary,
     task_seed,
+    weights_name,
 )
 from _profiling import profile_summary, profiler  # sibling module of this script
 from _provenance import (  # sibling module of this script
     REPO_ROOT,
-    dist_version,
-    git,
-    git_dirty,
     machine_info,
     write_result,
 )
@@ -208,76 +207,6 @@ class Config:
                 "--profile-output profiles one of our runs: give --trainers ours (or "
                 "ours_no_sharing) with --rounds 1 --no-decode, or --only ours"
             )
-
-
-def _weights(args: Config) -> str:
-    """``"random"``, or the model as given (a name such as ``gemma-3-270m``, or the absolute
-    path of a local folder)."""
-    if args.random_weights:
-        return "random"
-    folder = Path(args.model)
-    return str(folder.resolve()) if folder.is_dir() else args.model
-
-
-def _settings(args: Config) -> dict[str, Any]:
-    """What both trainers were run with (recorded in every JSON, the children's included)."""
-    device = device_type()
-    return {
-        "task": env_id(args.reward),
-        "model": args.model,
-        "env_id": env_id(args.reward),
-        "reward": args.reward,
-        "env_kwargs": {"max_chars": args.max_chars},
-        "groups_per_step": args.groups_per_step,
-        "group_size": args.group_size,
-        "batch": args.groups_per_step * args.group_size,
-        "micro_batch_size": args.micro_batch_size,
-        "max_new_tokens": args.max_new_tokens,
-        "temperature": 1.0,
-        "top_p": 1.0,
-        "learning_rate": args.learning_rate,
-        "loss_type": "dapo",
-        "epsilon": [0.2, 0.28],
-        "beta": 0.0,
-        "num_iterations": 1,
-        "scale_rewards": "group",
-        "dtype": "bf16 autocast" if device == "cuda" else "float32",
-        "warmup_steps_dropped": args.warmup,
-        "timed_steps": args.steps,
-        "rounds": args.rounds,
-        "torch_threads": args.threads,
-        "trainers": list(args.trainers),
-        "random_weights": args.random_weights,
-    }
-
-
-def provenance(args: Config) -> dict[str, Any]:
-    """Which code ran where, on which weights and settings: the same block in the parent's
-    JSON and in every child's (a child JSON read on its own says where it came from)."""
-    device = device_type()
-    return {
-        "benchmark": "grpo_vs_trl",
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": git_dirty(),
-        "machine": machine_info(),
-        "device": device,
-        "cuda_device": torch.cuda.get_device_name() if device == "cuda" else None,
-        "weights": _weights(args),
-        "versions": {
-            name: dist_version(name)
-            for name in (
-                "textgym",
-                "torch",
-                "transformers",
-                "trl",
-                "accelerate",
-                "datasets",
-                "gymnasium",
-            )
-        },
-        "seed": args.seed,
-        "settings": _settings(args),
-    }
 
 
 def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, Any]:
@@ -454,7 +383,7 @@ def child(args: Config) -> None:
         torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
     )
     result["torch_threads"] = torch.get_num_threads()
-    result["weights"] = _weights(args)
+    result["weights"] = weights_name(args)
     result = {"trainer": args.only, "provenance": provenance(args), **result}
     Path(args.child_output).write_text(json.dumps(result) + "\n")
 
