@@ -20,9 +20,23 @@ from _provenance import dist_version, git, git_dirty, machine_info  # sibling mo
 from textgym.envs.reverse_text import ReverseTextEnv
 from textgym.envs.reverse_text.parsing import extract_reversed_text
 from textgym.envs.reverse_text.rewards import lcs_similarity
+from textgym.policies import conversation_start
 
 BASE_ENV_ID = "textgym/ReverseText-v0"
 DENSE_ENV_ID = "textgym-bench/ReverseTextDense-v0"
+#: Settings both trainers take under these same names (``grpo_vs_trl.py``'s docstring, "Equal
+#: settings"); each config and every JSON's ``settings`` read them from here.
+EQUAL_SETTINGS: dict[str, Any] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "loss_type": "dapo",
+    "scale_rewards": "group",
+    "beta": 0.0,
+    "num_iterations": 1,
+}
+#: DAPO's clip range (low, high): ours ``epsilon_low``/``epsilon_high``, TRL's
+#: ``epsilon``/``epsilon_high``.
+CLIP_RANGE = (0.2, 0.28)
 
 
 class DenseLCS(gym.Wrapper):
@@ -60,6 +74,21 @@ if DENSE_ENV_ID not in gym.registry:
 def task_seed(seed: int, row: int) -> int:
     """Reset seed of task ``row`` (0-based over the run), as ``textgym.algos.grpo`` sets it."""
     return seed * 10**6 + row
+
+
+def task_conversations(args: Any, tasks: int) -> list[tuple[int, list[dict[str, str]], dict]]:
+    """``(reset seed, first messages, reset info)`` of the run's first ``tasks`` tasks: what
+    both trainers' first prompts are rendered from (and the CUDA decode roofline's)."""
+    env = gym.make(env_id(args.reward), max_chars=args.max_chars)
+    try:
+        conversations = []
+        for row in range(tasks):
+            seed = task_seed(args.seed, row)
+            observation, info = env.reset(seed=seed)
+            conversations.append((seed, conversation_start(observation, info), info))
+        return conversations
+    finally:
+        env.close()
 
 
 def env_id(reward: str) -> str:
@@ -112,14 +141,9 @@ def _settings(args: Any) -> dict[str, Any]:
         "batch": args.groups_per_step * args.group_size,
         "micro_batch_size": args.micro_batch_size,
         "max_new_tokens": args.max_new_tokens,
-        "temperature": 1.0,
-        "top_p": 1.0,
         "learning_rate": args.learning_rate,
-        "loss_type": "dapo",
-        "epsilon": [0.2, 0.28],
-        "beta": 0.0,
-        "num_iterations": 1,
-        "scale_rewards": "group",
+        **EQUAL_SETTINGS,
+        "epsilon": list(CLIP_RANGE),
         "dtype": "bf16 autocast" if device == "cuda" else "float32",
         "warmup_steps_dropped": args.warmup,
         "timed_steps": args.steps,

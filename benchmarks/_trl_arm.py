@@ -12,25 +12,27 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from _grpo_task import device_type, env_id, step_summary, task_seed  # sibling module
+from _grpo_task import (  # sibling module
+    CLIP_RANGE,
+    EQUAL_SETTINGS,
+    device_type,
+    env_id,
+    step_summary,
+    task_conversations,
+)
 
 
 def _trl_dataset(args: Any) -> Any:
-    """One row per task: the conversational prompt of ``reset(seed=task_seed(seed, r))``."""
+    """One row per task of the run: its conversational prompt, reset seed and task id."""
     from datasets import Dataset
 
-    env = gym.make(env_id(args.reward), max_chars=args.max_chars)
-    rows = []
-    for r in range(args.groups_per_step * (args.warmup + args.steps)):
-        seed = task_seed(args.seed, r)
-        obs, info = env.reset(seed=seed)
-        prompt = [
-            {"role": "system", "content": info["system_prompt"]},
-            {"role": "user", "content": obs},
+    tasks = args.groups_per_step * (args.warmup + args.steps)
+    return Dataset.from_list(
+        [
+            {"prompt": messages, "task_seed": seed, "task_id": info["task_id"]}
+            for seed, messages, info in task_conversations(args, tasks)
         ]
-        rows.append({"prompt": prompt, "task_seed": seed, "task_id": info["task_id"]})
-    env.close()
-    return Dataset.from_list(rows)
+    )
 
 
 def _step_timer() -> Any:
@@ -80,8 +82,6 @@ def _trl_config(args: Any, out: Path) -> Any:
         gradient_accumulation_steps=batch // args.micro_batch_size,
         num_generations=args.group_size,
         max_completion_length=args.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
         top_k=0,
         learning_rate=args.learning_rate,
         lr_scheduler_type="constant",
@@ -89,12 +89,9 @@ def _trl_config(args: Any, out: Path) -> Any:
         optim="adamw_torch",
         weight_decay=0.0,
         max_grad_norm=1.0,
-        loss_type="dapo",
-        epsilon=0.2,
-        epsilon_high=0.28,
-        scale_rewards="group",
-        beta=0.0,
-        num_iterations=1,
+        **EQUAL_SETTINGS,
+        epsilon=CLIP_RANGE[0],
+        epsilon_high=CLIP_RANGE[1],
         mask_truncated_completions=False,
         use_vllm=False,
         bf16=cuda,

@@ -103,14 +103,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import gymnasium as gym
 import torch
 from _grpo_task import (  # sibling module of this script
+    CLIP_RANGE,
+    EQUAL_SETTINGS,
     device_type,
     env_id,
     provenance,
     step_summary,
-    task_seed,
+    task_conversations,
     weights_name,
 )
 from _profiling import profile_summary, profiler  # sibling module of this script
@@ -124,6 +125,7 @@ from _trl_arm import run_trl
 
 import textgym  # noqa: F401  (registers textgym/* ids)
 from textgym.cli.usage import script_config
+from textgym.tokens import ChatTokenizer
 
 RESULTS_DIR = REPO_ROOT / "benchmarks" / "results"
 # ours_no_sharing: ours with share_prefix=False; trl_no_cudnn: TRL with cuDNN's attention
@@ -232,15 +234,10 @@ def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, An
         rollout_batch_size=batch,
         micro_batch_size=args.micro_batch_size,
         max_new_tokens=args.max_new_tokens,
-        temperature=1.0,
-        top_p=1.0,
         learning_rate=args.learning_rate,
-        loss_type="dapo",
-        epsilon_low=0.2,
-        epsilon_high=0.28,
-        scale_rewards="group",
-        beta=0.0,
-        num_iterations=1,
+        **EQUAL_SETTINGS,
+        epsilon_low=CLIP_RANGE[0],
+        epsilon_high=CLIP_RANGE[1],
         device=device_type(),
         bf16=True,
         gradient_checkpointing=False,
@@ -276,20 +273,12 @@ def run_ours(args: Config, out: Path, share_prefix: bool = True) -> dict[str, An
     return result
 
 
-def roofline_prompts(args: Config, probe: Any) -> list[list[int]]:
-    """Token ids of the first ``--decode-batch`` tasks' prompts, as ``probe`` (an ``HFPolicy``)
-    renders them."""
-    env = gym.make(env_id(args.reward), max_chars=args.max_chars)
-    prompts = []
-    for r in range(args.decode_batch):
-        obs, info = env.reset(seed=task_seed(args.seed, r))
-        messages = [
-            {"role": "system", "content": info["system_prompt"]},
-            {"role": "user", "content": obs},
-        ]
-        prompts.append(probe.prompt_ids(messages, info))
-    env.close()
-    return prompts
+def roofline_prompts(args: Config, tokenizer: Any) -> list[list[int]]:
+    """Token ids ``[P]`` of the first ``--decode-batch`` tasks' prompts, rendered as the
+    trainers render them (``ChatTokenizer.prompt`` with the generation prompt)."""
+    chat = ChatTokenizer(tokenizer)
+    conversations = task_conversations(args, args.decode_batch)
+    return [chat.prompt(messages, tools=info.get("tools")) for _, messages, info in conversations]
 
 
 def decode_roofline(args: Config) -> dict[str, Any]:
@@ -307,7 +296,7 @@ def decode_roofline(args: Config) -> dict[str, Any]:
     device = torch.device("cuda")
     model, tokenizer = load_model(args.model, device=device)
     batch, length = args.decode_batch, args.max_new_tokens
-    prompts = roofline_prompts(args, HFPolicy(model, tokenizer, max_new_tokens=1, batch_size=1))
+    prompts = roofline_prompts(args, tokenizer)
 
     def timed(max_new_tokens: int) -> tuple[float, list[Any]]:
         policy = HFPolicy(

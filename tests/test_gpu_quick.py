@@ -363,3 +363,28 @@ def test_llm_decode_profiles_one_engine_at_one_batch(tmp_path):
     command.insert(command.index("2"), "1")
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert refused.returncode == 2 and "profiles one run" in refused.stderr
+
+
+def test_grpo_vs_trl_decode_prompts_are_the_trainers_task_prompts():
+    """The CUDA decode roofline decodes the prompts both trainers train on: TRL's dataset rows
+    and the roofline's prompts come from the same resets, seeded as textgym's GRPO seeds task r."""
+    import gymnasium as gym
+
+    from textgym.tiny_model import build_tiny_model
+    from textgym.tokens import ChatTokenizer
+
+    bench, trl_arm = _benchmark("grpo_vs_trl"), _benchmark("_trl_arm")
+    args = bench.Config(decode_batch=3, groups_per_step=2, warmup=1, steps=1, seed=5)
+    _, tokenizer = build_tiny_model(seed=0)
+    prompts = bench.roofline_prompts(args, tokenizer)
+    rows = trl_arm._trl_dataset(args)
+    assert len(rows) == 4 and [row["task_seed"] for row in rows] == [
+        5 * 10**6 + r for r in range(4)
+    ]
+    chat = ChatTokenizer(tokenizer)
+    assert prompts == [chat.prompt(rows[r]["prompt"]) for r in range(3)]
+    env = gym.make(bench.env_id("dense"), max_chars=args.max_chars)
+    for r, prompt in enumerate(prompts):
+        observation, _ = env.reset(seed=5 * 10**6 + r)
+        assert observation in tokenizer.decode(prompt)
+    assert len({tuple(p) for p in prompts}) == 3  # three different tasks
