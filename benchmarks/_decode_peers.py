@@ -44,6 +44,22 @@ def episode_scripts(tokenizer: Any, episodes: int, turns: int, seed: int) -> lis
     return scripts
 
 
+def extend_turn(
+    sequences: list[list[int]],
+    scripts: list[dict[str, Any]],
+    new_ids: list[list[int]],
+    turn: int,
+    turns: int,
+) -> int:
+    """Append each episode's generated ids ``new_ids[i]`` and, before a later turn, its script's
+    continuation (turn markers and the next observation); returns the tokens generated."""
+    for sequence, script, ids in zip(sequences, scripts, new_ids, strict=True):
+        sequence.extend(ids)
+        if turn + 1 < turns:
+            sequence.extend(script["continuations"][turn])
+    return sum(len(ids) for ids in new_ids)
+
+
 def synchronize() -> None:
     """Wait for the GPU's queued work (nothing on the CPU)."""
     if torch.cuda.is_available():
@@ -81,13 +97,10 @@ def run_continuous_batching(args: Any, batch: int) -> dict[str, Any]:
             sequences, generation_config=generation, continuous_batching_config=batching
         )
         ordered = [outputs[key] for key in sorted(outputs, key=lambda k: int(k.split("_")[-1]))]
-        for sequence, script, output in zip(sequences, scripts, ordered, strict=True):
-            if len(output.logprobs or ()) != len(output.generated_tokens):
-                raise RuntimeError("generate_batch returned no log-prob per generated token")
-            sequence.extend(output.generated_tokens)
-            generated += len(output.generated_tokens)
-            if turn + 1 < args.turns:
-                sequence.extend(script["continuations"][turn])
+        if any(len(o.logprobs or ()) != len(o.generated_tokens) for o in ordered):
+            raise RuntimeError("generate_batch returned no log-prob per generated token")
+        new_ids = [output.generated_tokens for output in ordered]
+        generated += extend_turn(sequences, scripts, new_ids, turn, args.turns)
     synchronize()
     wall = time.perf_counter() - began
     result = rates(wall, 0.0, 0, generated, batch)

@@ -67,6 +67,7 @@ from typing import Any, Literal, get_args
 import torch
 from _decode_peers import (  # sibling module
     episode_scripts,
+    extend_turn,
     rates,
     roofline,
     run_continuous_batching,
@@ -234,12 +235,8 @@ def run_hf(args: Config, engine: str, batch: int) -> dict[str, Any]:
     synchronize()
     began = time.perf_counter()
     for turn in range(args.turns):
-        completions = policy.generate(sequences)
-        for sequence, script, completion in zip(sequences, scripts, completions, strict=True):
-            sequence.extend(completion.completion_ids)
-            generated += len(completion.completion_ids)
-            if turn + 1 < args.turns:
-                sequence.extend(script["continuations"][turn])
+        new_ids = [c.completion_ids for c in policy.generate(sequences)]
+        generated += extend_turn(sequences, scripts, new_ids, turn, args.turns)
     synchronize()
     wall = time.perf_counter() - began
     if decoder == "textgym":

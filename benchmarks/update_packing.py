@@ -179,8 +179,8 @@ def _layout(config: GRPOConfig, trajs: list[Trajectory]) -> dict[str, Any]:
 
 
 def _configs(args: Config, lora_rank: int) -> tuple[dict[str, GRPOConfig], list[str]]:
-    """The config of every mode (the first is the base the learner loads) and the order the
-    modes are timed in."""
+    """The config of every mode (``padded_shared`` is the base the learner loads) and the order
+    the modes are timed in."""
     base = GRPOConfig(
         model=args.model,
         output_dir="/tmp/update_packing_unused",
@@ -236,7 +236,7 @@ def _alternate(
 
 def _measure(args: Config, lora_rank: int) -> dict[str, Any]:
     configs, modes = _configs(args, lora_rank)
-    base = next(iter(configs.values()))
+    base = configs["padded_shared"]
     weights = random_weights_loading() if args.random_weights else contextlib.nullcontext()
     with weights:  # the learner loads the model from the config's name
         learner = make_learner(base, max_turns=5)
