@@ -395,7 +395,7 @@ def test_config_checks_raise_typed_errors(path):
 #: machine can check after a change).
 MODULE_LINES, FUNCTION_LINES = 500, 60
 OVER_THE_BAR: dict[str, int] = {
-    "benchmarks/grpo_vs_trl.py": 571,
+    "benchmarks/grpo_vs_trl.py": 560,
 }
 
 
